@@ -1,0 +1,164 @@
+"""Typed schemas of the config groups that are not a model or an objective (those live beside their code).
+
+Every field carries its meaning in the comment above it; README's config reference is generated from the same
+words. Hydra rejects unknown keys and wrong types against these classes before ``plm-train`` does any work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+def choices(name: str, *values: str) -> type[Enum]:
+    """A str-valued Enum: OmegaConf validates it and lists the valid values (it has no Literal support)."""
+    return Enum(name, {v: v for v in values}, type=str)
+
+
+TokenizerKind = choices("TokenizerKind", "wordpiece")
+Packing = choices("Packing", "auto", "sentence_pairs", "full_sentences")
+OptimizerName = choices("OptimizerName", "adamw", "adam", "sgd")
+Schedule = choices("Schedule", "linear", "cosine", "constant", "noam", "inverse_sqrt")
+Device = choices("Device", "auto", "cpu", "cuda")
+Precision = choices("Precision", "auto", "fp32", "bf16", "fp16")
+Distributed = choices("Distributed", "auto", "none", "ddp")
+Backend = choices("Backend", "auto", "nccl", "gloo")
+
+
+@dataclass
+class TokenizerConfig:
+    # A tokenizer.json or a WordPiece vocab.txt to load; null trains a vocabulary on the training files.
+    path: str | None = None
+    # Algorithm of a trained vocabulary.
+    kind: TokenizerKind = TokenizerKind.wordpiece
+    # Size of a trained vocabulary (special tokens included).
+    vocab_size: int = 8000
+    # Lower-case and strip accents before tokenizing (BERT uncased).
+    lowercase: bool = True
+    # A piece must occur this often in the corpus to enter a trained vocabulary.
+    min_frequency: int = 2
+
+
+@dataclass
+class DataConfig:
+    # Name of the preset, for logs.
+    name: str = "text_files"
+    # Local UTF-8 text files: a blank line separates documents, each line holds one or more sentences.
+    train_files: list[str] = field(default_factory=list)
+    # Held-out files in the same format; empty means no evaluation.
+    validation_files: list[str] = field(default_factory=list)
+    # A folder written by `datasets`' save_to_disk (a DatasetDict with train/validation, or one Dataset);
+    # replaces train_files/validation_files when set.
+    dataset_path: str | None = None
+    # Column holding one document per row in a saved dataset.
+    text_column: str = "text"
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    # Tokens per sequence, special tokens included; at most model.max_position_embeddings.
+    max_seq_len: int = 128
+    # Probability of a shorter target length for a pair (BERT: 0.1), so the model also sees short inputs.
+    short_seq_prob: float = 0.1
+    # Sentence-pair layout: probability that segment B comes from another document (NSP negative).
+    random_next_prob: float = 0.5
+    # Packing: auto lets the objective choose (NSP needs sentence_pairs).
+    packing: Packing = Packing.auto
+    # Tokenizers and tokenized corpora are cached here, keyed by the files' contents and the settings.
+    cache_dir: str = "${oc.env:PLM_TOOLKIT_CACHE,${oc.env:HOME,.}/.cache/plm_toolkit}"
+    # Data-loader worker processes (0 loads in the training process).
+    num_workers: int = 0
+
+
+@dataclass
+class OptimizerConfig:
+    # Update rule.
+    name: OptimizerName = OptimizerName.adamw
+    # Peak learning rate. With schedule=noam it is the formula's `scale`:
+    # lr_t = lr * d_model^-0.5 * min(t^-0.5, t * warmup_steps^-1.5).
+    lr: float = 5e-4
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-6
+    # Decoupled weight decay (adamw) or L2 (adam, sgd); never applied to biases and LayerNorm weights.
+    weight_decay: float = 0.01
+    momentum: float = 0.0
+    # Learning-rate schedule over optimizer steps.
+    schedule: Schedule = Schedule.linear
+    warmup_steps: int = 0
+    # Warm-up as a fraction of total_steps, used when warmup_steps is 0.
+    warmup_ratio: float = 0.0
+    # Length of the decay (linear, cosine); null means trainer.max_steps.
+    total_steps: int | None = None
+    # The decay ends at lr * min_lr_ratio.
+    min_lr_ratio: float = 0.0
+    # Model width for the Noam formula.
+    d_model: int = "${model.hidden_size}"  # type: ignore[assignment]
+
+
+@dataclass
+class HardwareConfig:
+    # Where to train: auto picks cuda when a GPU is visible, else cpu.
+    device: Device = Device.auto
+    # fp32; bf16 autocast; fp16 autocast with a dynamic loss scale. auto = bf16 on GPUs that support it, else fp32.
+    precision: Precision = Precision.auto
+    # Data parallelism: ddp when launched by torchrun with several processes; auto = ddp whenever WORLD_SIZE > 1.
+    distributed: Distributed = Distributed.auto
+    # Process-group backend; auto = nccl on cuda, gloo on cpu.
+    backend: Backend = Backend.auto
+    # fp16 only: stop with advice after this many consecutive skipped steps at the minimum loss scale.
+    max_overflow_steps: int = 20
+    # fp16 only: the loss scale below which overflows count towards max_overflow_steps.
+    min_loss_scale: float = 1.0
+    # Compile the model with torch.compile.
+    compile: bool = False
+    # Allow TF32 matmuls on Ampere and newer GPUs.
+    allow_tf32: bool = True
+
+
+@dataclass
+class TrainerConfig:
+    # Optimizer steps to train for.
+    max_steps: int = 300
+    # Sequences per micro-batch per process.
+    batch_size: int = 32
+    # Micro-batches per optimizer step; the global batch is batch_size * grad_accum_steps * processes.
+    grad_accum_steps: int = 1
+    # Clip the global gradient norm to this value (0 disables).
+    clip_grad_norm: float = 1.0
+    # Log to the progress bar, metrics.jsonl and TensorBoard every N steps.
+    log_every: int = 10
+    # Evaluate on the validation data every N steps (0 disables).
+    eval_every: int = 100
+    # Evaluation micro-batches per evaluation (0 = the whole validation set).
+    eval_batches: int = 20
+    # Save a checkpoint every N steps (0 saves only at the end).
+    save_every: int = 100
+    # Keep the newest N checkpoints (0 keeps all).
+    keep_last: int = 2
+    # none; auto (newest checkpoint in the run directory, or a fresh start); or a checkpoint/run directory path.
+    resume: str = "auto"
+    # Seeds weights, data order, masking and dropout.
+    seed: int = 1234
+    # Write TensorBoard scalars under <run dir>/tensorboard.
+    tensorboard: bool = True
+    # Show a tqdm progress bar (rank 0 only).
+    progress_bar: bool = True
+
+
+@dataclass
+class TrainConfig:
+    model: Any = MISSING
+    objective: Any = MISSING
+    data: DataConfig = MISSING
+    optimizer: OptimizerConfig = MISSING
+    hardware: HardwareConfig = MISSING
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+
+def register_schemas() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    cs.store(group="schema/data", name="data", node=DataConfig)
+    cs.store(group="schema/optimizer", name="optimizer", node=OptimizerConfig)
+    cs.store(group="schema/hardware", name="hardware", node=HardwareConfig)

@@ -1,0 +1,1 @@
+"""Corpora, tokenizers, example building and batching for pretraining."""

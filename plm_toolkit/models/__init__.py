@@ -1,0 +1,1 @@
+"""Model families; importing this package registers each one in ``plm_toolkit.registry.MODELS``."""

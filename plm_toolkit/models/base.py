@@ -1,0 +1,54 @@
+"""What every backbone returns and declares.
+
+A backbone maps token ids to representations and nothing more: heads and losses belong to objectives (pretraining)
+and tasks (fine-tuning). Backbones never look at devices, precision or process groups.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+# The capabilities an objective or task may ask of a backbone (validation matches them before anything is built).
+BIDIRECTIONAL = "bidirectional"  # every position sees the whole sequence (MLM, RTD, NSP)
+CAUSAL = "causal"  # position t sees only positions <= t (causal LM)
+SEGMENTS = "segments"  # takes token_type_ids for sentence A / B
+POOLER = "pooler"  # returns a pooled summary vector (NSP, sequence classification)
+TWO_STREAM = "two_stream"  # content + query streams (XLNet's permutation LM)
+ENCODER_DECODER = "encoder_decoder"  # separate encoder and decoder stacks (T5, Transformer)
+RECURRENT_MEMORY = "recurrent_memory"  # cached hidden states of earlier segments (Transformer-XL, XLNet)
+
+
+@dataclass
+class Representations:
+    """A backbone's output.
+
+    ``hidden`` is the last layer, (batch, seq, hidden). ``pooled`` is the sequence summary, (batch, hidden), where
+    the family defines one. Families with more to say fill the optional fields rather than subclassing.
+    """
+
+    hidden: torch.Tensor
+    pooled: torch.Tensor | None = None
+    all_hidden: list[torch.Tensor] | None = None  # every layer's output, when asked for
+    memories: list[torch.Tensor] | None = None  # Transformer-XL / XLNet segment memory
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class Backbone(nn.Module):
+    """Base class of every model family.
+
+    Subclasses set ``capabilities`` and keep their typed config in ``self.config``. Objectives that tie an output
+    layer to the input embeddings use ``input_embeddings``.
+    """
+
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+
+    @property
+    def input_embeddings(self) -> nn.Embedding:
+        raise NotImplementedError
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
