@@ -1,1 +1,77 @@
-"""Corpora, tokenizers, example building and batching for pretraining."""
+"""Corpora, tokenizers, example building and batching for pretraining.
+
+    data = prepare_pretraining_data(cfg.data, layout="sentence_pairs", seed=cfg.trainer.seed)
+    loader = DataLoader(data.train, collate_fn=Collator(data.vocab), ...)
+
+Importing this package registers the `${plm_resource:...}` resolver that the data presets use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import datasets
+from tokenizers import Tokenizer
+
+from plm_toolkit.data.collate import Collator, collate
+from plm_toolkit.data.corpus import (
+    Documents,
+    read_documents,
+    register_resolvers,
+    resource_path,
+    split_sentences,
+)
+from plm_toolkit.data.pretraining import LAYOUTS, build_pretraining_examples, pack_full_sentences
+from plm_toolkit.data.tokenizer import (
+    SPECIAL_TOKENS,
+    load_or_train_tokenizer,
+    load_tokenizer,
+    save_tokenizer,
+    vocab_from_tokenizer,
+)
+from plm_toolkit.data.vocab import Vocab
+
+register_resolvers()
+
+
+@dataclass
+class PretrainingData:
+    tokenizer: Tokenizer
+    vocab: Vocab
+    # Examples with input_ids and token_type_ids (+ next_sentence_label for sentence pairs).
+    train: datasets.Dataset
+    # None when there are no validation files (no evaluation).
+    validation: datasets.Dataset | None
+
+
+def prepare_pretraining_data(data_cfg: Any, layout: Any, seed: int) -> PretrainingData:
+    """Tokenizer (loaded or trained), then the train and validation examples in `layout`; all cached."""
+    tokenizer = load_or_train_tokenizer(data_cfg)
+    vocab = vocab_from_tokenizer(tokenizer)
+    train = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "train", seed)
+    assert train is not None  # the training split always has a source, or reading it raised
+    validation = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "validation", seed)
+    return PretrainingData(tokenizer, vocab, train, validation)
+
+
+__all__ = [
+    "LAYOUTS",
+    "SPECIAL_TOKENS",
+    "Collator",
+    "Documents",
+    "PretrainingData",
+    "Vocab",
+    "build_pretraining_examples",
+    "collate",
+    "load_or_train_tokenizer",
+    "load_tokenizer",
+    "pack_full_sentences",
+    "prepare_pretraining_data",
+    "read_documents",
+    "register_resolvers",
+    "resource_path",
+    "save_tokenizer",
+    "split_sentences",
+    "vocab_from_tokenizer",
+]

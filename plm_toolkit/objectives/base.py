@@ -41,6 +41,10 @@ class Objective(nn.Module):
     # metric name -> component whose target count divides it for logging.
     metric_denominators: ClassVar[dict[str, str]] = {}
 
+    @classmethod
+    def check_config(cls, config) -> None:
+        """Raise ConfigError naming the key for an impossible setting; validation calls it before any work."""
+
     def batch_transform(self) -> BatchTransform | None:
         """A picklable callable run in data-loader workers; None when the objective needs none."""
         return None

@@ -1,0 +1,118 @@
+"""One check of the composed config before any data or model work.
+
+Hydra and the dataclass schemas already refuse unknown keys, wrong types and unknown group options. This step
+refuses the combinations that are each valid alone but impossible together, and names the keys and the fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from plm_toolkit.errors import ConfigError
+from plm_toolkit.registry import MODELS, OBJECTIVES
+
+
+def _value(x) -> str:
+    return x.value if hasattr(x, "value") else str(x)
+
+
+def objective_class(name: str) -> type:
+    """The Objective subclass behind a registered name (the builder itself, or named in the entry's info)."""
+    entry = OBJECTIVES.get(name)
+    return entry.info.get("cls", entry.builder)
+
+
+def model_class(name: str) -> type:
+    entry = MODELS.get(name)
+    return entry.info.get("cls", entry.builder)
+
+
+def data_layout(cfg: DictConfig) -> str:
+    packing = _value(cfg.data.packing)
+    return objective_class(cfg.objective.name).data_layout if packing == "auto" else packing
+
+
+def problems(cfg: DictConfig) -> list[str]:
+    """Every impossible setting found, one message each."""
+    out: list[str] = []
+    m, o, d, t, opt = cfg.model, cfg.objective, cfg.data, cfg.trainer, cfg.optimizer
+    if m.name not in MODELS:
+        return [f"model.name={m.name}: unknown model; valid: {', '.join(MODELS.names())}"]
+    if o.name not in OBJECTIVES:
+        return [f"objective.name={o.name}: unknown objective; valid: {', '.join(OBJECTIVES.names())}"]
+
+    provided = model_class(m.name).capabilities
+    needed = objective_class(o.name).required_capabilities
+    if not needed <= provided:
+        lacking = ", ".join(sorted(needed - provided))
+        able = [n for n in MODELS.names() if needed <= model_class(n).capabilities]
+        out.append(
+            f"objective={o.name} needs a model that is {lacking}; model={m.name} is not. "
+            f"Models that can serve it: {', '.join(able) or 'none yet'}"
+        )
+    try:
+        objective_class(o.name).check_config(o)
+    except ConfigError as err:
+        out.append(str(err))
+    packing = _value(d.packing)
+    wanted = objective_class(o.name).data_layout
+    if packing != "auto" and packing != wanted and wanted == "sentence_pairs":
+        out.append(f"data.packing={packing}: objective={o.name} needs sentence pairs; set data.packing=auto")
+
+    if "max_position_embeddings" in m and d.max_seq_len > m.max_position_embeddings:
+        out.append(
+            f"data.max_seq_len={d.max_seq_len} exceeds model.max_position_embeddings={m.max_position_embeddings}; "
+            "lower data.max_seq_len or raise model.max_position_embeddings"
+        )
+    if d.max_seq_len < 8:
+        out.append(f"data.max_seq_len={d.max_seq_len}: needs at least 8 tokens")
+    if "num_heads" in m and m.hidden_size % m.num_heads:
+        out.append(f"model.hidden_size={m.hidden_size} is not divisible by model.num_heads={m.num_heads}")
+    if m.get("vocab_size") is not None and d.tokenizer.path is None and m.vocab_size < d.tokenizer.vocab_size:
+        out.append(
+            f"model.vocab_size={m.vocab_size} is smaller than data.tokenizer.vocab_size={d.tokenizer.vocab_size}; "
+            "leave model.vocab_size=null to take the tokenizer's size"
+        )
+    for key in ("short_seq_prob", "random_next_prob"):
+        if not 0.0 <= d[key] <= 1.0:
+            out.append(f"data.{key}={d[key]}: expected a probability in [0, 1]")
+
+    if not d.train_files and not d.dataset_path:
+        out.append("data.train_files is empty and data.dataset_path is not set: give one (or use data=default)")
+    for key in ("train_files", "validation_files"):
+        for f in d[key]:
+            if not Path(f).expanduser().is_file():
+                out.append(f"data.{key}: {f} is not a file")
+    if d.dataset_path and not Path(d.dataset_path).expanduser().is_dir():
+        out.append(f"data.dataset_path={d.dataset_path} is not a directory written by datasets' save_to_disk")
+    if d.tokenizer.path and not Path(d.tokenizer.path).expanduser().is_file():
+        out.append(f"data.tokenizer.path={d.tokenizer.path} is not a file (a tokenizer.json or vocab.txt)")
+
+    for key in ("max_steps", "batch_size", "grad_accum_steps", "log_every"):
+        if t[key] < 1:
+            out.append(f"trainer.{key}={t[key]}: must be at least 1")
+    for key in ("eval_every", "save_every", "keep_last", "eval_batches"):
+        if t[key] < 0:
+            out.append(f"trainer.{key}={t[key]}: must be 0 (off) or positive")
+    if opt.lr <= 0:
+        out.append(f"optimizer.lr={opt.lr}: must be positive")
+    if len(opt.betas) != 2 or not all(0.0 <= b < 1.0 for b in opt.betas):
+        out.append(f"optimizer.betas={list(opt.betas)}: expected two values in [0, 1)")
+    if _value(opt.schedule) in ("noam", "inverse_sqrt") and opt.warmup_steps < 1:
+        out.append(f"optimizer.schedule={_value(opt.schedule)} needs optimizer.warmup_steps >= 1")
+    if not 0.0 <= opt.warmup_ratio < 1.0:
+        out.append(f"optimizer.warmup_ratio={opt.warmup_ratio}: expected a value in [0, 1)")
+    if opt.total_steps is not None and opt.total_steps < t.max_steps and _value(opt.schedule) in ("linear", "cosine"):
+        out.append(
+            f"optimizer.total_steps={opt.total_steps} is shorter than trainer.max_steps={t.max_steps}: the "
+            "schedule would sit at its floor; raise it or leave it null"
+        )
+    return out
+
+
+def validate(cfg: DictConfig) -> None:
+    found = problems(cfg)
+    if found:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(found))

@@ -1,0 +1,130 @@
+"""Index-based batching: the position in the data is one integer, so resuming never replays data.
+
+The training examples form an endless stream of epochs, each a seeded permutation of the dataset. Optimizer step s
+(0-based, counted from the start position) takes the next ``global_batch = batch_size * grad_accum_steps *
+world_size`` positions; micro-batch j of rank r takes rows ``(j * world_size + r) * batch_size`` onwards of that
+block. Every row's masking seed is derived from its stream position, so a row is transformed the same way whatever
+micro-batch or process it lands in: 8 x 4, 32 x 1 and 2 processes x 16 see identical data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+MASK64 = (1 << 64) - 1
+
+
+def mix_seed(seed: int, position: int, stream: int = 0) -> int:
+    """A well-spread 63-bit seed from (run seed, stream position, stream id): SplitMix64 finalizer."""
+    z = (seed * 0x9E3779B97F4A7C15 + position * 0xBF58476D1CE4E5B9 + stream * 0x94D049BB133111EB) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return (z ^ (z >> 31)) >> 1
+
+
+class EpochPermutations:
+    """Example index at stream position p: permutation number p // n, entry p % n."""
+
+    def __init__(self, num_examples: int, seed: int, shuffle: bool = True):
+        self.n, self.seed, self.shuffle = num_examples, seed, shuffle
+        self._epoch, self._perm = -1, np.arange(0)
+
+    def __call__(self, position: int) -> int:
+        epoch, offset = divmod(position, self.n)
+        if not self.shuffle:
+            return offset
+        if epoch != self._epoch:
+            self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.n)
+            self._epoch = epoch
+        return int(self._perm[offset])
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    batch_size: int
+    grad_accum_steps: int
+    world_size: int = 1
+    rank: int = 0
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.grad_accum_steps * self.world_size
+
+    def positions(self, start: int, micro_index: int) -> range:
+        """Stream positions of this rank's micro-batch number ``micro_index`` counted from ``start``."""
+        step, j = divmod(micro_index, self.grad_accum_steps)
+        first = start + step * self.global_batch + (j * self.world_size + self.rank) * self.batch_size
+        return range(first, first + self.batch_size)
+
+
+def take_rows(examples, indices: Sequence[int]) -> list[dict]:
+    """Rows of a `datasets.Dataset` (one columnar read) or of a list of dicts, as a list of dicts."""
+    if hasattr(examples, "column_names"):
+        columns = examples[list(indices)]
+        return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+    return [examples[i] for i in indices]
+
+
+class MicroBatches(Dataset):
+    """Item k = this rank's k-th micro-batch from ``start``: collated, then transformed by the objective."""
+
+    def __init__(
+        self,
+        examples,
+        layout: BatchLayout,
+        start: int,
+        collate: Callable[[list[dict]], dict[str, torch.Tensor]],
+        transform: Callable[[dict[str, torch.Tensor], Sequence[int]], dict[str, torch.Tensor]] | None,
+        seed: int,
+        shuffle: bool = True,
+    ):
+        self.examples, self.layout, self.start = examples, layout, start
+        self.collate, self.transform, self.seed = collate, transform, seed
+        self.index_of = EpochPermutations(len(examples), seed, shuffle)
+
+    def __getitem__(self, micro_index: int) -> dict[str, torch.Tensor]:
+        positions = self.layout.positions(self.start, micro_index)
+        batch = self.collate(take_rows(self.examples, [self.index_of(p) for p in positions]))
+        if self.transform is not None:
+            batch = self.transform(batch, [mix_seed(self.seed, p) for p in positions])
+        return batch
+
+
+class _Counter(Sampler):
+    def __init__(self, stop: int | None = None):
+        self.stop = stop
+
+    def __iter__(self) -> Iterator[int]:
+        k = 0
+        while self.stop is None or k < self.stop:
+            yield k
+            k += 1
+
+
+def micro_batch_loader(dataset: MicroBatches, num_workers: int, stop: int | None = None) -> DataLoader:
+    return DataLoader(
+        dataset,
+        batch_size=None,
+        sampler=_Counter(stop),
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+        pin_memory=False,
+    )
+
+
+def eval_loader(examples, batch_size: int, world: int, rank: int, collate, transform, seed: int, max_batches: int):
+    """Fixed validation batches (same masks at every evaluation), split round-robin over processes."""
+    total = -(-len(examples) // batch_size)
+    if max_batches > 0:
+        total = min(total, max_batches)
+    for b in range(rank, total, world):
+        lo, hi = b * batch_size, min((b + 1) * batch_size, len(examples))
+        batch = collate(take_rows(examples, range(lo, hi)))
+        if transform is not None:
+            batch = transform(batch, [mix_seed(seed, p, stream=1) for p in range(lo, hi)])
+        yield batch

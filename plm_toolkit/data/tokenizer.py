@@ -1,0 +1,182 @@
+"""Tokenizers: load a tokenizer.json or a WordPiece vocab.txt, or train a WordPiece vocabulary on the corpus.
+
+A trained tokenizer is cached as `<cache_dir>/tokenizers/<key>.json`. The key hashes the training split's
+contents (the sha256 of each file's bytes, or a saved dataset's fingerprint) together with the tokenizer
+settings and the `tokenizers` version, so that editing a file or a setting trains a new one and anything else
+reuses the cached file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import tokenizers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from plm_toolkit.data.corpus import cache_root, choice, read_documents, stable_hash
+from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.errors import DataError
+
+# The special tokens of a trained vocabulary, in id order: [PAD] is 0 so that zero-filled tensors are padding.
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# Names a special token may have in a loaded tokenizer (BERT's first, then RoBERTa's).
+_SPECIAL_NAMES = {
+    "pad_id": ("[PAD]", "<pad>"),
+    "unk_id": ("[UNK]", "<unk>"),
+    "cls_id": ("[CLS]", "<s>"),
+    "sep_id": ("[SEP]", "</s>"),
+    "mask_id": ("[MASK]", "<mask>"),
+}
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def load_or_train_tokenizer(data_cfg: Any) -> Tokenizer:
+    """The tokenizer named by `data.tokenizer.path`, or one trained on the training documents (cached)."""
+    tok_cfg = data_cfg.tokenizer
+    if tok_cfg.path:
+        return load_tokenizer(tok_cfg.path, lowercase=bool(tok_cfg.lowercase))
+    return train_tokenizer(data_cfg)
+
+
+def load_tokenizer(path: str | Path, lowercase: bool = True) -> Tokenizer:
+    """Load a tokenizer.json, a WordPiece vocab.txt, or a folder holding either (tokenizer.json preferred).
+
+    A vocab.txt becomes a BERT tokenizer with lower-casing set by `lowercase`; a tokenizer.json keeps its own
+    normalizer. Raises DataError naming the file when it is missing, does not load or lacks a special token.
+    """
+    path = Path(os.path.expanduser(str(path)))
+    if path.is_dir():
+        for name in (TOKENIZER_FILE, "vocab.txt"):
+            if (path / name).is_file():
+                path = path / name
+                break
+        else:
+            raise DataError(f"tokenizer folder {path} holds neither {TOKENIZER_FILE} nor vocab.txt")
+    if not path.is_file():
+        raise DataError(f"tokenizer file {path} does not exist; expected a tokenizer.json or a vocab.txt")
+    if path.suffix == ".json":
+        try:
+            tokenizer = Tokenizer.from_file(str(path))
+        except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exceptions
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise DataError(f"tokenizer file {path} does not load ({first}); expected a tokenizer.json") from e
+    else:
+        tokenizer = bert_tokenizer(models.WordPiece(read_vocab_txt(path), unk_token="[UNK]"), lowercase)
+    vocab_from_tokenizer(tokenizer, source=path)  # fail now, naming the file, if a special token is missing
+    return tokenizer
+
+
+def read_vocab_txt(path: Path) -> dict[str, int]:
+    """A WordPiece vocab.txt: one token per line, the line number (from 0) is the id."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise DataError(f"vocab file {path} is not UTF-8 text ({e.reason}); expected one token per line") from None
+    vocab: dict[str, int] = {}
+    for number, token in enumerate(lines):
+        if not token.strip():
+            raise DataError(f"{path}:{number + 1}: empty token; expected one WordPiece token per line")
+        vocab.setdefault(token, number)
+    if not vocab:
+        raise DataError(f"vocab file {path} is empty; expected one WordPiece token per line")
+    return vocab
+
+
+def bert_tokenizer(model: models.Model, lowercase: bool) -> Tokenizer:
+    """BERT's pipeline around a WordPiece model: normalize, split on whitespace and punctuation, `##` pieces,
+    and `[CLS] A [SEP] (B [SEP])` when encoding with special tokens."""
+    tokenizer = Tokenizer(model)
+    # strip_accents=None follows lowercase, as in BERT's uncased and cased releases.
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    _add_specials(tokenizer)
+    return tokenizer
+
+
+def _add_specials(tokenizer: Tokenizer) -> None:
+    """Mark the vocabulary's special tokens as such (never split, skipped when decoding) and add the
+    `[CLS] A [SEP] B [SEP]` template, which needs their ids."""
+    present = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is not None]
+    tokenizer.add_special_tokens(present)
+    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    if cls_id is not None and sep_id is not None:
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]",
+            pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+        )
+
+
+def tokenizer_cache_path(data_cfg: Any, corpus_fingerprint: str) -> Path:
+    """Where the tokenizer trained on this corpus with these settings is cached."""
+    t = data_cfg.tokenizer
+    key = stable_hash(
+        corpus_fingerprint,
+        choice(t.kind),
+        int(t.vocab_size),
+        bool(t.lowercase),
+        int(t.min_frequency),
+        SPECIAL_TOKENS,
+        tokenizers.__version__,
+    )
+    return cache_root(data_cfg) / "tokenizers" / f"{key}.json"
+
+
+def train_tokenizer(data_cfg: Any) -> Tokenizer:
+    """Train a WordPiece vocabulary of `data.tokenizer.vocab_size` on the training documents, or load the
+    cached one trained on the same contents with the same settings."""
+    documents = read_documents(data_cfg, "train")
+    assert documents is not None  # read_documents raises when the training split has no source
+    path = tokenizer_cache_path(data_cfg, documents.fingerprint)
+    if path.is_file():
+        return load_tokenizer(path)
+    t = data_cfg.tokenizer
+    tokenizer = bert_tokenizer(models.WordPiece(unk_token="[UNK]"), bool(t.lowercase))
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=int(t.vocab_size),
+        min_frequency=int(t.min_frequency),
+        special_tokens=list(SPECIAL_TOKENS),
+        continuing_subword_prefix="##",
+        show_progress=False,
+    )
+    dataset = documents.dataset
+
+    def batches():
+        for batch in dataset.iter(batch_size=1000):
+            yield batch["text"]
+
+    tokenizer.train_from_iterator(batches(), trainer=trainer, length=len(dataset))
+    _add_specials(tokenizer)  # the template needs the ids of [CLS] and [SEP], which exist only now
+    _atomic_save(tokenizer, path)
+    return tokenizer
+
+
+def save_tokenizer(tokenizer: Tokenizer, directory: str | Path) -> Path:
+    """Write `directory/tokenizer.json` (checkpoints keep the tokenizer they were trained with)."""
+    path = Path(directory) / TOKENIZER_FILE
+    _atomic_save(tokenizer, path)
+    return path
+
+
+def _atomic_save(tokenizer: Tokenizer, path: Path) -> None:
+    # Several processes (data-parallel ranks) may write the same file: each writes its own temporary name
+    # and renames it, so that a reader never sees half a file.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tokenizer.save(str(temporary))
+    os.replace(temporary, path)
+
+
+def vocab_from_tokenizer(tokenizer: Tokenizer, source: str | Path | None = None) -> Vocab:
+    """The special-token ids every objective needs; DataError naming `source` when one is missing."""
+    ids = {}
+    for field, names in _SPECIAL_NAMES.items():
+        found = [tokenizer.token_to_id(n) for n in names if tokenizer.token_to_id(n) is not None]
+        if not found:
+            where = f"tokenizer file {source}" if source else "the tokenizer"
+            raise DataError(f"{where} has no {' or '.join(names)} token; expected BERT's special tokens")
+        ids[field] = found[0]
+    return Vocab(size=tokenizer.get_vocab_size(with_added_tokens=True), **ids)

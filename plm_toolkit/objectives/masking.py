@@ -1,0 +1,111 @@
+"""BERT's dynamic masking, drawn afresh for every batch in the data-loader workers.
+
+Sampling scheme (BERT's ``create_pretraining_data.py``, not Hugging Face's per-token Bernoulli): each row gets
+exactly ``max(1, round(n_maskable * mask_prob))`` targets, capped by ``max_predictions_per_seq``, chosen uniformly
+without replacement among its maskable positions (real tokens that are not special). A fixed count per row keeps
+the number of targets, and so the loss scale and the gathered head's work, steady from batch to batch. Each
+chosen position then becomes [MASK] with probability ``mask_token_prob``, a uniformly random non-special token
+with probability ``random_token_prob``, and stays as it is otherwise (Devlin et al. 2019, section 3.1, "Task #1").
+
+Row i draws only from ``torch.Generator().manual_seed(seeds[i])`` and only over its own maskable positions, so a
+row is masked the same way whatever batch it lands in and however much padding that batch has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from plm_toolkit.errors import ConfigError
+
+# Label of a position that is not a target; cross-entropy's default ignore_index.
+IGNORE_INDEX = -100
+
+
+def check_masking_config(cfg: Any, prefix: str = "objective") -> None:
+    """Reject impossible masking rates with a ConfigError naming the key; ``cfg`` is an MLM-style config."""
+    for key in ("mask_prob", "mask_token_prob", "random_token_prob"):
+        value = getattr(cfg, key)
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(f"{prefix}.{key} must lie in [0, 1], got {value}")
+    if cfg.mask_token_prob + cfg.random_token_prob > 1.0:
+        raise ConfigError(
+            f"{prefix}.mask_token_prob + {prefix}.random_token_prob must be at most 1 "
+            f"(the rest of the chosen tokens stay unchanged), got {cfg.mask_token_prob} + {cfg.random_token_prob}"
+        )
+    limit = getattr(cfg, "max_predictions_per_seq", None)
+    if limit is not None and limit < 1:
+        raise ConfigError(f"{prefix}.max_predictions_per_seq must be at least 1 or null (no cap), got {limit}")
+
+
+class MaskingTransform:
+    """The MLM batch transform: replaces ``input_ids`` by the corrupted ids and adds ``mlm_labels``.
+
+    ``mlm_labels`` holds the original id at each target position and ``IGNORE_INDEX`` elsewhere. A plain class of
+    ints and floats, so it pickles into data-loader workers.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        mask_id: int,
+        special_ids: Sequence[int],
+        mask_prob: float = 0.15,
+        mask_token_prob: float = 0.8,
+        random_token_prob: float = 0.1,
+        max_predictions_per_seq: int | None = None,
+    ):
+        self.vocab_size = vocab_size
+        self.mask_id = mask_id
+        # Sorted, so that a draw in [0, vocab_size - len(special_ids)) maps onto the non-special ids in order.
+        self.special_ids = tuple(sorted(set(special_ids)))
+        self.mask_prob = mask_prob
+        self.mask_token_prob = mask_token_prob
+        self.random_token_prob = random_token_prob
+        self.max_predictions_per_seq = max_predictions_per_seq
+        check_masking_config(self)
+        if vocab_size <= len(self.special_ids):
+            raise ConfigError(f"a vocabulary of {vocab_size} ids has no non-special token to draw from")
+
+    def num_targets(self, num_maskable: int) -> int:
+        """Targets of a row with ``num_maskable`` maskable positions (at least one when it has any)."""
+        if num_maskable == 0 or self.mask_prob == 0.0:
+            return 0
+        count = max(1, int(round(num_maskable * self.mask_prob)))
+        if self.max_predictions_per_seq is not None:
+            count = min(count, self.max_predictions_per_seq)
+        return min(count, num_maskable)
+
+    def _random_tokens(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """``n`` ids drawn uniformly from the non-special ids."""
+        ids = torch.randint(self.vocab_size - len(self.special_ids), (n,), generator=generator)
+        # Step over each special id in ascending order: [0, V - k) -> the V - k non-special ids, one to one.
+        for special in self.special_ids:
+            ids += (ids >= special).long()
+        return ids
+
+    def __call__(self, batch: dict[str, torch.Tensor], seeds: Sequence[int]) -> dict[str, torch.Tensor]:
+        input_ids = batch["input_ids"]
+        if len(seeds) != input_ids.shape[0]:
+            raise ValueError(f"got {len(seeds)} seeds for a batch of {input_ids.shape[0]} rows")
+        maskable = batch["attention_mask"].bool() & ~batch["special_tokens_mask"].bool()  # (B, T)
+        corrupted = input_ids.clone()
+        labels = torch.full_like(input_ids, IGNORE_INDEX)
+        for row, seed in enumerate(seeds):
+            positions = maskable[row].nonzero().squeeze(1)  # (L_i,) the row's maskable positions
+            count = self.num_targets(positions.numel())
+            if count == 0:
+                continue
+            generator = torch.Generator().manual_seed(int(seed))
+            # Fixed draw sizes (L_i, then count, count) keep the stream independent of padding and grouping.
+            chosen = positions[torch.randperm(positions.numel(), generator=generator)[:count]]
+            action = torch.rand(count, generator=generator)
+            replacements = self._random_tokens(count, generator)
+            labels[row, chosen] = input_ids[row, chosen]
+            to_mask = action < self.mask_token_prob
+            to_random = ~to_mask & (action < self.mask_token_prob + self.random_token_prob)
+            corrupted[row, chosen[to_mask]] = self.mask_id
+            corrupted[row, chosen[to_random]] = replacements[to_random]
+        return {**batch, "input_ids": corrupted, "mlm_labels": labels}

@@ -1,0 +1,99 @@
+"""Masked language modeling (Devlin et al. 2019, section 3.1, "Task #1: Masked LM").
+
+The batch transform (``masking.MaskingTransform``) hides a fixed share of each row's tokens; the loss is the
+cross-entropy of the original ids at those positions, under a head whose decoder is the backbone's word embedding.
+Only the target positions (about 15%) go through the head: its (hidden x vocab) projection is the costliest matmul
+of a small model, so gathering first saves most of it without changing the loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.models.base import BIDIRECTIONAL, Representations
+from plm_toolkit.nn.heads import MaskedLMHead
+from plm_toolkit.objectives.base import BatchTransform, Objective, ObjectiveOutput
+from plm_toolkit.objectives.masking import IGNORE_INDEX, MaskingTransform, check_masking_config
+from plm_toolkit.registry import OBJECTIVES
+
+
+@dataclass
+class MlmConfig:
+    # Registry name of the objective.
+    name: str = "mlm"
+    # Share of each row's maskable tokens (not special, not padding) that become targets; BERT: 0.15.
+    mask_prob: float = 0.15
+    # Share of the targets replaced by [MASK]; BERT: 0.8.
+    mask_token_prob: float = 0.8
+    # Share of the targets replaced by a uniformly random non-special token; BERT: 0.1 (the rest stay unchanged).
+    random_token_prob: float = 0.1
+    # Cap on the targets per row (BERT's max_predictions_per_seq, 20 at length 128); null means no cap.
+    max_predictions_per_seq: int | None = None
+
+
+def encode(model: nn.Module, batch: dict[str, torch.Tensor]) -> Representations:
+    """Run the backbone on a batch's model inputs (token types only when the batch has them)."""
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    if "token_type_ids" in batch:
+        inputs["token_type_ids"] = batch["token_type_ids"]
+    return model(**inputs)
+
+
+@OBJECTIVES.register("mlm", MlmConfig)
+class MaskedLanguageModeling(Objective):
+    """MLM over ``mlm_labels``; its metric sum ``mlm_correct`` is logged as ``mlm_accuracy`` (correct / targets)."""
+
+    required_capabilities = frozenset({BIDIRECTIONAL})
+    data_layout = "full_sentences"
+    # ``metrics["mlm_correct"]`` counts correct predictions; the loop logs it / count["mlm"] as mlm_accuracy.
+    metric_denominators = {"mlm_correct": "mlm"}
+
+    def __init__(self, config: MlmConfig, model: nn.Module, vocab: Vocab):
+        super().__init__()
+        model_config = model.config
+        self.head = MaskedLMHead(
+            model_config.hidden_size,
+            model_config.vocab_size,
+            model_config.hidden_act,
+            model_config.layer_norm_eps,
+            initializer_range=getattr(model_config, "initializer_range", 0.02),
+        )
+        # Random replacements come from the tokenizer's ids, which may be fewer than the (padded) embedding rows.
+        self.masking = MaskingTransform(
+            vocab_size=vocab.size,
+            mask_id=vocab.mask_id,
+            special_ids=vocab.special_ids,
+            mask_prob=config.mask_prob,
+            mask_token_prob=config.mask_token_prob,
+            random_token_prob=config.random_token_prob,
+            max_predictions_per_seq=config.max_predictions_per_seq,
+        )
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        check_masking_config(config)
+
+    def batch_transform(self) -> BatchTransform:
+        return self.masking
+
+    def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        return {"mlm": int((batch["mlm_labels"] != IGNORE_INDEX).sum())}
+
+    def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
+        return self.loss_from(encode(model, batch), batch, model)
+
+    def loss_from(self, reps: Representations, batch: dict[str, torch.Tensor], model: nn.Module) -> ObjectiveOutput:
+        """The loss over representations already computed (``MlmNsp`` shares one backbone pass with NSP)."""
+        labels = batch["mlm_labels"]
+        targets = labels != IGNORE_INDEX  # (B, T)
+        hidden = reps.hidden[targets]  # (N, H): only the N target positions reach the vocabulary projection
+        gold = labels[targets]  # (N,)
+        logits = self.head(hidden, model.input_embeddings.weight)  # (N, V)
+        loss_sum = F.cross_entropy(logits, gold, reduction="sum")
+        correct = (logits.detach().argmax(dim=-1) == gold).sum()
+        return ObjectiveOutput(loss_sums={"mlm": loss_sum}, metrics={"mlm_correct": correct})

@@ -1,0 +1,226 @@
+"""Checkpoints: one directory per save, written atomically.
+
+Layout of ``<run dir>/checkpoints/step_N/``:
+  model.safetensors      backbone weights (what fine-tuning loads)
+  objective.safetensors  objective parameters (LM/NSP heads, ELECTRA's generator, ...)
+  config.yaml            the resolved run config
+  tokenizer.json         the tokenizer the run used
+  trainer_state.pt       optimizer, scheduler, loss scaler, RNG states, data position (tensors and plain
+                         Python values only, read back with ``torch.load(weights_only=True)``); written last, so
+                         its presence marks a complete checkpoint
+``checkpoints/last`` is a symlink to the newest one. Files go to a temporary directory that is renamed into place,
+so a crash at any moment leaves the previous checkpoints intact.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from plm_toolkit.errors import CheckpointError
+
+MODEL_FILE = "model.safetensors"
+OBJECTIVE_FILE = "objective.safetensors"
+CONFIG_FILE = "config.yaml"
+TOKENIZER_FILE = "tokenizer.json"
+STATE_FILE = "trainer_state.pt"
+TMP_PREFIX = ".tmp-"
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def unique_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """state_dict without second names for one storage (tied weights), contiguous, as safetensors requires."""
+    out, seen = {}, set()
+    for name, tensor in module.state_dict().items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if tensor.numel() and key in seen:
+            continue
+        seen.add(key)
+        out[name] = tensor.detach().contiguous().cpu()
+    return out
+
+
+def save_weights(module: nn.Module, path: Path) -> None:
+    save_file(unique_state(module), str(path))
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise CheckpointError(f"{path}: weights file not found")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({err})") from err
+
+
+def load_weights(module: nn.Module, path: Path, strict: bool = True) -> None:
+    """Load safetensors weights into ``module``; mismatches name the file and the keys."""
+    state = read_weights(path)
+    own = module.state_dict()
+    wrong = [
+        f"{k} {tuple(v.shape)} vs expected {tuple(own[k].shape)}"
+        for k, v in state.items()
+        if k in own and v.shape != own[k].shape
+    ]
+    if wrong:
+        raise CheckpointError(f"{path}: incompatible shapes for {', '.join(wrong[:5])}")
+    unique = unique_state(module)
+    missing = [k for k in unique if k not in state]
+    unexpected = [k for k in state if k not in own]
+    if strict and (missing or unexpected):
+        raise CheckpointError(
+            f"{path}: does not match the model (missing keys: {missing[:5]}, unexpected keys: {unexpected[:5]})"
+        )
+    module.load_state_dict(state, strict=False)
+
+
+def rng_state() -> dict:
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+    }
+    _, keys, pos, has_gauss, gauss = np.random.get_state()
+    state["numpy"] = {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "gauss": (has_gauss, gauss)}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(_tuplify(state["python"]))
+    np_state = state["numpy"]
+    keys = np_state["keys"].numpy().astype(np.uint32)
+    np.random.set_state(("MT19937", keys, np_state["pos"], *np_state["gauss"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _tuplify(x):
+    return tuple(_tuplify(v) for v in x) if isinstance(x, (list, tuple)) else x
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+
+    @property
+    def step(self) -> int:
+        return int(self.path.resolve().name.removeprefix("step_"))
+
+    def trainer_state(self) -> dict:
+        try:
+            return torch.load(self.path / STATE_FILE, map_location="cpu", weights_only=True)
+        except Exception as err:  # corrupt, truncated or holding pickled objects
+            raise CheckpointError(f"{self.path / STATE_FILE}: not a readable training state ({err})") from err
+
+
+def is_complete(path: Path) -> bool:
+    return all((path / name).is_file() for name in (MODEL_FILE, STATE_FILE))
+
+
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: nn.Module,
+    objective: nn.Module,
+    trainer_state: dict,
+    config_yaml: str,
+    tokenizer_json: str | None,
+    keep_last: int,
+) -> Path:
+    """Write ``checkpoints/step_<step>`` atomically, point ``last`` at it and prune old ones."""
+    root = run_dir / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step}"
+    tmp = root / f"{TMP_PREFIX}step_{step}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_weights(model, tmp / MODEL_FILE)
+    save_weights(objective, tmp / OBJECTIVE_FILE)
+    (tmp / CONFIG_FILE).write_text(config_yaml)
+    if tokenizer_json is not None:
+        (tmp / TOKENIZER_FILE).write_text(tokenizer_json)
+    torch.save(trainer_state, tmp / STATE_FILE)
+    for f in tmp.iterdir():
+        _fsync(f)
+    if final.exists():  # the same step saved again (e.g. a rerun): move the old copy aside first
+        old = root / f"{TMP_PREFIX}old-step_{step}-{os.getpid()}"
+        os.rename(final, old)
+        os.rename(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, final)
+    link_tmp = root / f"{TMP_PREFIX}last-{os.getpid()}"
+    if link_tmp.is_symlink() or link_tmp.exists():
+        link_tmp.unlink()
+    os.symlink(final.name, link_tmp)
+    os.replace(link_tmp, root / "last")
+    _fsync(root)
+    prune(root, keep_last)
+    return final
+
+
+def list_checkpoints(root: Path) -> list[Path]:
+    """Complete step_N checkpoints under ``root``, oldest first."""
+    if not root.is_dir():
+        return []
+    found = [p for p in root.glob("step_*") if p.is_dir() and p.name[5:].isdigit() and is_complete(p)]
+    return sorted(found, key=lambda p: int(p.name[5:]))
+
+
+def prune(root: Path, keep_last: int) -> None:
+    if keep_last <= 0:
+        return
+    last = (root / "last").resolve() if (root / "last").exists() else None
+    for old in list_checkpoints(root)[:-keep_last]:
+        if old.resolve() != last:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def clean_temporary(run_dir: Path) -> None:
+    """Remove half-written checkpoints a crash left behind (never a complete one)."""
+    root = run_dir / "checkpoints"
+    if root.is_dir():
+        for p in root.glob(f"{TMP_PREFIX}*"):
+            if p.is_symlink():
+                p.unlink()
+            else:
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def find_checkpoint(resume: str, run_dir: Path) -> Checkpoint | None:
+    """The checkpoint ``trainer.resume`` asks for: none, auto (newest in the run directory or None), or a path."""
+    if resume in ("none", "", "null"):
+        return None
+    if resume == "auto":
+        found = list_checkpoints(run_dir / "checkpoints")
+        return Checkpoint(found[-1]) if found else None
+    path = Path(resume).expanduser()
+    for candidate in (path, path / "last", path / "checkpoints" / "last"):
+        if candidate.is_dir() and is_complete(candidate):
+            return Checkpoint(candidate.resolve())
+    for root in (path, path / "checkpoints"):
+        found = list_checkpoints(root)
+        if found:
+            return Checkpoint(found[-1])
+    raise CheckpointError(
+        f"trainer.resume={resume}: no checkpoint there (expected a folder with {MODEL_FILE} and {STATE_FILE}, "
+        "or a run directory with checkpoints/)"
+    )

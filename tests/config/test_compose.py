@@ -1,0 +1,123 @@
+"""Every config group option composes and validates; impossible settings stop with a message naming the key."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+import plm_toolkit.train  # noqa: F401  (registers schemas, registries and resolvers)
+from plm_toolkit.config.validate import problems, validate
+from plm_toolkit.errors import ConfigError
+from plm_toolkit.registry import OBJECTIVES
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+GROUPS = sorted(p.name for p in CONFIGS.iterdir() if p.is_dir() and p.name != "__pycache__")
+# Presets that stand for the user's own data and so name a key the user must set.
+NEEDS_USER_INPUT = {("data", "text_files"): "data.train_files", ("data", "saved_dataset"): "data.dataset_path"}
+
+
+def composed(*overrides):
+    with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
+        return compose("train", overrides=list(overrides))
+
+
+@pytest.mark.parametrize(
+    "group,option",
+    [(g, p.stem) for g in GROUPS for p in sorted((CONFIGS / g).glob("*.yaml"))],
+)
+def test_every_option_composes_and_validates(group, option):
+    cfg = composed(f"{group}={option}")
+    OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+    needs = NEEDS_USER_INPUT.get((group, option))
+    if needs is None:
+        assert problems(cfg) == []
+    else:  # a preset for the user's own data: refused until the key that names the data is given
+        assert len(problems(cfg)) == 1 and needs in problems(cfg)[0], problems(cfg)
+
+
+def test_defaults_are_the_tiny_bert_demo():
+    cfg = composed()
+    assert cfg.model.name == "bert" and cfg.model.hidden_size == 128 and cfg.model.num_layers == 2
+    assert cfg.objective.name == "mlm_nsp"
+    assert Path(cfg.data.train_files[0]).is_file()
+    assert cfg.optimizer.d_model == cfg.model.hidden_size
+
+
+def test_model_preset_picks_its_paper_objective_and_the_command_line_wins():
+    assert composed("model=bert_base").objective.name == "mlm_nsp"
+    assert composed("model=bert_base", "objective=mlm").objective.name == "mlm"
+
+
+def test_issue_example_overrides():
+    cfg = composed("model=bert_base", "objective=mlm", "optimizer.lr=1e-4", "trainer.grad_accum_steps=8")
+    assert cfg.model.hidden_size == 768 and cfg.optimizer.lr == 1e-4 and cfg.trainer.grad_accum_steps == 8
+
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        ("trainer.max_step=10", "Key 'max_step' not in 'TrainerConfig'"),
+        ("model.hiden_size=10", "Key 'hiden_size' not in 'BertConfig'"),
+        ("trainer.batch_size=many", "Value 'many' of type 'str' could not be converted to Integer"),
+        ("hardware.precision=fp8", "Invalid value 'fp8', expected one of \\[auto, fp32, bf16, fp16\\]"),
+        ("model=bert_huge", "Could not find 'model/bert_huge'"),
+    ],
+)
+def test_typos_and_wrong_types_are_refused_with_the_key(override, expected):
+    with pytest.raises(ConfigCompositionException) as err:
+        composed(override)
+    message = str(err.value) + str(err.value.__cause__)
+    assert pytest.importorskip("re").search(expected, message), message
+
+
+def test_unknown_option_lists_the_valid_ones():
+    with pytest.raises(ConfigCompositionException) as err:
+        composed("objective=mlmm")
+    message = str(err.value) + str(err.value.__cause__)
+    assert "mlm_nsp" in message and "nsp" in message
+
+
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        (["data.max_seq_len=1024"], "data.max_seq_len=1024 exceeds model.max_position_embeddings=512"),
+        (["model.num_heads=3"], "model.hidden_size=128 is not divisible by model.num_heads=3"),
+        (["data.train_files=[/no/such/file.txt]"], "data.train_files: /no/such/file.txt is not a file"),
+        (["data.packing=full_sentences"], "data.packing=full_sentences: objective=mlm_nsp needs sentence pairs"),
+        (["optimizer=adam_noam", "optimizer.warmup_steps=0"], "optimizer.schedule=noam needs optimizer.warmup_steps"),
+        (["trainer.grad_accum_steps=0"], "trainer.grad_accum_steps=0: must be at least 1"),
+        (["optimizer.betas=[0.9,1.5]"], "optimizer.betas=\\[0.9, 1.5\\]"),
+    ],
+)
+def test_impossible_combinations_name_the_keys(overrides, expected):
+    with pytest.raises(ConfigError, match=expected):
+        validate(composed(*overrides))
+
+
+def test_objective_the_model_cannot_serve_is_refused(monkeypatch):
+    from plm_toolkit.config import validate as v
+
+    nsp = v.objective_class("nsp")
+    monkeypatch.setattr(nsp, "required_capabilities", nsp.required_capabilities | {"two_stream"})
+    with pytest.raises(ConfigError, match="objective=nsp needs a model that is .*two_stream.*model=bert is not"):
+        validate(composed("objective=nsp"))
+
+
+def test_registries_list_valid_names_for_unknown_ones():
+    with pytest.raises(KeyError, match="unknown objective 'plm'; valid objectives: mlm, mlm_nsp, nsp"):
+        OBJECTIVES.get("plm")
+
+
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        (["objective.mask_prob=1.5"], "objective.mask_prob must lie in \\[0, 1\\], got 1.5"),
+        (["objective.mask_token_prob=0.9", "objective.random_token_prob=0.2"], "must be at most 1"),
+        (["objective.nsp_weight=-1"], "objective.nsp_weight must be at least 0"),
+    ],
+)
+def test_objective_settings_are_checked_before_any_work(overrides, expected):
+    with pytest.raises(ConfigError, match=expected):
+        validate(composed(*overrides))

@@ -1,0 +1,58 @@
+"""Fixtures for end-to-end runs: a small corpus cut from the bundled one, and Hydra composition."""
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+
+import plm_toolkit.train  # noqa: F401  (registers schemas, registries and resolvers)
+from plm_toolkit.data.corpus import resource_path
+
+# Tiny BERT with odd sizes: shape bugs cannot hide behind equal numbers.
+TINY = [
+    "model=bert_tiny",
+    "model.hidden_size=36",
+    "model.num_layers=2",
+    "model.num_heads=3",
+    "model.intermediate_size=37",
+    "model.max_position_embeddings=64",
+    "data.max_seq_len=48",
+    "data.tokenizer.vocab_size=600",
+    "trainer.batch_size=8",
+    "trainer.log_every=1",
+    "trainer.eval_every=0",
+    "trainer.progress_bar=false",
+    "trainer.tensorboard=false",
+    "hardware=cpu",
+]
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory) -> dict[str, str]:
+    """About 60 KB of the bundled WikiText excerpt, split into train and validation files."""
+    root = tmp_path_factory.mktemp("corpus")
+    docs = Path(resource_path("corpora/wikitext2/train.txt")).read_text().split("\n\n")
+    (root / "train.txt").write_text("\n\n".join(docs[:20])[:60000])
+    (root / "valid.txt").write_text("\n\n".join(docs[20:24])[:8000])
+    cache = tmp_path_factory.mktemp("cache")
+    return {"train": str(root / "train.txt"), "valid": str(root / "valid.txt"), "cache": str(cache)}
+
+
+@pytest.fixture
+def make_config(small_corpus):
+    def make(*overrides: str, tiny: bool = True):
+        base = [
+            "data=text_files",
+            f"data.train_files=[{small_corpus['train']}]",
+            f"data.validation_files=[{small_corpus['valid']}]",
+            f"data.cache_dir={small_corpus['cache']}",
+        ]
+        with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
+            return compose("train", overrides=(TINY if tiny else []) + base + list(overrides))
+
+    return make
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]

@@ -1,0 +1,96 @@
+import os
+
+import pytest
+import torch
+
+from plm_toolkit.errors import CheckpointError
+from plm_toolkit.training import checkpoint as ckpt
+
+
+def save(run_dir, step, model, keep_last=2):
+    state = {"step": step, "samples_seen": step * 4, "rng": ckpt.rng_state()}
+    return ckpt.save_checkpoint(run_dir, step, model, torch.nn.Linear(2, 1), state, "a: 1\n", "{}", keep_last)
+
+
+def test_save_layout_last_link_and_prune(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    for step in (10, 20, 30):
+        save(tmp_path, step, model)
+    root = tmp_path / "checkpoints"
+    assert sorted(p.name for p in root.iterdir()) == ["last", "step_20", "step_30"]
+    assert os.readlink(root / "last") == "step_30"
+    for name in ("model.safetensors", "objective.safetensors", "config.yaml", "tokenizer.json", "trainer_state.pt"):
+        assert (root / "step_30" / name).is_file()
+    found = ckpt.find_checkpoint("auto", tmp_path)
+    assert found.step == 30
+    assert found.trainer_state()["samples_seen"] == 120
+
+
+def test_weights_round_trip_exactly(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    path = save(tmp_path, 1, model)
+    other = torch.nn.Linear(3, 2)
+    ckpt.load_weights(other, path / ckpt.MODEL_FILE)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), other.state_dict().values(), strict=True))
+
+
+def test_half_written_checkpoint_is_ignored_and_cleaned(tmp_path):
+    save(tmp_path, 5, torch.nn.Linear(3, 2))
+    crashed = tmp_path / "checkpoints" / ".tmp-step_10-999"
+    crashed.mkdir()
+    (crashed / "model.safetensors").write_bytes(b"partial")
+    incomplete = tmp_path / "checkpoints" / "step_10"  # renamed but without its state file: not complete
+    incomplete.mkdir()
+    assert ckpt.find_checkpoint("auto", tmp_path).step == 5
+    ckpt.clean_temporary(tmp_path)
+    assert not crashed.exists()
+    assert (tmp_path / "checkpoints" / "step_5").is_dir()
+
+
+def test_resume_path_errors(tmp_path):
+    assert ckpt.find_checkpoint("auto", tmp_path) is None
+    assert ckpt.find_checkpoint("none", tmp_path) is None
+    with pytest.raises(CheckpointError, match="trainer.resume=.*no checkpoint there"):
+        ckpt.find_checkpoint(str(tmp_path / "nowhere"), tmp_path)
+    run = tmp_path / "run"
+    save(run, 3, torch.nn.Linear(3, 2))
+    assert ckpt.find_checkpoint(str(run), tmp_path).step == 3
+    assert ckpt.find_checkpoint(str(run / "checkpoints" / "step_3"), tmp_path).step == 3
+
+
+def test_corrupt_and_incompatible_weights_name_the_file(tmp_path):
+    path = save(tmp_path, 1, torch.nn.Linear(3, 2))
+    with pytest.raises(CheckpointError, match="incompatible shapes.*weight"):
+        ckpt.load_weights(torch.nn.Linear(4, 2), path / ckpt.MODEL_FILE)
+    with pytest.raises(CheckpointError, match="missing keys"):
+        ckpt.load_weights(torch.nn.Sequential(torch.nn.Linear(3, 2)), path / ckpt.MODEL_FILE)
+    (path / ckpt.MODEL_FILE).write_bytes(b"\x00garbage")
+    with pytest.raises(CheckpointError, match="model.safetensors: not a readable safetensors file"):
+        ckpt.load_weights(torch.nn.Linear(3, 2), path / ckpt.MODEL_FILE)
+    (path / ckpt.STATE_FILE).write_bytes(b"not a torch file")
+    with pytest.raises(CheckpointError, match="trainer_state.pt: not a readable training state"):
+        ckpt.Checkpoint(path).trainer_state()
+
+
+def test_rng_state_round_trip():
+    import random
+
+    import numpy as np
+
+    state = ckpt.rng_state()
+    a = (torch.rand(3), random.random(), np.random.rand())
+    ckpt.set_rng_state(state)
+    b = (torch.rand(3), random.random(), np.random.rand())
+    assert torch.equal(a[0], b[0]) and a[1] == b[1] and a[2] == b[2]
+
+
+def test_tied_weights_saved_once(tmp_path):
+    emb = torch.nn.Embedding(5, 3)
+    head = torch.nn.Linear(3, 5, bias=False)
+    head.weight = emb.weight
+    model = torch.nn.ModuleDict({"emb": emb, "head": head})
+    ckpt.save_weights(model, tmp_path / "w.safetensors")
+    other = torch.nn.ModuleDict({"emb": torch.nn.Embedding(5, 3), "head": torch.nn.Linear(3, 5, bias=False)})
+    other["head"].weight = other["emb"].weight
+    ckpt.load_weights(other, tmp_path / "w.safetensors")
+    assert torch.equal(other["head"].weight, emb.weight)
