@@ -56,6 +56,7 @@ class DataConfig:
     dataset_path: str | None = None
     # Column holding one document per row in a saved dataset.
     text_column: str = "text"
+    # The vocabulary: loaded from a file or trained on the training files (keys below).
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     # Tokens per sequence, special tokens included; at most model.max_position_embeddings.
     max_seq_len: int = 128
@@ -78,13 +79,18 @@ class OptimizerConfig:
     # Peak learning rate. With schedule=noam it is the formula's `scale`:
     # lr_t = lr * d_model^-0.5 * min(t^-0.5, t * warmup_steps^-1.5).
     lr: float = 5e-4
+    # Adam's (beta1, beta2): decay rates of the gradient's first and second moment estimates.
+    # BERT: (0.9, 0.999); the Transformer's Noam recipe: (0.9, 0.98).
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    # Adam's epsilon, added to the second-moment root (BERT: 1e-6; the Transformer: 1e-9).
     eps: float = 1e-6
     # Decoupled weight decay (adamw) or L2 (adam, sgd); never applied to biases and LayerNorm weights.
     weight_decay: float = 0.01
+    # SGD momentum (name=sgd only).
     momentum: float = 0.0
     # Learning-rate schedule over optimizer steps.
     schedule: Schedule = Schedule.linear
+    # Optimizer steps of linear warm-up from 0 to lr (required by noam and inverse_sqrt).
     warmup_steps: int = 0
     # Warm-up as a fraction of total_steps, used when warmup_steps is 0.
     warmup_ratio: float = 0.0

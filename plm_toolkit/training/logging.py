@@ -18,6 +18,8 @@ class MetricsWriter:
     def __init__(self, run_dir: Path, tensorboard: bool, enabled: bool = True):
         self.enabled = enabled
         self.path = run_dir / "metrics.jsonl"
+        if enabled:
+            run_dir.mkdir(parents=True, exist_ok=True)
         self.tb = None
         if enabled and tensorboard:
             try:

@@ -116,7 +116,7 @@ def test_nan_loss_stops_and_keeps_the_last_checkpoint(make_config, tmp_path, mon
 def launch(args, cwd, nproc=None, timeout=300):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     if nproc:
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_port=0",
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
                "-m", "plm_toolkit.train", *args]
     else:
         cmd = [sys.executable, "-m", "plm_toolkit.train", *args]
