@@ -1,8 +1,8 @@
 """plm-train: compose -> validate -> build -> run.
 
-    plm-train                                    # tiny BERT, MLM + NSP, bundled corpus, CPU-friendly
-    plm-train model=bert_base objective=mlm optimizer.lr=1e-4 trainer.grad_accum_steps=8
-    torchrun --nproc_per_node 2 -m plm_toolkit.train hardware=ddp
+plm-train                                    # tiny BERT, MLM + NSP, bundled corpus, CPU-friendly
+plm-train model=bert_base objective=mlm optimizer.lr=1e-4 trainer.grad_accum_steps=8
+torchrun --nproc_per_node 2 -m plm_toolkit.train hardware=ddp
 """
 
 from __future__ import annotations
@@ -83,8 +83,13 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     resolved["model"]["vocab_size"] = model_config.vocab_size
     log.info(
         "model=%s (%.2fM parameters) objective=%s device=%s precision=%s processes=%d train examples=%d",
-        cfg.model.name, model.num_parameters() / 1e6, cfg.objective.name, runtime.device, runtime.precision,
-        process.world_size, len(data.train),
+        cfg.model.name,
+        model.num_parameters() / 1e6,
+        cfg.objective.name,
+        runtime.device,
+        runtime.precision,
+        process.world_size,
+        len(data.train),
     )
     trainer = Trainer(
         model=model,

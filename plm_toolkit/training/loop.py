@@ -56,8 +56,11 @@ class Window:
         return cls(defaultdict(float), defaultdict(float), defaultdict(float))
 
     def add(self, other: Window) -> None:
-        for mine, theirs in ((self.loss_sums, other.loss_sums), (self.counts, other.counts),
-                             (self.metrics, other.metrics)):
+        for mine, theirs in (
+            (self.loss_sums, other.loss_sums),
+            (self.counts, other.counts),
+            (self.metrics, other.metrics),
+        ):
             for k, v in theirs.items():
                 mine[k] += v
         self.tokens += other.tokens
@@ -168,8 +171,14 @@ class Trainer:
                 "world_size": self.process.world_size,
             }
             self.last_checkpoint = ckpt.save_checkpoint(
-                self.run_dir, self.step, self.module.model, self.module.objective, state,
-                self.config_yaml, self.tokenizer_json, self.cfg.keep_last,
+                self.run_dir,
+                self.step,
+                self.module.model,
+                self.module.objective,
+                state,
+                self.config_yaml,
+                self.tokenizer_json,
+                self.cfg.keep_last,
             )
             log.info("saved checkpoint %s", self.last_checkpoint)
         barrier(self.process)
@@ -177,11 +186,19 @@ class Trainer:
     # --- the loop ------------------------------------------------------------------------------------------
     def fit(self) -> dict:
         cfg = self.cfg
-        batches = iter(micro_batch_loader(
-            MicroBatches(self.train_examples, self.layout, self.samples_seen, self.collate,
-                         self.objective.batch_transform(), cfg.seed),
-            num_workers=self.num_workers,
-        ))
+        batches = iter(
+            micro_batch_loader(
+                MicroBatches(
+                    self.train_examples,
+                    self.layout,
+                    self.samples_seen,
+                    self.collate,
+                    self.objective.batch_transform(),
+                    cfg.seed,
+                ),
+                num_workers=self.num_workers,
+            )
+        )
         bar = ProgressBar(cfg.max_steps, self.step, enabled=cfg.progress_bar and self.process.is_main)
         window, tick = Window.empty(), time.perf_counter()
         record: dict = {}
@@ -196,8 +213,13 @@ class Trainer:
             if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
                 elapsed = time.perf_counter() - tick
                 grad_norm = window.metrics.pop("_grad_norm") / window.steps
-                record = {"step": self.step, **window.summary(self.objective.metric_denominators), "lr": lr,
-                          "tokens_per_s": window.tokens / elapsed, "grad_norm": grad_norm}
+                record = {
+                    "step": self.step,
+                    **window.summary(self.objective.metric_denominators),
+                    "lr": lr,
+                    "tokens_per_s": window.tokens / elapsed,
+                    "grad_norm": grad_norm,
+                }
                 self.metrics.write(record)
                 bar.show(record)
                 window, tick = Window.empty(), time.perf_counter()
@@ -271,8 +293,14 @@ class Trainer:
         self.module.eval()
         window = Window.empty()
         batches = eval_loader(
-            self.eval_examples, self.cfg.batch_size, self.process.world_size, self.process.rank, self.collate,
-            self.objective.batch_transform(), self.cfg.seed, self.cfg.eval_batches,
+            self.eval_examples,
+            self.cfg.batch_size,
+            self.process.world_size,
+            self.process.rank,
+            self.collate,
+            self.objective.batch_transform(),
+            self.cfg.seed,
+            self.cfg.eval_batches,
         )
         for batch in batches:
             for name, n in self.objective.target_counts(batch).items():

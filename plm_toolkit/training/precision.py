@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -22,7 +23,7 @@ def _value(x) -> str:
 def cpu_supports_bf16() -> bool:
     """True when this CPU has native bf16 matmuls (AVX512-BF16 or AMX); elsewhere bf16 is emulated and slower."""
     try:
-        flags = open("/proc/cpuinfo").read()
+        flags = Path("/proc/cpuinfo").read_text()
     except OSError:
         return False
     return "avx512_bf16" in flags or "amx_bf16" in flags

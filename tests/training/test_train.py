@@ -49,9 +49,17 @@ def build_trainer(cfg, run_dir):
         OmegaConf.to_object(cfg.objective), model, data.vocab
     )
     trainer = Trainer(
-        model=model, objective=objective, train_examples=data.train, eval_examples=None,
-        collate=Collator(data.vocab), runtime=resolve_runtime(cfg.hardware), trainer_cfg=cfg.trainer,
-        optimizer_cfg=cfg.optimizer, hardware_cfg=cfg.hardware, run_dir=run_dir, config_yaml="",
+        model=model,
+        objective=objective,
+        train_examples=data.train,
+        eval_examples=None,
+        collate=Collator(data.vocab),
+        runtime=resolve_runtime(cfg.hardware),
+        trainer_cfg=cfg.trainer,
+        optimizer_cfg=cfg.optimizer,
+        hardware_cfg=cfg.hardware,
+        run_dir=run_dir,
+        config_yaml="",
         tokenizer_json=None,
     )
     return trainer, data
@@ -60,8 +68,14 @@ def build_trainer(cfg, run_dir):
 def window_gradients(cfg, tmp_path):
     trainer, data = build_trainer(cfg, tmp_path)
     t = cfg.trainer
-    micro = MicroBatches(data.train, BatchLayout(t.batch_size, t.grad_accum_steps), 0, Collator(data.vocab),
-                         trainer.objective.batch_transform(), t.seed)
+    micro = MicroBatches(
+        data.train,
+        BatchLayout(t.batch_size, t.grad_accum_steps),
+        0,
+        Collator(data.vocab),
+        trainer.objective.batch_transform(),
+        t.seed,
+    )
     stats = trainer.accumulate_gradients([micro[k] for k in range(t.grad_accum_steps)])
     return {n: p.grad.clone() for n, p in trainer.module.named_parameters() if p.grad is not None}, stats
 
@@ -69,8 +83,7 @@ def window_gradients(cfg, tmp_path):
 def test_accumulation_8x4_equals_32x1(make_config, tmp_path):
     no_dropout = ["model.hidden_dropout=0", "model.attention_dropout=0"]
     g1, s1 = window_gradients(make_config("trainer.batch_size=32", *no_dropout), tmp_path)
-    g8, s8 = window_gradients(make_config("trainer.batch_size=4", "trainer.grad_accum_steps=8", *no_dropout),
-                              tmp_path)
+    g8, s8 = window_gradients(make_config("trainer.batch_size=4", "trainer.grad_accum_steps=8", *no_dropout), tmp_path)
     assert s1.counts == s8.counts and s1.counts["mlm"] > 100
     assert abs(s1.loss() - s8.loss()) < 1e-6
     assert g1.keys() == g8.keys()
@@ -116,8 +129,16 @@ def test_nan_loss_stops_and_keeps_the_last_checkpoint(make_config, tmp_path, mon
 def launch(args, cwd, nproc=None, timeout=300):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     if nproc:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               "-m", "plm_toolkit.train", *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            "-m",
+            "plm_toolkit.train",
+            *args,
+        ]
     else:
         cmd = [sys.executable, "-m", "plm_toolkit.train", *args]
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -128,9 +149,16 @@ def launch(args, cwd, nproc=None, timeout=300):
 def test_two_process_ddp_matches_one_process(small_corpus, tmp_path):
     from .conftest import TINY
 
-    args = [*TINY, "data=text_files", f"data.train_files=[{small_corpus['train']}]",
-            f"data.cache_dir={small_corpus['cache']}", "model.hidden_dropout=0", "model.attention_dropout=0",
-            "trainer.max_steps=6", "trainer.save_every=3"]
+    args = [
+        *TINY,
+        "data=text_files",
+        f"data.train_files=[{small_corpus['train']}]",
+        f"data.cache_dir={small_corpus['cache']}",
+        "model.hidden_dropout=0",
+        "model.attention_dropout=0",
+        "trainer.max_steps=6",
+        "trainer.save_every=3",
+    ]
     one = launch([*args, "trainer.batch_size=8", f"hydra.run.dir={tmp_path / 'one'}"], tmp_path)
     assert one.returncode == 0, one.stderr[-3000:]
     two = launch([*args, "trainer.batch_size=4", f"hydra.run.dir={tmp_path / 'two'}"], tmp_path, nproc=2)
@@ -140,8 +168,9 @@ def test_two_process_ddp_matches_one_process(small_corpus, tmp_path):
     assert max(abs(x["loss"] - y["loss"]) for x, y in zip(a, b, strict=True)) < 1e-6
     # Written once, by rank 0, and resumable by the same launch.
     assert sorted(p.name for p in (tmp_path / "two" / "checkpoints").iterdir()) == ["last", "step_3", "step_6"]
-    resumed = launch([*args, "trainer.batch_size=4", "trainer.max_steps=8", f"hydra.run.dir={tmp_path / 'two'}"],
-                     tmp_path, nproc=2)
+    resumed = launch(
+        [*args, "trainer.batch_size=4", "trainer.max_steps=8", f"hydra.run.dir={tmp_path / 'two'}"], tmp_path, nproc=2
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert [r["step"] for r in read_metrics(tmp_path / "two")] == list(range(1, 9))
 
@@ -150,9 +179,17 @@ def test_cli_runs_from_another_directory_and_reports_outputs(small_corpus, tmp_p
     from .conftest import TINY
 
     out = tmp_path / "run"
-    result = launch([*TINY, "data=text_files", f"data.train_files=[{small_corpus['train']}]",
-                     f"data.cache_dir={small_corpus['cache']}", "trainer.max_steps=2", f"hydra.run.dir={out}"],
-                    cwd=tmp_path)
+    result = launch(
+        [
+            *TINY,
+            "data=text_files",
+            f"data.train_files=[{small_corpus['train']}]",
+            f"data.cache_dir={small_corpus['cache']}",
+            "trainer.max_steps=2",
+            f"hydra.run.dir={out}",
+        ],
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (out / "metrics.jsonl").is_file() and (out / "checkpoints" / "step_2" / "model.safetensors").is_file()
     assert f"checkpoint: {out / 'checkpoints' / 'step_2'}" in result.stdout + result.stderr
