@@ -194,3 +194,38 @@ def test_cli_runs_from_another_directory_and_reports_outputs(small_corpus, tmp_p
     assert (out / "metrics.jsonl").is_file() and (out / "checkpoints" / "step_2" / "model.safetensors").is_file()
     assert f"checkpoint: {out / 'checkpoints' / 'step_2'}" in result.stdout + result.stderr
     assert Path(out / ".hydra" / "config.yaml").is_file()
+
+
+def test_cfg_job_prints_the_composed_config_without_training(tmp_path):
+    result = launch(["model=bert_base", "objective=mlm", "optimizer.lr=1e-4", "--cfg", "job"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = OmegaConf.create(result.stdout)
+    assert printed.model.hidden_size == 768 and printed.objective.name == "mlm" and printed.optimizer.lr == 1e-4
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_multirun_sweep_runs_one_job_per_value(small_corpus, tmp_path):
+    from .conftest import TINY
+
+    sweep = tmp_path / "sweep"
+    result = launch(
+        [
+            "-m",
+            *TINY,
+            "data=text_files",
+            f"data.train_files=[{small_corpus['train']}]",
+            f"data.cache_dir={small_corpus['cache']}",
+            "trainer.max_steps=2",
+            "optimizer.lr=1e-4,3e-3",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lrs = []
+    for job in ("0", "1"):
+        assert (sweep / job / "checkpoints" / "step_2" / "model.safetensors").is_file()
+        lrs.append(OmegaConf.load(sweep / job / ".hydra" / "config.yaml").optimizer.lr)
+        assert [r["step"] for r in read_metrics(sweep / job)] == [1, 2]
+    assert lrs == [1e-4, 3e-3]
