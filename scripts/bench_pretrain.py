@@ -31,6 +31,7 @@ from plm_toolkit.models.bert import Bert, BertConfig
 from plm_toolkit.objectives.base import normalized_loss
 from plm_toolkit.objectives.mlm import MlmConfig
 from plm_toolkit.registry import OBJECTIVES
+from plm_toolkit.training.precision import cpu_supports_bf16
 
 # (layers, hidden, heads, intermediate): Google's BERT-Tiny and BERT-Base.
 SIZES = {"tiny": (2, 128, 2, 512), "base": (12, 768, 12, 3072)}
@@ -77,6 +78,8 @@ def pick_precision(requested: str, device: torch.device, runner=None, batches=No
         return requested
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    if not cpu_supports_bf16():  # emulated bf16 is slower; a timing on a busy machine could say otherwise
+        return "fp32"
     seconds = {}
     for precision in ("fp32", "bf16", "fp32", "bf16"):  # the first round warms the kernels up
         start = time.perf_counter()
