@@ -32,8 +32,9 @@ class MaskedLMHead(nn.Module):
     """BERT's masked-LM head: dense -> activation -> LayerNorm -> decoder tied to the input embedding.
 
     With a factorized embedding (ALBERT, ELECTRA's generator) ``embedding_size`` E differs from the model width:
-    the dense layer maps H -> E so that the tied (vocab, E) matrix can decode it. The decoder weight is not a parameter here: ``forward`` takes the backbone's word-embedding matrix, so the
-    tie survives any checkpoint round trip and the head never holds a copy of the (vocab, hidden) matrix.
+    the dense layer maps H -> E so that the tied (vocab, E) matrix can decode it. The decoder weight is not a
+    parameter here: ``forward`` takes the backbone's word-embedding matrix, so the tie survives any checkpoint round
+    trip and the head never holds a copy of the (vocab, E) matrix.
     """
 
     def __init__(
