@@ -75,14 +75,16 @@ class RtdConfig:
 def generator_config(config: RtdConfig, model_config: BertConfig) -> BertConfig:
     """The generator's encoder config: the backbone's, narrower (and optionally shallower)."""
     hidden = config.generator_hidden_size or max(1, round(config.generator_hidden_fraction * model_config.hidden_size))
-    return dataclasses.replace(
-        BertConfig(),
-        **{f.name: getattr(model_config, f.name) for f in dataclasses.fields(BertConfig) if f.name != "name"},
-        hidden_size=hidden,
-        num_heads=config.generator_num_heads or max(1, hidden // 64),
-        intermediate_size=config.generator_intermediate_size or 4 * hidden,
-        num_layers=config.generator_num_layers or model_config.num_layers,
-        embedding_size=embedding_width(model_config),
+    shared = {f.name: getattr(model_config, f.name) for f in dataclasses.fields(BertConfig) if f.name != "name"}
+    return BertConfig(
+        **shared
+        | dict(
+            hidden_size=hidden,
+            num_heads=config.generator_num_heads or max(1, hidden // 64),
+            intermediate_size=config.generator_intermediate_size or 4 * hidden,
+            num_layers=config.generator_num_layers or model_config.num_layers,
+            embedding_size=embedding_width(model_config),
+        )
     )
 
 
