@@ -515,14 +515,12 @@ def _import_generator(
     return out, overrides
 
 
-def _generator_keys(config: BertConfig) -> dict[str, str]:
+def _generator_keys(config: BertConfig, prefix: str = "") -> dict[str, str]:
     """Our rtd objective's generator keys -> ElectraForMaskedLM's (embeddings excluded: they are shared)."""
     adapter = ADAPTERS["electra"]
     projection = embedding_width(config) != config.hidden_size
     body = _backbone_keys(adapter, config.num_layers, projection, pooler=False)
-    names = {
-        f"generator.{ours}": adapter.prefix + theirs for ours, theirs in body.items() if ours not in _EMBEDDING_KEYS
-    }
+    names = {f"generator.{ours}": prefix + theirs for ours, theirs in body.items() if ours not in _EMBEDDING_KEYS}
     return names | _GENERATOR_HEAD
 
 
@@ -549,7 +547,7 @@ def _export_generator(
     )
     config.intermediate_size = generator["generator.encoder.layers.0.feed_forward.intermediate.weight"].shape[0]
     config.num_heads = num_heads or max(1, hidden // 64)  # the rtd objective's default rule
-    names = _generator_keys(config)
+    names = _generator_keys(config, ADAPTERS["electra"].prefix)
     absent = [ours for ours in names if ours not in generator]
     if absent or len(names) != len(generator):
         extra = sorted(set(generator) - set(names))
