@@ -41,6 +41,9 @@ class Objective(nn.Module):
     data_layout: ClassVar[str] = "full_sentences"
     # metric name -> component whose target count divides it for logging.
     metric_denominators: ClassVar[dict[str, str]] = {}
+    # 0: the batch transform draws afresh for every batch (dynamic masking). N > 0: each example gets N fixed
+    # draws, used in turn epoch after epoch (BERT's static masking with dupe_factor N); set from the config.
+    dupe_factor: int = 0
 
     @classmethod
     def check_config(cls, config) -> None:

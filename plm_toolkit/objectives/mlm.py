@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import BIDIRECTIONAL, Representations
 from plm_toolkit.nn.heads import MaskedLMHead
 from plm_toolkit.objectives.base import BatchTransform, Objective, ObjectiveOutput
@@ -39,6 +40,10 @@ class MlmConfig:
     masking: MaskingUnit = MaskingUnit.token
     # Longest n-gram, in words, of masking=ngram (ALBERT: 3).
     max_ngram: int = 3
+    # 0: dynamic masking, a new mask every time a sequence is seen (RoBERTa section 4.1). N > 0: BERT's static
+    # masking, N masks per sequence fixed ahead of training and used in turn, epoch e taking mask e mod N
+    # (the original BERT: dupe_factor 10).
+    dupe_factor: int = 0
 
 
 def encode(model: nn.Module, batch: dict[str, torch.Tensor]) -> Representations:
@@ -71,10 +76,15 @@ class MaskedLanguageModeling(Objective):
             embedding_size=getattr(model_config, "embedding_size", None),
         )
         self.masking = masking_from_config(config, vocab)
+        self.dupe_factor = config.dupe_factor
 
     @classmethod
     def check_config(cls, config) -> None:
         check_masking_config(config)
+        if config.dupe_factor < 0:
+            raise ConfigError(
+                f"objective.dupe_factor must be 0 (dynamic masking) or positive, got {config.dupe_factor}"
+            )
 
     def batch_transform(self) -> BatchTransform:
         return self.masking

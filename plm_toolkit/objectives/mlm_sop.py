@@ -55,6 +55,7 @@ class MlmSop(Objective):
         super().__init__()
         self.check_config(config)
         self.mlm = MaskedLanguageModeling(config, model, vocab)
+        self.dupe_factor = self.mlm.dupe_factor
         self.sop = SentenceOrderPrediction(config, model, vocab)
         self.sop_weight = config.sop_weight
 

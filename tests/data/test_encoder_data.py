@@ -32,7 +32,7 @@ def test_segment_pairs_are_consecutive_and_in_order():
             start = flat.index(joined[0])
             assert flat[start : start + len(joined)] == joined
     # A one-sentence document is cut inside its sentence rather than paired with a random B.
-    (a, b, _), = document_pairs([[7, 8, 9, 10]], 0, [], 64, 0.0, 1.0, random.Random(1), contiguous=True)
+    ((a, b, _),) = document_pairs([[7, 8, 9, 10]], 0, [], 64, 0.0, 1.0, random.Random(1), contiguous=True)
     assert a + b == [7, 8, 9, 10]
     assert list(document_pairs([[7]], 0, [], 64, 0.0, 1.0, random.Random(1), contiguous=True)) == []
 

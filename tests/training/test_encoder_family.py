@@ -82,7 +82,7 @@ def test_electra_resume_is_exact(make_config, tmp_path):
     [
         ["model=albert_tiny", "objective=rtd"],
         ["model=bert_tiny", "objective=mlm_sop"],
-        ["model=roberta_tiny", "objective=mlm", "objective.masking=whole_word"],
+        ["model=roberta_tiny", "objective=mlm", "objective.masking=whole_word", "objective.dupe_factor=2"],
         ["model=electra_tiny", "objective=mlm", "objective.masking=ngram"],
     ],
 )
@@ -101,6 +101,7 @@ def test_objectives_combine_across_backbones(make_config, tmp_path, overrides):
         (["model=roberta_tiny", "data.max_seq_len=513"], "exceeds model.max_position_embeddings=514 - model.position"),
         (["objective=rtd", "objective.generator_hidden_fraction=0"], "generator_hidden_fraction must lie in"),
         (["objective=mlm", "objective.max_ngram=0"], "objective.max_ngram must be at least 1"),
+        (["objective=mlm", "objective.dupe_factor=-1"], "objective.dupe_factor must be 0 \\(dynamic masking\\)"),
     ],
 )
 def test_impossible_combinations_stop_at_validation(make_config, overrides, expected):
