@@ -60,7 +60,8 @@ class RtdConfig:
     generator_hidden_fraction: float = 0.25
     # Generator width; null means round(generator_hidden_fraction * model.hidden_size).
     generator_hidden_size: int | None = None
-    # Generator attention heads; null means max(1, generator width / 64), as in the released code.
+    # Generator attention heads; null means max(1, generator width / 64) as in the released code (lowered to a
+    # divisor of the width where needed).
     generator_num_heads: int | None = None
     # Generator feed-forward width; null means 4 x the generator width.
     generator_intermediate_size: int | None = None
@@ -75,12 +76,15 @@ class RtdConfig:
 def generator_config(config: RtdConfig, model_config: BertConfig) -> BertConfig:
     """The generator's encoder config: the backbone's, narrower (and optionally shallower)."""
     hidden = config.generator_hidden_size or max(1, round(config.generator_hidden_fraction * model_config.hidden_size))
+    heads = config.generator_num_heads or max(1, hidden // 64)
+    while config.generator_num_heads is None and hidden % heads:  # the released rule on a width it does not divide
+        heads -= 1
     shared = {f.name: getattr(model_config, f.name) for f in dataclasses.fields(BertConfig) if f.name != "name"}
     return BertConfig(
         **shared
         | dict(
             hidden_size=hidden,
-            num_heads=config.generator_num_heads or max(1, hidden // 64),
+            num_heads=heads,
             intermediate_size=config.generator_intermediate_size or 4 * hidden,
             num_layers=config.generator_num_layers or model_config.num_layers,
             embedding_size=embedding_width(model_config),
