@@ -58,7 +58,6 @@ def test_roberta_trains_a_byte_level_bpe_and_packs_full_sentences(make_config, t
     assert weights["embeddings.token_type_embeddings.weight"].shape[0] == 1
 
 
-@pytest.mark.slow
 def test_electra_resume_is_exact(make_config, tmp_path):
     common = ["trainer.save_every=4", "optimizer.total_steps=8", "trainer.seed=3", "optimizer.lr=2e-3"]
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
@@ -98,6 +97,7 @@ def test_objectives_combine_across_backbones(make_config, tmp_path, overrides):
         (["model=electra_tiny", "objective=mlm_sop"], "objective=mlm_sop needs a model that is pooler"),
         (["model=electra_tiny", "objective=nsp"], "needs a model that is pooler; model=electra is not"),
         (["model=albert_tiny", "data.packing=sentence_pairs"], "objective=mlm_sop needs in-order segment pairs"),
+        (["model=roberta_tiny", "objective=mlm_nsp"], "model.type_vocab_size=1 has one \\(RoBERTa's\\)"),
         (["model=roberta_tiny", "data.max_seq_len=513"], "exceeds model.max_position_embeddings=514 - model.position"),
         (["objective=rtd", "objective.generator_hidden_fraction=0"], "generator_hidden_fraction must lie in"),
         (["objective=mlm", "objective.max_ngram=0"], "objective.max_ngram must be at least 1"),
