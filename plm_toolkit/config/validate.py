@@ -11,6 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from plm_toolkit.errors import ConfigError
+from plm_toolkit.models.base import SEGMENTS
 from plm_toolkit.registry import MODELS, OBJECTIVES
 
 
@@ -58,7 +59,7 @@ def problems(cfg: DictConfig) -> list[str]:
             f"objective={o.name} needs a model that is {lacking}; model={m.name} is not. "
             f"Models that can serve it: {', '.join(able) or 'none yet'}"
         )
-    if "segments" in needed and m.get("type_vocab_size", 2) < 2:
+    if SEGMENTS in needed and m.get("type_vocab_size", 2) < 2:
         out.append(
             f"objective={o.name} feeds two segments (token types 0 and 1); model.type_vocab_size="
             f"{m.type_vocab_size} has one (RoBERTa's): set model.type_vocab_size=2 or pick objective=mlm"

@@ -36,8 +36,7 @@ class Objective(nn.Module):
     # What the backbone must be able to do; validation refuses other backbones with a message.
     required_capabilities: ClassVar[frozenset[str]] = frozenset()
     # How the data is packed for this objective: "sentence_pairs" (two segments, NSP label), "segment_pairs" (two
-    # consecutive segments in order, for SOP) or
-    # "full_sentences" (contiguous sentences filling the sequence, one segment).
+    # consecutive segments in order, for SOP) or "full_sentences" (contiguous sentences filling the sequence).
     data_layout: ClassVar[str] = "full_sentences"
     # metric name -> component whose target count divides it for logging.
     metric_denominators: ClassVar[dict[str, str]] = {}
