@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit import registry
 from plm_toolkit.config import register_schemas
-from plm_toolkit.config.validate import data_layout, validate
+from plm_toolkit.config.validate import data_layout, tokenizer_kind, validate
 from plm_toolkit.data import prepare_pretraining_data
 from plm_toolkit.data.collate import Collator
 from plm_toolkit.data.corpus import register_resolvers
@@ -44,13 +44,16 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_model(model_cfg: DictConfig, vocab_size: int):
-    """The backbone from its typed config; ``vocab_size: null`` takes the tokenizer's size."""
+def build_model(model_cfg: DictConfig, vocab_size: int, pad_id: int | None = None):
+    """The backbone from its typed config; ``vocab_size: null`` takes the tokenizer's size, and the padding row is
+    the tokenizer's padding id (``pad_id``) where the config has one."""
     config = OmegaConf.to_object(model_cfg)
     if config.vocab_size is None:
         config = dataclasses.replace(config, vocab_size=vocab_size)
     elif config.vocab_size < vocab_size:
         raise PlmError(f"model.vocab_size={config.vocab_size} is smaller than the tokenizer's {vocab_size} tokens")
+    if pad_id is not None and hasattr(config, "pad_token_id"):
+        config = dataclasses.replace(config, pad_token_id=pad_id)
     return registry.MODELS.get(config.name).builder(config), config
 
 
@@ -64,9 +67,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         ckpt.clean_temporary(run_dir)
     checkpoint = ckpt.find_checkpoint(str(cfg.trainer.resume), run_dir)
 
-    data_cfg = cfg.data
+    data_cfg = OmegaConf.merge(cfg.data, {"tokenizer": {"kind": tokenizer_kind(cfg)}})
     if checkpoint is not None and (checkpoint.path / ckpt.TOKENIZER_FILE).is_file():
-        data_cfg = OmegaConf.merge(cfg.data, {"tokenizer": {"path": str(checkpoint.path / ckpt.TOKENIZER_FILE)}})
+        data_cfg = OmegaConf.merge(data_cfg, {"tokenizer": {"path": str(checkpoint.path / ckpt.TOKENIZER_FILE)}})
     # Rank 0 trains the tokenizer and tokenizes first; the others then read its cache.
     if not process.is_main:
         barrier(process)
@@ -75,12 +78,15 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         barrier(process)
 
     seed_everything(cfg.trainer.seed)
-    model, model_config = build_model(cfg.model, data.vocab.size)
+    model, model_config = build_model(cfg.model, data.vocab.size, data.vocab.pad_id)
     objective = registry.OBJECTIVES.get(cfg.objective.name).builder(
         OmegaConf.to_object(cfg.objective), model, data.vocab
     )
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["model"]["vocab_size"] = model_config.vocab_size
+    if "pad_token_id" in resolved["model"]:
+        resolved["model"]["pad_token_id"] = model_config.pad_token_id
+    resolved["data"]["tokenizer"]["kind"] = tokenizer_kind(cfg)
     log.info(
         "model=%s (%.2fM parameters) objective=%s device=%s precision=%s processes=%d train examples=%d",
         cfg.model.name,

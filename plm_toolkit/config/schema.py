@@ -19,8 +19,8 @@ def choices(name: str, *values: str) -> type[Enum]:
     return Enum(name, {v: v for v in values}, type=str)
 
 
-TokenizerKind = choices("TokenizerKind", "wordpiece")
-Packing = choices("Packing", "auto", "sentence_pairs", "full_sentences")
+TokenizerKind = choices("TokenizerKind", "auto", "wordpiece", "bpe")
+Packing = choices("Packing", "auto", "sentence_pairs", "segment_pairs", "full_sentences")
 OptimizerName = choices("OptimizerName", "adamw", "adam", "sgd")
 Schedule = choices("Schedule", "linear", "cosine", "constant", "noam", "inverse_sqrt")
 Device = choices("Device", "auto", "cpu", "cuda")
@@ -31,13 +31,15 @@ Backend = choices("Backend", "auto", "nccl", "gloo")
 
 @dataclass
 class TokenizerConfig:
-    # A tokenizer.json or a WordPiece vocab.txt to load; null trains a vocabulary on the training files.
+    # A tokenizer.json, a WordPiece vocab.txt or a byte-level BPE vocab.json (with merges.txt beside it) to load;
+    # null trains a vocabulary on the training files.
     path: str | None = None
-    # Algorithm of a trained vocabulary.
-    kind: TokenizerKind = TokenizerKind.wordpiece
+    # Algorithm of a trained vocabulary: wordpiece (BERT), bpe (byte-level BPE with <s> </s> <pad> <mask> <unk>,
+    # RoBERTa), or auto: the model preset's choice (model.tokenizer).
+    kind: TokenizerKind = TokenizerKind.auto
     # Size of a trained vocabulary (special tokens included).
     vocab_size: int = 8000
-    # Lower-case and strip accents before tokenizing (BERT uncased).
+    # Lower-case and strip accents before tokenizing (WordPiece, BERT uncased); byte-level BPE is always cased.
     lowercase: bool = True
     # A piece must occur this often in the corpus to enter a trained vocabulary.
     min_frequency: int = 2
@@ -64,7 +66,8 @@ class DataConfig:
     short_seq_prob: float = 0.1
     # Sentence-pair layout: probability that segment B comes from another document (NSP negative).
     random_next_prob: float = 0.5
-    # Packing: auto lets the objective choose (NSP needs sentence_pairs).
+    # Packing: auto lets the objective choose (NSP needs sentence_pairs, SOP segment_pairs: two consecutive
+    # segments of one document; full_sentences packs contiguous text across documents, RoBERTa's FULL-SENTENCES).
     packing: Packing = Packing.auto
     # Tokenizers and tokenized corpora are cached here, keyed by the files' contents and the settings.
     cache_dir: str = "${oc.env:PLM_TOOLKIT_CACHE,${oc.env:HOME,.}/.cache/plm_toolkit}"

@@ -11,6 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from plm_toolkit.errors import ConfigError
+from plm_toolkit.models.base import SEGMENTS
 from plm_toolkit.registry import MODELS, OBJECTIVES
 
 
@@ -34,6 +35,12 @@ def data_layout(cfg: DictConfig) -> str:
     return objective_class(cfg.objective.name).data_layout if packing == "auto" else packing
 
 
+def tokenizer_kind(cfg: DictConfig) -> str:
+    """data.tokenizer.kind with auto resolved to the model preset's vocabulary (model.tokenizer, else wordpiece)."""
+    kind = _value(cfg.data.tokenizer.kind)
+    return _value(cfg.model.get("tokenizer", "wordpiece")) if kind == "auto" else kind
+
+
 def problems(cfg: DictConfig) -> list[str]:
     """Every impossible setting found, one message each."""
     out: list[str] = []
@@ -52,20 +59,31 @@ def problems(cfg: DictConfig) -> list[str]:
             f"objective={o.name} needs a model that is {lacking}; model={m.name} is not. "
             f"Models that can serve it: {', '.join(able) or 'none yet'}"
         )
+    if SEGMENTS in needed and m.get("type_vocab_size", 2) < 2:
+        out.append(
+            f"objective={o.name} feeds two segments (token types 0 and 1); model.type_vocab_size="
+            f"{m.type_vocab_size} has one (RoBERTa's): set model.type_vocab_size=2 or pick objective=mlm"
+        )
     try:
         objective_class(o.name).check_config(o)
     except ConfigError as err:
         out.append(str(err))
     packing = _value(d.packing)
     wanted = objective_class(o.name).data_layout
-    if packing != "auto" and packing != wanted and wanted == "sentence_pairs":
-        out.append(f"data.packing={packing}: objective={o.name} needs sentence pairs; set data.packing=auto")
+    if packing != "auto" and packing != wanted and wanted != "full_sentences":
+        kind = {"sentence_pairs": "sentence pairs", "segment_pairs": "in-order segment pairs"}[wanted]
+        out.append(f"data.packing={packing}: objective={o.name} needs {kind}; set data.packing=auto")
 
-    if "max_position_embeddings" in m and d.max_seq_len > m.max_position_embeddings:
+    offset = m.get("position_offset", 0)
+    if "max_position_embeddings" in m and d.max_seq_len + offset > m.max_position_embeddings:
+        shifted = f" - model.position_offset={offset}" if offset else ""
         out.append(
-            f"data.max_seq_len={d.max_seq_len} exceeds model.max_position_embeddings={m.max_position_embeddings}; "
-            "lower data.max_seq_len or raise model.max_position_embeddings"
+            f"data.max_seq_len={d.max_seq_len} exceeds model.max_position_embeddings={m.max_position_embeddings}"
+            f"{shifted}; lower data.max_seq_len or raise model.max_position_embeddings"
         )
+    embedding_size = m.get("embedding_size")
+    if embedding_size is not None and embedding_size < 1:
+        out.append(f"model.embedding_size={embedding_size}: must be positive, or null for model.hidden_size")
     if d.max_seq_len < 8:
         out.append(f"data.max_seq_len={d.max_seq_len}: needs at least 8 tokens")
     if "num_heads" in m and m.hidden_size % m.num_heads:

@@ -82,17 +82,29 @@ class MicroBatches(Dataset):
         transform: Callable[[dict[str, torch.Tensor], Sequence[int]], dict[str, torch.Tensor]] | None,
         seed: int,
         shuffle: bool = True,
+        static_copies: int = 0,
     ):
         self.examples, self.layout, self.start = examples, layout, start
         self.collate, self.transform, self.seed = collate, transform, seed
         self.index_of = EpochPermutations(len(examples), seed, shuffle)
+        self.static_copies = static_copies
 
     def __getitem__(self, micro_index: int) -> dict[str, torch.Tensor]:
         positions = self.layout.positions(self.start, micro_index)
-        batch = self.collate(take_rows(self.examples, [self.index_of(p) for p in positions]))
+        indices = [self.index_of(p) for p in positions]
+        batch = self.collate(take_rows(self.examples, indices))
         if self.transform is not None:
-            batch = self.transform(batch, [mix_seed(self.seed, p) for p in positions])
+            batch = self.transform(batch, [self.row_seed(p, i) for p, i in zip(positions, indices, strict=True)])
         return batch
+
+    def row_seed(self, position: int, index: int) -> int:
+        """Dynamic masking: a fresh seed per stream position. Static (``static_copies`` = BERT's dupe_factor N):
+        the seed of copy (epoch mod N) of example ``index``, so each example only ever sees its N fixed masks, as if
+        they had been written out ahead of training (RoBERTa section 4.1 compares the two)."""
+        if not self.static_copies:
+            return mix_seed(self.seed, position)
+        copy = (position // len(self.examples)) % self.static_copies
+        return mix_seed(self.seed, index * self.static_copies + copy, stream=3)
 
 
 class _Counter(Sampler):

@@ -1,4 +1,5 @@
-"""Pretraining examples: tokenized sentences packed into BERT sentence pairs or RoBERTa full-sentence blocks.
+"""Pretraining examples: tokenized sentences packed into BERT sentence pairs, ALBERT segment pairs or RoBERTa
+full-sentence blocks.
 
 Two cached steps, both keyed on the corpus contents and every setting that changes their output:
 1. `<cache_dir>/tokenized/<key>.arrow`: one row per non-empty document, its sentences as token ids.
@@ -30,7 +31,10 @@ from plm_toolkit.data.corpus import (
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import DataError
 
-LAYOUTS = ("sentence_pairs", "full_sentences")
+# sentence_pairs: BERT's, B random half the time (NSP); segment_pairs: two consecutive segments of one document,
+# always in order (sentence-order prediction swaps them per batch); full_sentences: RoBERTa's packing.
+LAYOUTS = ("sentence_pairs", "segment_pairs", "full_sentences")
+PAIR_LAYOUTS = ("sentence_pairs", "segment_pairs")
 # Bump when a change to this file or to the sentence splitter changes what the cached files hold.
 FORMAT_VERSION = 1
 _BATCH = 256  # documents per map batch
@@ -52,9 +56,11 @@ def build_pretraining_examples(
         return None
     tokenized = tokenize_documents(documents, tokenizer, data_cfg)
     settings = (layout, int(data_cfg.max_seq_len), FORMAT_VERSION, int(seed))
-    if layout == "sentence_pairs":
+    if layout in PAIR_LAYOUTS:
         settings += (float(data_cfg.short_seq_prob), float(data_cfg.random_next_prob))
     path = cache_root(data_cfg) / "examples" / f"{stable_hash(tokenized._fingerprint, settings)}.arrow"
+    if layout == "segment_pairs":
+        return _sentence_pairs(tokenized, vocab, data_cfg, seed, path, contiguous=True)
     if layout == "sentence_pairs":
         if len(tokenized) < 2:
             logger.warning(
@@ -107,7 +113,7 @@ def tokenize_documents(documents: Any, tokenizer: Tokenizer, data_cfg: Any) -> d
 
 
 def _sentence_pairs(
-    tokenized: datasets.Dataset, vocab: Vocab, data_cfg: Any, seed: int, path: Path
+    tokenized: datasets.Dataset, vocab: Vocab, data_cfg: Any, seed: int, path: Path, contiguous: bool = False
 ) -> datasets.Dataset:
     max_seq_len = int(data_cfg.max_seq_len)
     short_seq_prob = float(data_cfg.short_seq_prob)
@@ -119,7 +125,7 @@ def _sentence_pairs(
             # One generator per document: the result does not depend on batching or worker processes.
             rng = random.Random(f"{seed}:{index}")
             for a, b, label in document_pairs(
-                document, index, tokenized, max_seq_len, short_seq_prob, random_next_prob, rng
+                document, index, tokenized, max_seq_len, short_seq_prob, random_next_prob, rng, contiguous
             ):
                 out["input_ids"].append([vocab.cls_id, *a, vocab.sep_id, *b, vocab.sep_id])
                 out["token_type_ids"].append([0] * (len(a) + 2) + [1] * (len(b) + 1))
@@ -153,6 +159,7 @@ def document_pairs(
     short_seq_prob: float,
     random_next_prob: float,
     rng: random.Random,
+    contiguous: bool = False,
 ):
     """Yield (tokens_a, tokens_b, next_sentence_label) for one document, as BERT's create_pretraining_data.py
     (create_instances_from_document) does; `documents[j]["sentences"]` is document j.
@@ -171,7 +178,20 @@ def document_pairs(
     while i < len(document):
         chunk.append(document[i])
         length += len(document[i])
-        if i == len(document) - 1 or length >= target:
+        if contiguous and (i == len(document) - 1 or length >= target):
+            if len(chunk) >= 2:
+                a_end = rng.randint(1, len(chunk) - 1)
+                tokens_a = [t for sentence in chunk[:a_end] for t in sentence]
+                tokens_b = [t for sentence in chunk[a_end:] for t in sentence]
+            else:
+                cut = rng.randint(1, len(chunk[0]) - 1) if len(chunk[0]) >= 2 else 0
+                tokens_a, tokens_b = chunk[0][:cut], chunk[0][cut:]
+            if tokens_a and tokens_b:
+                _truncate_pair(tokens_a, tokens_b, max_tokens, rng)
+                yield tokens_a, tokens_b, 0
+            chunk, length = [], 0
+            target = _target_length(max_tokens, short_seq_prob, rng)
+        elif i == len(document) - 1 or length >= target:
             a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
             tokens_a = [t for sentence in chunk[:a_end] for t in sentence]
             if len(chunk) == 1 or rng.random() < random_next_prob:

@@ -1,4 +1,5 @@
-"""Tokenizers: load a tokenizer.json or a WordPiece vocab.txt, or train a WordPiece vocabulary on the corpus.
+"""Tokenizers: load a tokenizer.json, a WordPiece vocab.txt or a byte-level BPE vocab.json + merges.txt, or train a
+WordPiece (BERT) or byte-level BPE (RoBERTa, GPT-2) vocabulary on the corpus.
 
 A trained tokenizer is cached as `<cache_dir>/tokenizers/<key>.json`. The key hashes the training split's
 contents (the sha256 of each file's bytes, or a saved dataset's fingerprint) together with the tokenizer
@@ -21,6 +22,10 @@ from plm_toolkit.errors import DataError
 
 # The special tokens of a trained vocabulary, in id order: [PAD] is 0 so that zero-filled tensors are padding.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# A trained byte-level BPE vocabulary's, in RoBERTa's (fairseq's) order: <pad> is 1, as its checkpoints expect.
+BPE_SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+# The marker byte-level BPE puts at the start of a piece that follows a space (a byte-level "Ġ").
+_BYTE_LEVEL_SPACE = "\u0120"
 # Names a special token may have in a loaded tokenizer (BERT's first, then RoBERTa's).
 _SPECIAL_NAMES = {
     "pad_id": ("[PAD]", "<pad>"),
@@ -30,6 +35,13 @@ _SPECIAL_NAMES = {
     "mask_id": ("[MASK]", "<mask>"),
 }
 TOKENIZER_FILE = "tokenizer.json"
+BPE_VOCAB_FILE, BPE_MERGES_FILE = "vocab.json", "merges.txt"
+
+
+def tokenizer_kind(data_cfg: Any) -> str:
+    """wordpiece or bpe; ``auto`` (left unresolved by a caller that knows no model) means wordpiece."""
+    kind = choice(data_cfg.tokenizer.kind)
+    return "wordpiece" if kind == "auto" else kind
 
 
 def load_or_train_tokenizer(data_cfg: Any) -> Tokenizer:
@@ -41,22 +53,26 @@ def load_or_train_tokenizer(data_cfg: Any) -> Tokenizer:
 
 
 def load_tokenizer(path: str | Path, lowercase: bool = True) -> Tokenizer:
-    """Load a tokenizer.json, a WordPiece vocab.txt, or a folder holding either (tokenizer.json preferred).
+    """Load a tokenizer.json, a WordPiece vocab.txt, a byte-level BPE vocab.json (merges.txt beside it), or a folder
+    holding one of them (in that order of preference).
 
-    A vocab.txt becomes a BERT tokenizer with lower-casing set by `lowercase`; a tokenizer.json keeps its own
-    normalizer. Raises DataError naming the file when it is missing, does not load or lacks a special token.
+    A vocab.txt becomes a BERT tokenizer with lower-casing set by `lowercase`; a vocab.json a RoBERTa one; a
+    tokenizer.json keeps its own pipeline. Raises DataError naming the file when it is missing, does not load or
+    lacks a special token.
     """
     path = Path(os.path.expanduser(str(path)))
     if path.is_dir():
-        for name in (TOKENIZER_FILE, "vocab.txt"):
+        for name in (TOKENIZER_FILE, "vocab.txt", BPE_VOCAB_FILE):
             if (path / name).is_file():
                 path = path / name
                 break
         else:
-            raise DataError(f"tokenizer folder {path} holds neither {TOKENIZER_FILE} nor vocab.txt")
+            raise DataError(f"tokenizer folder {path} holds none of {TOKENIZER_FILE}, vocab.txt, {BPE_VOCAB_FILE}")
     if not path.is_file():
-        raise DataError(f"tokenizer file {path} does not exist; expected a tokenizer.json or a vocab.txt")
-    if path.suffix == ".json":
+        raise DataError(f"tokenizer file {path} does not exist; expected a tokenizer.json, vocab.txt or vocab.json")
+    if path.name == BPE_VOCAB_FILE:
+        tokenizer = _load_bpe_files(path)
+    elif path.suffix == ".json":
         try:
             tokenizer = Tokenizer.from_file(str(path))
         except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exceptions
@@ -82,6 +98,40 @@ def read_vocab_txt(path: Path) -> dict[str, int]:
     if not vocab:
         raise DataError(f"vocab file {path} is empty; expected one WordPiece token per line")
     return vocab
+
+
+def _load_bpe_files(vocab_path: Path) -> Tokenizer:
+    merges = vocab_path.with_name(BPE_MERGES_FILE)
+    if not merges.is_file():
+        raise DataError(f"{vocab_path}: no {BPE_MERGES_FILE} beside it; a byte-level BPE vocabulary needs both")
+    try:
+        model = models.BPE.from_file(str(vocab_path), str(merges))
+    except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exceptions
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DataError(f"{vocab_path} with {merges.name} does not load as a byte-level BPE ({first})") from e
+    return byte_level_tokenizer(model)
+
+
+def byte_level_tokenizer(model: models.Model) -> Tokenizer:
+    """RoBERTa's pipeline around a BPE model: bytes mapped to printable characters, no normalization (cased), and
+    `<s> A </s>` / `<s> A </s></s> B </s>` when encoding with special tokens.
+
+    A leading space is added to every text (add_prefix_space): the corpus is tokenized sentence by sentence, and
+    a sentence's first word should get the same pieces as it would inside running text.
+    """
+    tokenizer = Tokenizer(model)
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    _add_bpe_specials(tokenizer)
+    return tokenizer
+
+
+def _add_bpe_specials(tokenizer: Tokenizer) -> None:
+    present = [t for t in BPE_SPECIAL_TOKENS if tokenizer.token_to_id(t) is not None]
+    tokenizer.add_special_tokens(present)
+    cls_id, sep_id = tokenizer.token_to_id("<s>"), tokenizer.token_to_id("</s>")
+    if cls_id is not None and sep_id is not None:
+        tokenizer.post_processor = processors.RobertaProcessing(("</s>", sep_id), ("<s>", cls_id))
 
 
 def bert_tokenizer(model: models.Model, lowercase: bool) -> Tokenizer:
@@ -113,35 +163,50 @@ def _add_specials(tokenizer: Tokenizer) -> None:
 def tokenizer_cache_path(data_cfg: Any, corpus_fingerprint: str) -> Path:
     """Where the tokenizer trained on this corpus with these settings is cached."""
     t = data_cfg.tokenizer
+    kind = tokenizer_kind(data_cfg)
+    specials = SPECIAL_TOKENS if kind == "wordpiece" else BPE_SPECIAL_TOKENS
     key = stable_hash(
         corpus_fingerprint,
-        choice(t.kind),
+        kind,
         int(t.vocab_size),
-        bool(t.lowercase),
+        bool(t.lowercase) if kind == "wordpiece" else False,
         int(t.min_frequency),
-        SPECIAL_TOKENS,
+        specials,
         tokenizers.__version__,
     )
     return cache_root(data_cfg) / "tokenizers" / f"{key}.json"
 
 
 def train_tokenizer(data_cfg: Any) -> Tokenizer:
-    """Train a WordPiece vocabulary of `data.tokenizer.vocab_size` on the training documents, or load the
-    cached one trained on the same contents with the same settings."""
+    """Train a WordPiece or byte-level BPE vocabulary (`data.tokenizer.kind`) of `data.tokenizer.vocab_size` on the
+    training documents, or load the cached one trained on the same contents with the same settings."""
     documents = read_documents(data_cfg, "train")
     assert documents is not None  # read_documents raises when the training split has no source
     path = tokenizer_cache_path(data_cfg, documents.fingerprint)
     if path.is_file():
         return load_tokenizer(path)
     t = data_cfg.tokenizer
-    tokenizer = bert_tokenizer(models.WordPiece(unk_token="[UNK]"), bool(t.lowercase))
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=int(t.vocab_size),
-        min_frequency=int(t.min_frequency),
-        special_tokens=list(SPECIAL_TOKENS),
-        continuing_subword_prefix="##",
-        show_progress=False,
-    )
+    if tokenizer_kind(data_cfg) == "bpe":
+        tokenizer = byte_level_tokenizer(models.BPE())
+        trainer = trainers.BpeTrainer(
+            vocab_size=int(t.vocab_size),
+            min_frequency=int(t.min_frequency),
+            special_tokens=list(BPE_SPECIAL_TOKENS),
+            # All 256 byte symbols, so that any text encodes without an unknown token.
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        finish = _add_bpe_specials
+    else:
+        tokenizer = bert_tokenizer(models.WordPiece(unk_token="[UNK]"), bool(t.lowercase))
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=int(t.vocab_size),
+            min_frequency=int(t.min_frequency),
+            special_tokens=list(SPECIAL_TOKENS),
+            continuing_subword_prefix="##",
+            show_progress=False,
+        )
+        finish = _add_specials
     dataset = documents.dataset
 
     def batches():
@@ -149,7 +214,7 @@ def train_tokenizer(data_cfg: Any) -> Tokenizer:
             yield batch["text"]
 
     tokenizer.train_from_iterator(batches(), trainer=trainer, length=len(dataset))
-    _add_specials(tokenizer)  # the template needs the ids of [CLS] and [SEP], which exist only now
+    finish(tokenizer)  # the template needs the ids of [CLS] and [SEP], which exist only now
     _atomic_save(tokenizer, path)
     return tokenizer
 
@@ -179,4 +244,22 @@ def vocab_from_tokenizer(tokenizer: Tokenizer, source: str | Path | None = None)
             where = f"tokenizer file {source}" if source else "the tokenizer"
             raise DataError(f"{where} has no {' or '.join(names)} token; expected BERT's special tokens")
         ids[field] = found[0]
-    return Vocab(size=tokenizer.get_vocab_size(with_added_tokens=True), **ids)
+    return Vocab(
+        size=tokenizer.get_vocab_size(with_added_tokens=True), continuation_ids=continuation_ids(tokenizer), **ids
+    )
+
+
+def continuation_ids(tokenizer: Tokenizer) -> frozenset[int]:
+    """Ids of the pieces that continue a word: WordPiece's (and prefixed BPE's) `##` pieces, or, for byte-level
+    BPE, every non-special piece without the leading-space marker. Other models: none (each piece is a word)."""
+    model = tokenizer.model
+    prefix = getattr(model, "continuing_subword_prefix", None)
+    vocab = tokenizer.get_vocab(with_added_tokens=False)
+    if prefix:
+        return frozenset(i for token, i in vocab.items() if token.startswith(prefix))
+    if isinstance(model, models.BPE) and isinstance(tokenizer.pre_tokenizer, pre_tokenizers.ByteLevel):
+        specials = set(BPE_SPECIAL_TOKENS) | set(SPECIAL_TOKENS)
+        return frozenset(
+            i for token, i in vocab.items() if not token.startswith(_BYTE_LEVEL_SPACE) and token not in specials
+        )
+    return frozenset()

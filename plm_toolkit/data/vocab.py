@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -13,6 +13,9 @@ class Vocab:
     cls_id: int
     sep_id: int
     mask_id: int
+    # Ids of the pieces that continue a word rather than start one (WordPiece "##x", byte-level BPE pieces without
+    # a leading space): what whole-word and n-gram masking group by. Empty: every piece is a word.
+    continuation_ids: frozenset[int] = field(default=frozenset(), repr=False, compare=False)
 
     @property
     def special_ids(self) -> tuple[int, ...]:

@@ -1,6 +1,11 @@
 """BERT (Devlin et al. 2019, https://arxiv.org/abs/1810.04805): a post-LN Transformer encoder over token, position
 and segment embeddings, with a tanh pooler over the first ([CLS]) position.
 
+The same backbone serves the encoder family: RoBERTa is a preset of it (``type_vocab_size: 1``,
+``position_offset: 2``, byte-level BPE, no NSP), ELECTRA's discriminator a subclass without a pooler
+(``models/electra.py``), ALBERT a subclass with cross-layer sharing (``models/albert.py``). ``embedding_size``
+below the model width factorizes the embedding (ALBERT section 3.1) and adds a projection E -> H.
+
 Submodule names follow the released checkpoints closely (``embeddings.word_embeddings``,
 ``encoder.layers.{i}.attention.query``, ``pooler.dense``) so that ``models/hf.py`` imports them with a plain name
 table. The MLM and NSP heads belong to the objectives (``objectives/mlm.py``, ``objectives/nsp.py``).
@@ -13,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from plm_toolkit.config.schema import TokenizerKind
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import BIDIRECTIONAL, POOLER, SEGMENTS, Backbone, Representations
 from plm_toolkit.nn.attention import padding_mask
@@ -49,33 +55,45 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
     # Standard deviation of the normal initialization of weight matrices and embeddings.
     initializer_range: float = 0.02
-    # Id of the padding token: its embedding row starts at zero and receives no gradient.
+    # Id of the padding token: its embedding row starts at zero and receives no gradient. The trainer sets it to
+    # the tokenizer's padding id (RoBERTa's byte-level BPE puts <pad> at 1).
     pad_token_id: int = 0
+    # Width E of the token/position/segment embeddings; null means hidden_size. A smaller E adds a linear
+    # projection E -> H after the embedding LayerNorm (ALBERT's factorized embedding, ELECTRA-Small's 128).
+    embedding_size: int | None = None
+    # Added to every position id: RoBERTa numbers positions from padding_idx + 1 = 2, so its position table has
+    # max_seq_len + 2 rows (514); 0 for BERT.
+    position_offset: int = 0
+    # Vocabulary that a trained tokenizer gets when data.tokenizer.kind=auto: wordpiece (BERT) or bpe (RoBERTa).
+    tokenizer: TokenizerKind = TokenizerKind.wordpiece
+
+
+def encoder_layer(config: BertConfig) -> PostLNEncoderLayer:
+    return PostLNEncoderLayer(
+        config.hidden_size,
+        config.num_heads,
+        config.intermediate_size,
+        config.hidden_act,
+        config.hidden_dropout,
+        config.attention_dropout,
+        config.layer_norm_eps,
+    )
 
 
 class BertEncoder(nn.Module):
-    """A stack of post-LN encoder layers."""
+    """A stack of ``num_layers`` post-LN encoder layers; ``layers`` may hold fewer distinct modules than that
+    (ALBERT's sharing), layer i then applies ``layers[i % len(layers)]``."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, num_distinct: int | None = None):
         super().__init__()
-        self.layers = nn.ModuleList(
-            PostLNEncoderLayer(
-                config.hidden_size,
-                config.num_heads,
-                config.intermediate_size,
-                config.hidden_act,
-                config.hidden_dropout,
-                config.attention_dropout,
-                config.layer_norm_eps,
-            )
-            for _ in range(config.num_layers)
-        )
+        self.num_layers = config.num_layers
+        self.layers = nn.ModuleList(encoder_layer(config) for _ in range(num_distinct or config.num_layers))
 
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None, all_hidden: list[torch.Tensor] | None
     ) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x, mask)
+        for i in range(self.num_layers):
+            x = self.layers[i % len(self.layers)](x, mask)
             if all_hidden is not None:
                 all_hidden.append(x)
         return x
@@ -92,48 +110,76 @@ class BertPooler(nn.Module):
         return torch.tanh(self.dense(hidden[:, 0]))  # (B, H)
 
 
+def init_weights(module: nn.Module, std: float) -> None:
+    """BERT's init, for ``nn.Module.apply``: normal(0, std) weights (the TensorFlow release truncates at 2 std,
+    Hugging Face does not), zero biases, LayerNorm 1 / 0; the padding row starts at zero."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+def embedding_width(config: BertConfig) -> int:
+    return config.embedding_size or config.hidden_size
+
+
+def build_embeddings(config: BertConfig) -> TokenEmbeddings:
+    return TokenEmbeddings(
+        config.vocab_size,
+        embedding_width(config),
+        config.max_position_embeddings,
+        config.type_vocab_size,
+        config.layer_norm_eps,
+        config.hidden_dropout,
+        config.pad_token_id,
+        config.position_offset,
+    )
+
+
+def build_projection(config: BertConfig) -> nn.Linear | None:
+    """The E -> H projection of a factorized embedding, or None when E = H."""
+    width = embedding_width(config)
+    return nn.Linear(width, config.hidden_size) if width != config.hidden_size else None
+
+
 @MODELS.register("bert", BertConfig, paper_objective="mlm_nsp")
 class Bert(Backbone):
     capabilities = frozenset({BIDIRECTIONAL, SEGMENTS, POOLER})
+    # ELECTRA's discriminator has no pooler: its fine-tuning heads read the [CLS] state themselves.
+    has_pooler = True
 
     def __init__(self, config: BertConfig):
         super().__init__()
+        self.check(config)
+        self.config = config
+        self.embeddings = build_embeddings(config)
+        self.embeddings_project = build_projection(config)
+        self.encoder = self.build_encoder(config)
+        self.pooler = BertPooler(config.hidden_size) if self.has_pooler else None
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def check(config: BertConfig) -> None:
         if config.vocab_size is None:
             raise ConfigError("model.vocab_size is null; set it or let the trainer take it from the tokenizer")
         if config.hidden_size % config.num_heads != 0:
             raise ConfigError(
                 f"model.hidden_size {config.hidden_size} is not a multiple of model.num_heads {config.num_heads}"
             )
-        self.config = config
-        self.embeddings = TokenEmbeddings(
-            config.vocab_size,
-            config.hidden_size,
-            config.max_position_embeddings,
-            config.type_vocab_size,
-            config.layer_norm_eps,
-            config.hidden_dropout,
-            config.pad_token_id,
-        )
-        self.encoder = BertEncoder(config)
-        self.pooler = BertPooler(config.hidden_size)
-        self.apply(self._init_weights)
+
+    def build_encoder(self, config: BertConfig) -> nn.Module:
+        return BertEncoder(config)
 
     def _init_weights(self, module: nn.Module) -> None:
-        # BERT's init: normal(0, initializer_range) weights (the TensorFlow release truncates at 2 std, Hugging
-        # Face does not), zero biases, LayerNorm 1 / 0; the padding row starts at zero.
-        std = self.config.initializer_range
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if module.padding_idx is not None:
-                with torch.no_grad():
-                    module.weight[module.padding_idx].zero_()
-        elif isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
+        init_weights(module, self.config.initializer_range)
 
     @property
     def input_embeddings(self) -> nn.Embedding:
@@ -152,12 +198,24 @@ class Bert(Backbone):
         ``attention_mask`` is 1 for tokens and 0 for padding; no position attends to padding. With
         ``output_all_hidden``, ``all_hidden`` holds the embedding output followed by every layer's output.
         """
-        length = input_ids.shape[1]
-        if length > self.config.max_position_embeddings:
+        longest = self.config.max_position_embeddings - self.config.position_offset
+        if input_ids.shape[1] > longest:
             raise ValueError(
-                f"sequence length {length} exceeds model.max_position_embeddings {self.config.max_position_embeddings}"
+                f"sequence length {input_ids.shape[1]} exceeds model.max_position_embeddings "
+                f"{self.config.max_position_embeddings} - model.position_offset {self.config.position_offset}"
             )
-        x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, H)
+        x = self.embed(input_ids, token_type_ids, position_ids)  # (B, T, H)
         all_hidden = [x] if output_all_hidden else None
         hidden = self.encoder(x, padding_mask(attention_mask), all_hidden)  # (B, T, H)
-        return Representations(hidden=hidden, pooled=self.pooler(hidden), all_hidden=all_hidden)
+        pooled = self.pooler(hidden) if self.pooler is not None else None
+        return Representations(hidden=hidden, pooled=pooled, all_hidden=all_hidden)
+
+    def embed(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """(B, T) ids -> (B, T, H) encoder input: the embeddings, projected to H when they are narrower."""
+        x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, E)
+        return x if self.embeddings_project is None else self.embeddings_project(x)  # (B, T, H)

@@ -12,7 +12,10 @@ class TokenEmbeddings(nn.Module):
 
     ``type_vocab_size=0`` drops the segment table (GPT, RoBERTa keep one of size 1); ``layer_norm_eps=None`` drops
     the LayerNorm (GPT-2 normalizes inside its layers). ``embedding_size`` may differ from the model width (ALBERT
-    factorizes the embedding and projects it in its own file).
+    factorizes the embedding; the projection to the model width belongs to the backbone).
+
+    ``position_offset`` shifts every position id: RoBERTa's released checkpoints number positions from
+    ``padding_idx + 1`` (fairseq's convention), so their tables have ``max_seq_len + 2`` rows and rows 0 and 1 unused.
     """
 
     def __init__(
@@ -24,8 +27,10 @@ class TokenEmbeddings(nn.Module):
         layer_norm_eps: float | None = 1e-12,
         dropout: float = 0.1,
         pad_token_id: int | None = None,
+        position_offset: int = 0,
     ):
         super().__init__()
+        self.position_offset = position_offset
         self.word_embeddings = nn.Embedding(vocab_size, embedding_size, padding_idx=pad_token_id)
         self.position_embeddings = nn.Embedding(max_position_embeddings, embedding_size)
         self.token_type_embeddings = nn.Embedding(type_vocab_size, embedding_size) if type_vocab_size else None
@@ -38,13 +43,15 @@ class TokenEmbeddings(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """(B, T) ids -> (B, T, E). Positions default to 0..T-1 and segments to 0 (sentence A)."""
+        """(B, T) ids -> (B, T, E). Positions default to 0..T-1 (plus the offset) and segments to 0 (sentence A);
+        given ``position_ids`` count from 0 too, the offset is added here."""
         x = self.word_embeddings(input_ids)  # (B, T, E)
+        offset = self.position_offset
         if position_ids is None:
-            # (T,) broadcasts over the batch; a slice of the table avoids a gather.
-            x = x + self.position_embeddings.weight[: input_ids.shape[1]]
+            # (T, E) broadcasts over the batch; a slice of the table avoids a gather.
+            x = x + self.position_embeddings.weight[offset : offset + input_ids.shape[1]]
         else:
-            x = x + self.position_embeddings(position_ids)
+            x = x + self.position_embeddings(position_ids + offset)
         if self.token_type_embeddings is not None:
             if token_type_ids is None:
                 x = x + self.token_type_embeddings.weight[0]

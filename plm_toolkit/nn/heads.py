@@ -31,8 +31,10 @@ def activation(name: str):
 class MaskedLMHead(nn.Module):
     """BERT's masked-LM head: dense -> activation -> LayerNorm -> decoder tied to the input embedding.
 
-    The decoder weight is not a parameter here: ``forward`` takes the backbone's word-embedding matrix, so the
-    tie survives any checkpoint round trip and the head never holds a copy of the (vocab, hidden) matrix.
+    With a factorized embedding (ALBERT, ELECTRA's generator) ``embedding_size`` E differs from the model width:
+    the dense layer maps H -> E so that the tied (vocab, E) matrix can decode it. The decoder weight is not a
+    parameter here: ``forward`` takes the backbone's word-embedding matrix, so the tie survives any checkpoint round
+    trip and the head never holds a copy of the (vocab, E) matrix.
     """
 
     def __init__(
@@ -42,11 +44,13 @@ class MaskedLMHead(nn.Module):
         hidden_act: str,
         layer_norm_eps: float,
         initializer_range: float = 0.02,
+        embedding_size: int | None = None,
     ):
         super().__init__()
+        embedding_size = embedding_size or hidden_size
         self.act = activation(hidden_act)
-        self.dense = nn.Linear(hidden_size, hidden_size)
-        self.layer_norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.dense = nn.Linear(hidden_size, embedding_size)
+        self.layer_norm = nn.LayerNorm(embedding_size, eps=layer_norm_eps)
         # The decoder's own bias: one score offset per vocabulary entry.
         self.bias = nn.Parameter(torch.zeros(vocab_size))
         self.initializer_range = initializer_range
@@ -61,6 +65,6 @@ class MaskedLMHead(nn.Module):
         nn.init.zeros_(self.bias)
 
     def forward(self, hidden: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
-        """(..., hidden) states and the (vocab, hidden) embedding matrix -> (..., vocab) logits."""
+        """(..., H) states and the (vocab, E) embedding matrix -> (..., vocab) logits."""
         transformed = self.layer_norm(self.act(self.dense(hidden)))
         return F.linear(transformed, embedding_weight, self.bias)

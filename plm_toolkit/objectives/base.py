@@ -35,11 +35,14 @@ class Objective(nn.Module):
 
     # What the backbone must be able to do; validation refuses other backbones with a message.
     required_capabilities: ClassVar[frozenset[str]] = frozenset()
-    # How the data is packed for this objective: "sentence_pairs" (two segments, NSP label) or
-    # "full_sentences" (contiguous sentences filling the sequence, one segment).
+    # How the data is packed for this objective: "sentence_pairs" (two segments, NSP label), "segment_pairs" (two
+    # consecutive segments in order, for SOP) or "full_sentences" (contiguous sentences filling the sequence).
     data_layout: ClassVar[str] = "full_sentences"
     # metric name -> component whose target count divides it for logging.
     metric_denominators: ClassVar[dict[str, str]] = {}
+    # 0: the batch transform draws afresh for every batch (dynamic masking). N > 0: each example gets N fixed
+    # draws, used in turn epoch after epoch (BERT's static masking with dupe_factor N); set from the config.
+    dupe_factor: int = 0
 
     @classmethod
     def check_config(cls, config) -> None:

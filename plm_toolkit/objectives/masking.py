@@ -9,6 +9,16 @@ with probability ``random_token_prob``, and stays as it is otherwise (Devlin et 
 
 Row i draws only from ``torch.Generator().manual_seed(seeds[i])`` and only over its own maskable positions, so a
 row is masked the same way whatever batch it lands in and however much padding that batch has.
+
+The unit of selection is a masking option of every MLM-style objective (``objective.masking``):
+- ``token``: single tokens, as above (BERT's original release).
+- ``whole_word``: whole words, every piece of a chosen word together (BERT's later whole-word-masking release):
+  words are drawn in random order and a word that would overshoot the target count is skipped.
+- ``ngram``: spans of up to ``max_ngram`` whole words with p(n) proportional to 1/n (ALBERT section 4.1, after
+  SpanBERT), chosen as ALBERT's ``create_pretraining_data.py`` does: candidate starts in random order, a drawn n
+  shortened until the span fits the remaining budget, spans that overlap a chosen one skipped.
+A piece continues a word when the tokenizer marks it so (WordPiece ``##``, byte-level BPE without a leading
+space, see ``data/vocab.py``) and it directly follows a maskable piece.
 """
 
 from __future__ import annotations
@@ -18,10 +28,12 @@ from typing import Any
 
 import torch
 
+from plm_toolkit.config.schema import choices
 from plm_toolkit.errors import ConfigError
 
 # Label of a position that is not a target; cross-entropy's default ignore_index.
 IGNORE_INDEX = -100
+MaskingUnit = choices("MaskingUnit", "token", "whole_word", "ngram")
 
 
 def check_masking_config(cfg: Any, prefix: str = "objective") -> None:
@@ -38,6 +50,76 @@ def check_masking_config(cfg: Any, prefix: str = "objective") -> None:
     limit = getattr(cfg, "max_predictions_per_seq", None)
     if limit is not None and limit < 1:
         raise ConfigError(f"{prefix}.max_predictions_per_seq must be at least 1 or null (no cap), got {limit}")
+    max_ngram = getattr(cfg, "max_ngram", 1)
+    if max_ngram < 1:
+        raise ConfigError(f"{prefix}.max_ngram must be at least 1, got {max_ngram}")
+
+
+def word_spans(positions: list[int], continues: list[bool]) -> list[list[int]]:
+    """Group a row's maskable positions into words: a position joins the previous word when its token continues
+    a word and it directly follows that word's last position."""
+    words: list[list[int]] = []
+    for pos, cont in zip(positions, continues, strict=True):
+        if words and cont and words[-1][-1] == pos - 1:
+            words[-1].append(pos)
+        else:
+            words.append([pos])
+    return words
+
+
+def ngram_probabilities(max_ngram: int) -> torch.Tensor:
+    """p(n) proportional to 1/n for n = 1..max_ngram (ALBERT section 4.1)."""
+    weights = 1.0 / torch.arange(1, max_ngram + 1, dtype=torch.float64)
+    return weights / weights.sum()
+
+
+def choose_ngrams(num_words: int, count: int, max_ngram: int, lengths: Sequence[int], generator: torch.Generator):
+    """Word-index spans of 1..max_ngram words whose pieces (``lengths[w]`` each) total at most ``count``.
+
+    Every word index is a candidate start, visited in random order; n is drawn with p(n) ~ 1/n among the spans
+    that fit before the end of the row, then shortened while the span overshoots the remaining budget; a span
+    that overlaps an earlier one is skipped. Returns (spans, drawn n before shortening), the latter for tests.
+    """
+    probabilities = ngram_probabilities(max_ngram)
+    covered: set[int] = set()
+    spans: list[list[int]] = []
+    drawn: list[int] = []
+    used = 0
+    for start in torch.randperm(num_words, generator=generator).tolist():
+        if used >= count:
+            break
+        longest = min(max_ngram, num_words - start)
+        n = int(torch.multinomial(probabilities[:longest], 1, generator=generator)) + 1
+        drawn.append(n)
+        while n > 1 and used + sum(lengths[start : start + n]) > count:
+            n -= 1
+        span = list(range(start, start + n))
+        size = sum(lengths[w] for w in span)
+        if used + size > count or covered.intersection(span):
+            continue
+        covered.update(span)
+        spans.append(span)
+        used += size
+    return spans, drawn
+
+
+def masking_from_config(cfg: Any, vocab: Any) -> MaskingTransform:
+    """The transform an MLM-style objective config (mask_prob, ..., masking, max_ngram) describes over ``vocab``.
+
+    Random replacements come from the tokenizer's ids, which may be fewer than the (padded) embedding rows.
+    """
+    return MaskingTransform(
+        vocab_size=vocab.size,
+        mask_id=vocab.mask_id,
+        special_ids=vocab.special_ids,
+        mask_prob=cfg.mask_prob,
+        mask_token_prob=cfg.mask_token_prob,
+        random_token_prob=cfg.random_token_prob,
+        max_predictions_per_seq=cfg.max_predictions_per_seq,
+        masking=getattr(cfg, "masking", "token"),
+        max_ngram=getattr(cfg, "max_ngram", 1),
+        continuation_ids=vocab.continuation_ids,
+    )
 
 
 class MaskingTransform:
@@ -56,6 +138,9 @@ class MaskingTransform:
         mask_token_prob: float = 0.8,
         random_token_prob: float = 0.1,
         max_predictions_per_seq: int | None = None,
+        masking: str = "token",
+        max_ngram: int = 1,
+        continuation_ids: Sequence[int] = (),
     ):
         self.vocab_size = vocab_size
         self.mask_id = mask_id
@@ -65,6 +150,10 @@ class MaskingTransform:
         self.mask_token_prob = mask_token_prob
         self.random_token_prob = random_token_prob
         self.max_predictions_per_seq = max_predictions_per_seq
+        self.masking = getattr(masking, "value", masking)
+        self.max_ngram = max_ngram
+        # Ids of pieces that continue a word; a plain frozenset of ints, so the transform stays picklable.
+        self.continuation_ids = frozenset(int(i) for i in continuation_ids)
         check_masking_config(self)
         if vocab_size <= len(self.special_ids):
             raise ConfigError(f"a vocabulary of {vocab_size} ids has no non-special token to draw from")
@@ -99,8 +188,12 @@ class MaskingTransform:
             if count == 0:
                 continue
             generator = torch.Generator().manual_seed(int(seed))
-            # Fixed draw sizes (L_i, then count, count) keep the stream independent of padding and grouping.
-            chosen = positions[torch.randperm(positions.numel(), generator=generator)[:count]]
+            if self.masking == "token":
+                # Fixed draw sizes (L_i, then count, count) keep the stream independent of padding and grouping.
+                chosen = positions[torch.randperm(positions.numel(), generator=generator)[:count]]
+            else:
+                chosen = self._choose_words(positions.tolist(), input_ids[row], count, generator)
+                count = chosen.numel()
             action = torch.rand(count, generator=generator)
             replacements = self._random_tokens(count, generator)
             labels[row, chosen] = input_ids[row, chosen]
@@ -109,3 +202,18 @@ class MaskingTransform:
             corrupted[row, chosen[to_mask]] = self.mask_id
             corrupted[row, chosen[to_random]] = replacements[to_random]
         return {**batch, "input_ids": corrupted, "mlm_labels": labels}
+
+    def _choose_words(
+        self, positions: list[int], ids: torch.Tensor, count: int, generator: torch.Generator
+    ) -> torch.Tensor:
+        """Target positions made of whole words (``whole_word``) or n-grams of whole words (``ngram``)."""
+        words = word_spans(positions, [int(ids[p]) in self.continuation_ids for p in positions])
+        if self.masking == "whole_word":
+            chosen: list[int] = []
+            for w in torch.randperm(len(words), generator=generator).tolist():
+                if len(chosen) + len(words[w]) <= count:
+                    chosen.extend(words[w])
+        else:
+            spans, _ = choose_ngrams(len(words), count, self.max_ngram, [len(w) for w in words], generator)
+            chosen = [p for span in spans for w in span for p in words[w]]
+        return torch.tensor(chosen, dtype=torch.long)

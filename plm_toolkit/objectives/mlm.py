@@ -15,10 +15,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import BIDIRECTIONAL, Representations
 from plm_toolkit.nn.heads import MaskedLMHead
 from plm_toolkit.objectives.base import BatchTransform, Objective, ObjectiveOutput
-from plm_toolkit.objectives.masking import IGNORE_INDEX, MaskingTransform, check_masking_config
+from plm_toolkit.objectives.masking import IGNORE_INDEX, MaskingUnit, check_masking_config, masking_from_config
 from plm_toolkit.registry import OBJECTIVES
 
 
@@ -34,6 +35,15 @@ class MlmConfig:
     random_token_prob: float = 0.1
     # Cap on the targets per row (BERT's max_predictions_per_seq, 20 at length 128); null means no cap.
     max_predictions_per_seq: int | None = None
+    # Unit of selection: token (BERT), whole_word (every piece of a chosen word), ngram (spans of up to max_ngram
+    # whole words, p(n) ~ 1/n: ALBERT).
+    masking: MaskingUnit = MaskingUnit.token
+    # Longest n-gram, in words, of masking=ngram (ALBERT: 3).
+    max_ngram: int = 3
+    # 0: dynamic masking, a new mask every time a sequence is seen (RoBERTa section 4.1). N > 0: BERT's static
+    # masking, N masks per sequence fixed ahead of training and used in turn, epoch e taking mask e mod N
+    # (the original BERT: dupe_factor 10).
+    dupe_factor: int = 0
 
 
 def encode(model: nn.Module, batch: dict[str, torch.Tensor]) -> Representations:
@@ -62,21 +72,19 @@ class MaskedLanguageModeling(Objective):
             model_config.hidden_act,
             model_config.layer_norm_eps,
             initializer_range=getattr(model_config, "initializer_range", 0.02),
+            # A factorized embedding (ALBERT) decodes from its width E, not from H.
+            embedding_size=getattr(model_config, "embedding_size", None),
         )
-        # Random replacements come from the tokenizer's ids, which may be fewer than the (padded) embedding rows.
-        self.masking = MaskingTransform(
-            vocab_size=vocab.size,
-            mask_id=vocab.mask_id,
-            special_ids=vocab.special_ids,
-            mask_prob=config.mask_prob,
-            mask_token_prob=config.mask_token_prob,
-            random_token_prob=config.random_token_prob,
-            max_predictions_per_seq=config.max_predictions_per_seq,
-        )
+        self.masking = masking_from_config(config, vocab)
+        self.dupe_factor = config.dupe_factor
 
     @classmethod
     def check_config(cls, config) -> None:
         check_masking_config(config)
+        if config.dupe_factor < 0:
+            raise ConfigError(
+                f"objective.dupe_factor must be 0 (dynamic masking) or positive, got {config.dupe_factor}"
+            )
 
     def batch_transform(self) -> BatchTransform:
         return self.masking

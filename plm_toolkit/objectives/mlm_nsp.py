@@ -39,6 +39,7 @@ class MlmNsp(Objective):
         super().__init__()
         self.check_config(config)
         self.mlm = MaskedLanguageModeling(config, model, vocab)
+        self.dupe_factor = self.mlm.dupe_factor
         self.nsp = NextSentencePrediction(config, model, vocab)
         self.nsp_weight = config.nsp_weight
 

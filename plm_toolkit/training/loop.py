@@ -195,6 +195,7 @@ class Trainer:
                     self.collate,
                     self.objective.batch_transform(),
                     cfg.seed,
+                    static_copies=self.objective.dupe_factor,
                 ),
                 num_workers=self.num_workers,
             )
