@@ -19,8 +19,8 @@ def choices(name: str, *values: str) -> type[Enum]:
     return Enum(name, {v: v for v in values}, type=str)
 
 
-TokenizerKind = choices("TokenizerKind", "wordpiece")
-Packing = choices("Packing", "auto", "sentence_pairs", "full_sentences")
+TokenizerKind = choices("TokenizerKind", "wordpiece", "unigram")
+Packing = choices("Packing", "auto", "sentence_pairs", "full_sentences", "streams")
 OptimizerName = choices("OptimizerName", "adamw", "adam", "sgd")
 Schedule = choices("Schedule", "linear", "cosine", "constant", "noam", "inverse_sqrt")
 Device = choices("Device", "auto", "cpu", "cuda")
@@ -33,7 +33,7 @@ Backend = choices("Backend", "auto", "nccl", "gloo")
 class TokenizerConfig:
     # A tokenizer.json or a WordPiece vocab.txt to load; null trains a vocabulary on the training files.
     path: str | None = None
-    # Algorithm of a trained vocabulary.
+    # Algorithm of a trained vocabulary: BERT's wordpiece, or a SentencePiece-style unigram LM (XLNet).
     kind: TokenizerKind = TokenizerKind.wordpiece
     # Size of a trained vocabulary (special tokens included).
     vocab_size: int = 8000
@@ -64,7 +64,8 @@ class DataConfig:
     short_seq_prob: float = 0.1
     # Sentence-pair layout: probability that segment B comes from another document (NSP negative).
     random_next_prob: float = 0.5
-    # Packing: auto lets the objective choose (NSP needs sentence_pairs).
+    # Packing: auto lets the objective choose (NSP needs sentence_pairs; Transformer-XL and XLNet read streams,
+    # windows of one token stream dealt out in order so that consecutive batches continue each row's text).
     packing: Packing = Packing.auto
     # Tokenizers and tokenized corpora are cached here, keyed by the files' contents and the settings.
     cache_dir: str = "${oc.env:PLM_TOOLKIT_CACHE,${oc.env:HOME,.}/.cache/plm_toolkit}"

@@ -3,7 +3,9 @@
 The training examples form an endless stream of epochs, each a seeded permutation of the dataset. Optimizer step s
 (0-based, counted from the start position) takes the next ``global_batch = batch_size * grad_accum_steps *
 world_size`` positions; micro-batch j of rank r takes rows ``(j * world_size + r) * batch_size`` onwards of that
-block. Every row's masking seed is derived from its stream position, so a row is transformed the same way whatever
+block. With ``streams=True`` (Transformer-XL, XLNet) the examples are consecutive windows of one token stream and
+are dealt out in order instead (``StreamOrder``): row b of rank r always continues sub-stream r * batch_size + b,
+so each micro-batch holds the next window of every row's previous one. Every row's masking seed is derived from its stream position, so a row is transformed the same way whatever
 micro-batch or process it lands in: 8 x 4, 32 x 1 and 2 processes x 16 see identical data.
 """
 
@@ -44,6 +46,27 @@ class EpochPermutations:
         return int(self._perm[offset])
 
 
+class StreamOrder:
+    """Example index at stream position p when the examples are consecutive windows of one text.
+
+    The windows are cut into ``num_streams`` contiguous sub-streams of ``per_stream`` windows (the remainder is
+    dropped, as Transformer-XL's batchify does); position p reads window p // num_streams of sub-stream
+    p % num_streams, so a batch of ``num_streams`` consecutive positions holds one window of every sub-stream and
+    the next batch the windows that follow them.
+    """
+
+    def __init__(self, num_examples: int, num_streams: int):
+        self.num_streams = num_streams
+        self.per_stream = num_examples // num_streams
+        if self.per_stream < 1:
+            raise ValueError(f"{num_examples} windows cannot fill {num_streams} streams; lower the batch size")
+
+    def __call__(self, position: int) -> int:
+        offset = position % (self.per_stream * self.num_streams)
+        window, stream = divmod(offset, self.num_streams)
+        return stream * self.per_stream + window
+
+
 @dataclass(frozen=True)
 class BatchLayout:
     batch_size: int
@@ -82,10 +105,14 @@ class MicroBatches(Dataset):
         transform: Callable[[dict[str, torch.Tensor], Sequence[int]], dict[str, torch.Tensor]] | None,
         seed: int,
         shuffle: bool = True,
+        streams: bool = False,
     ):
         self.examples, self.layout, self.start = examples, layout, start
         self.collate, self.transform, self.seed = collate, transform, seed
-        self.index_of = EpochPermutations(len(examples), seed, shuffle)
+        if streams:
+            self.index_of = StreamOrder(len(examples), layout.batch_size * layout.world_size)
+        else:
+            self.index_of = EpochPermutations(len(examples), seed, shuffle)
 
     def __getitem__(self, micro_index: int) -> dict[str, torch.Tensor]:
         positions = self.layout.positions(self.start, micro_index)
@@ -117,8 +144,29 @@ def micro_batch_loader(dataset: MicroBatches, num_workers: int, stop: int | None
     )
 
 
-def eval_loader(examples, batch_size: int, world: int, rank: int, collate, transform, seed: int, max_batches: int):
-    """Fixed validation batches (same masks at every evaluation), split round-robin over processes."""
+def eval_loader(
+    examples,
+    batch_size: int,
+    world: int,
+    rank: int,
+    collate,
+    transform,
+    seed: int,
+    max_batches: int,
+    streams: bool = False,
+):
+    """Fixed validation batches (same masks at every evaluation), split round-robin over processes; with
+    ``streams`` the windows are dealt out in stream order as in training."""
+    if streams:
+        order = StreamOrder(len(examples), batch_size * world)
+        rounds = order.per_stream if max_batches <= 0 else min(order.per_stream, -(-max_batches // world))
+        for b in range(rounds):
+            positions = range((b * world + rank) * batch_size, (b * world + rank + 1) * batch_size)
+            batch = collate(take_rows(examples, [order(p) for p in positions]))
+            if transform is not None:
+                batch = transform(batch, [mix_seed(seed, p, stream=1) for p in positions])
+            yield batch
+        return
     total = -(-len(examples) // batch_size)
     if max_batches > 0:
         total = min(total, max_batches)

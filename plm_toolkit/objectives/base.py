@@ -45,6 +45,20 @@ class Objective(nn.Module):
     def check_config(cls, config) -> None:
         """Raise ConfigError naming the key for an impossible setting; validation calls it before any work."""
 
+    @classmethod
+    def stream_window(cls, config, max_seq_len: int) -> tuple[int, int]:
+        """(length, stride) of the token-stream windows when ``data_layout == "streams"``: by default the inputs
+        and their next-token targets, one window after the other."""
+        return max_seq_len + 1, max_seq_len
+
+    def carried_state(self) -> dict[str, torch.Tensor]:
+        """Tensors carried from one training micro-batch to the next (Transformer-XL / XLNet segment memories).
+        The loop saves them with each checkpoint so that a resumed run continues exactly; empty by default."""
+        return {}
+
+    def load_carried_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore what ``carried_state`` returned (CPU tensors, read back from a checkpoint)."""
+
     def batch_transform(self) -> BatchTransform | None:
         """A picklable callable run in data-loader workers; None when the objective needs none."""
         return None
@@ -65,3 +79,31 @@ def normalized_loss(out: ObjectiveOutput, counts: dict[str, float]) -> torch.Ten
         total = term if total is None else total + term
     assert total is not None, "an objective must return at least one loss component"
     return total
+
+
+class CarriedMemory:
+    """Segment memories an objective carries between consecutive batches: one set for training, one for
+    evaluation (dropped whenever evaluation starts, so evaluation never disturbs training's memory)."""
+
+    def __init__(self) -> None:
+        self._memories: dict[bool, list[torch.Tensor] | None] = {True: None, False: None}
+
+    def get(self, training: bool, batch_size: int, device: torch.device) -> list[torch.Tensor] | None:
+        memories = self._memories[training]
+        if not memories or memories[0].shape[0] != batch_size:
+            return None
+        return [m.to(device) for m in memories]
+
+    def set(self, training: bool, memories: list[torch.Tensor] | None) -> None:
+        self._memories[training] = [m.detach() for m in memories] if memories else None
+
+    def reset(self, training: bool) -> None:
+        self._memories[training] = None
+
+    def state(self) -> dict[str, torch.Tensor]:
+        memories = self._memories[True] or []
+        return {f"memory.{i}": m.detach().cpu() for i, m in enumerate(memories)}
+
+    def load(self, state: dict[str, torch.Tensor]) -> None:
+        layers = sorted((k for k in state if k.startswith("memory.")), key=lambda k: int(k.split(".")[1]))
+        self._memories[True] = [state[k] for k in layers] or None

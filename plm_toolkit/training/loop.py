@@ -111,6 +111,7 @@ class Trainer:
         config_yaml: str,
         tokenizer_json: str | None,
         num_workers: int = 0,
+        streams: bool = False,
     ):
         self.cfg, self.runtime, self.run_dir = trainer_cfg, runtime, run_dir
         self.process = runtime.process
@@ -119,6 +120,8 @@ class Trainer:
         self.train_examples, self.eval_examples, self.collate = train_examples, eval_examples, collate
         self.config_yaml, self.tokenizer_json = config_yaml, tokenizer_json
         self.num_workers = num_workers
+        # Examples are consecutive windows of a token stream, read in order (data/loader.py, StreamOrder).
+        self.streams = streams
         self.optimizer = build_optimizer(self.module, optimizer_cfg)
         self.scheduler = build_scheduler(self.optimizer, optimizer_cfg, trainer_cfg.max_steps)
         self.scaler = LossScaler(runtime, hardware_cfg.min_loss_scale, hardware_cfg.max_overflow_steps)
@@ -155,6 +158,7 @@ class Trainer:
                 f"{checkpoint.path / ckpt.STATE_FILE}: training state does not fit this run ({err})"
             ) from err
         ckpt.set_rng_state(state["rng"])
+        self.objective.load_carried_state(state.get("objective_state", {}))
         self.last_checkpoint = checkpoint.path
         self.metrics.truncate_after(self.step)
         log.info("resumed from %s at step %d (%d examples seen)", checkpoint.path, self.step, self.samples_seen)
@@ -169,6 +173,8 @@ class Trainer:
                 "scaler": self.scaler.state_dict(),
                 "rng": ckpt.rng_state(),
                 "world_size": self.process.world_size,
+                # What the objective carries between batches (segment memories): resuming continues exactly.
+                "objective_state": self.objective.carried_state(),
             }
             self.last_checkpoint = ckpt.save_checkpoint(
                 self.run_dir,
@@ -195,6 +201,7 @@ class Trainer:
                     self.collate,
                     self.objective.batch_transform(),
                     cfg.seed,
+                    streams=self.streams,
                 ),
                 num_workers=self.num_workers,
             )
@@ -301,6 +308,7 @@ class Trainer:
             self.objective.batch_transform(),
             self.cfg.seed,
             self.cfg.eval_batches,
+            streams=self.streams,
         )
         for batch in batches:
             for name, n in self.objective.target_counts(batch).items():
