@@ -6,7 +6,8 @@ world_size`` positions; micro-batch j of rank r takes rows ``(j * world_size + r
 block. With ``streams=True`` (Transformer-XL, XLNet) the examples are consecutive windows of one token stream and
 are dealt out in order instead (``StreamOrder``): row b of rank r always continues sub-stream r * batch_size + b,
 so each micro-batch holds the next window of every row's previous one. Every row's masking seed is derived from
-its stream position, so a row is transformed the same way whatever micro-batch or process it lands in: 8 x 4, 32 x 1 and 2 processes x 16 see identical data.
+its stream position, so a row is transformed the same way whatever micro-batch or process it lands in: 8 x 4,
+32 x 1 and 2 processes x 16 see identical data.
 """
 
 from __future__ import annotations
