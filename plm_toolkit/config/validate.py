@@ -52,12 +52,17 @@ def problems(cfg: DictConfig) -> list[str]:
             f"objective={o.name} needs a model that is {lacking}; model={m.name} is not. "
             f"Models that can serve it: {', '.join(able) or 'none yet'}"
         )
-    try:
-        objective_class(o.name).check_config(o)
-    except ConfigError as err:
-        out.append(str(err))
+    for check in (lambda: objective_class(o.name).check_config(o), lambda: objective_class(o.name).check_data(o, d)):
+        try:
+            check()
+        except ConfigError as err:
+            out.append(str(err))
     packing = _value(d.packing)
     wanted = objective_class(o.name).data_layout
+    if packing != "auto" and packing != wanted and "streams" in (packing, wanted):
+        out.append(
+            f"data.packing={packing}: objective={o.name} reads {wanted.replace('_', ' ')}; set data.packing=auto"
+        )
     if packing != "auto" and packing != wanted and wanted == "sentence_pairs":
         out.append(f"data.packing={packing}: objective={o.name} needs sentence pairs; set data.packing=auto")
 

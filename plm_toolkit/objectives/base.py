@@ -46,6 +46,10 @@ class Objective(nn.Module):
         """Raise ConfigError naming the key for an impossible setting; validation calls it before any work."""
 
     @classmethod
+    def check_data(cls, config, data_cfg) -> None:
+        """Like ``check_config``, for settings that are impossible only together with the data group's."""
+
+    @classmethod
     def stream_window(cls, config, max_seq_len: int) -> tuple[int, int]:
         """(length, stride) of the token-stream windows when ``data_layout == "streams"``: by default the inputs
         and their next-token targets, one window after the other."""
