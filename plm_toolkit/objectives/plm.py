@@ -196,7 +196,7 @@ class PermutationLanguageModeling(Objective):
             )
         if not 0 < perm_size <= reuse_len:
             raise ConfigError(
-                f"objective.perm_size={perm_size} must be positive and <= objective.reuse_len={reuse_len}"
+                f"objective.perm_size={perm_size}: must be positive and at most objective.reuse_len={reuse_len}"
             )
         if reuse_len % perm_size or (seq_len - reuse_len) % perm_size:
             raise ConfigError(
