@@ -47,10 +47,11 @@ def test_few_steps_loss_falls_and_evaluation_reports_perplexity(family, make_con
     cfg = make_config(*XL[family], *COMMON, "trainer.max_steps=30", "trainer.eval_every=30", tiny=False)
     final = run(cfg, tmp_path)
     train = [r for r in read_metrics(tmp_path) if "lr" in r]
-    first, last = sum(r["loss"] for r in train[:5]) / 5, sum(r["loss"] for r in train[-5:]) / 5
-    assert last < first - 0.25, (first, last)
+    first, last = sum(r["loss"] for r in train[:8]) / 8, sum(r["loss"] for r in train[-8:]) / 8
+    # XLNet predicts only ~1/6 of the tokens, so its loss is noisier and falls more slowly per step.
+    assert last < first - (0.25 if family == "transformer_xl" else 0.12), (family, first, last)
     component = "clm" if family == "transformer_xl" else "plm"
-    assert f"eval_{component}_perplexity" in final
+    assert final[f"eval_{component}_perplexity"] < 600 * 0.8  # better than uniform over the 600-token vocabulary
     if family == "transformer_xl":
         assert abs(final["eval_clm_bits_per_token"] - final["eval_clm_loss"] / torch.log(torch.tensor(2.0))) < 1e-4
 
