@@ -1,4 +1,5 @@
-"""Tokenizers: load a tokenizer.json or a WordPiece vocab.txt, or train a WordPiece vocabulary on the corpus.
+"""Tokenizers: load a tokenizer.json or a WordPiece vocab.txt, or train a WordPiece or a SentencePiece-style unigram
+vocabulary on the corpus.
 
 A trained tokenizer is cached as `<cache_dir>/tokenizers/<key>.json`. The key hashes the training split's
 contents (the sha256 of each file's bytes, or a saved dataset's fingerprint) together with the tokenizer
@@ -21,12 +22,12 @@ from plm_toolkit.errors import DataError
 
 # The special tokens of a trained vocabulary, in id order: [PAD] is 0 so that zero-filled tensors are padding.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-# Names a special token may have in a loaded tokenizer (BERT's first, then RoBERTa's).
+# Names a special token may have in a loaded tokenizer (BERT's first, then XLNet's, then RoBERTa's).
 _SPECIAL_NAMES = {
     "pad_id": ("[PAD]", "<pad>"),
     "unk_id": ("[UNK]", "<unk>"),
-    "cls_id": ("[CLS]", "<s>"),
-    "sep_id": ("[SEP]", "</s>"),
+    "cls_id": ("[CLS]", "<cls>", "<s>"),
+    "sep_id": ("[SEP]", "<sep>", "</s>"),
     "mask_id": ("[MASK]", "<mask>"),
 }
 TOKENIZER_FILE = "tokenizer.json"
@@ -96,13 +97,37 @@ def bert_tokenizer(model: models.Model, lowercase: bool) -> Tokenizer:
     return tokenizer
 
 
-def _add_specials(tokenizer: Tokenizer) -> None:
+def unigram_tokenizer(lowercase: bool) -> Tokenizer:
+    """SentencePiece's pipeline around a unigram LM (Kudo 2018), as XLNet's: NFKC, "▁" marks a preceding space,
+    no pre-splitting on punctuation."""
+    tokenizer = Tokenizer(models.Unigram())
+    steps = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
+    tokenizer.normalizer = normalizers.Sequence(steps)
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    return tokenizer
+
+
+def unigram_trainer(vocab_size: int) -> trainers.UnigramTrainer:
+    return trainers.UnigramTrainer(
+        vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), unk_token="[UNK]", show_progress=False
+    )
+
+
+def _add_specials(tokenizer: Tokenizer, xlnet_layout: bool = False) -> None:
     """Mark the vocabulary's special tokens as such (never split, skipped when decoding) and add the
-    `[CLS] A [SEP] B [SEP]` template, which needs their ids."""
+    `[CLS] A [SEP] B [SEP]` template (XLNet's `A [SEP] B [SEP] [CLS]` for a unigram vocabulary), which needs
+    their ids."""
     present = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is not None]
     tokenizer.add_special_tokens(present)
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    if cls_id is not None and sep_id is not None:
+    if cls_id is not None and sep_id is not None and xlnet_layout:
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="$A [SEP] [CLS]:2",
+            pair="$A [SEP] $B:1 [SEP]:1 [CLS]:2",
+            special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+        )
+    elif cls_id is not None and sep_id is not None:
         tokenizer.post_processor = processors.TemplateProcessing(
             single="[CLS] $A [SEP]",
             pair="[CLS] $A [SEP] $B:1 [SEP]:1",
@@ -134,14 +159,17 @@ def train_tokenizer(data_cfg: Any) -> Tokenizer:
     if path.is_file():
         return load_tokenizer(path)
     t = data_cfg.tokenizer
-    tokenizer = bert_tokenizer(models.WordPiece(unk_token="[UNK]"), bool(t.lowercase))
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=int(t.vocab_size),
-        min_frequency=int(t.min_frequency),
-        special_tokens=list(SPECIAL_TOKENS),
-        continuing_subword_prefix="##",
-        show_progress=False,
-    )
+    if choice(t.kind) == "unigram":
+        tokenizer, trainer = unigram_tokenizer(bool(t.lowercase)), unigram_trainer(int(t.vocab_size))
+    else:
+        tokenizer = bert_tokenizer(models.WordPiece(unk_token="[UNK]"), bool(t.lowercase))
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=int(t.vocab_size),
+            min_frequency=int(t.min_frequency),
+            special_tokens=list(SPECIAL_TOKENS),
+            continuing_subword_prefix="##",
+            show_progress=False,
+        )
     dataset = documents.dataset
 
     def batches():
@@ -149,7 +177,8 @@ def train_tokenizer(data_cfg: Any) -> Tokenizer:
             yield batch["text"]
 
     tokenizer.train_from_iterator(batches(), trainer=trainer, length=len(dataset))
-    _add_specials(tokenizer)  # the template needs the ids of [CLS] and [SEP], which exist only now
+    # The template needs the ids of [CLS] and [SEP], which exist only now.
+    _add_specials(tokenizer, xlnet_layout=choice(t.kind) == "unigram")
     _atomic_save(tokenizer, path)
     return tokenizer
 
