@@ -71,6 +71,10 @@ def problems(cfg: DictConfig) -> list[str]:
             f"data.max_seq_len={d.max_seq_len} exceeds model.max_position_embeddings={m.max_position_embeddings}; "
             "lower data.max_seq_len or raise model.max_position_embeddings"
         )
+    if m.get("bi_data") and t.batch_size % 2:
+        out.append(
+            f"model.bi_data=true reads half of every batch backwards: trainer.batch_size={t.batch_size} must be even"
+        )
     if d.max_seq_len < 8:
         out.append(f"data.max_seq_len={d.max_seq_len}: needs at least 8 tokens")
     if "num_heads" in m and m.hidden_size % m.num_heads:

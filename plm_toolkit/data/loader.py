@@ -53,11 +53,13 @@ class StreamOrder:
     The windows are cut into ``num_streams`` contiguous sub-streams of ``per_stream`` windows (the remainder is
     dropped, as Transformer-XL's batchify does); position p reads window p // num_streams of sub-stream
     p % num_streams, so a batch of ``num_streams`` consecutive positions holds one window of every sub-stream and
-    the next batch the windows that follow them.
+    the next batch the windows that follow them. With ``backward_half`` the sub-streams of the second half of
+    every batch of ``batch_size`` rows are read from their end (XLNet's bi_data; the objective reverses the
+    tokens of those rows), so their memory, too, holds the text that precedes them in reading order.
     """
 
-    def __init__(self, num_examples: int, num_streams: int):
-        self.num_streams = num_streams
+    def __init__(self, num_examples: int, num_streams: int, batch_size: int = 1, backward_half: bool = False):
+        self.num_streams, self.batch_size, self.backward_half = num_streams, batch_size, backward_half
         self.per_stream = num_examples // num_streams
         if self.per_stream < 1:
             raise ValueError(f"{num_examples} windows cannot fill {num_streams} streams; lower the batch size")
@@ -65,6 +67,8 @@ class StreamOrder:
     def __call__(self, position: int) -> int:
         offset = position % (self.per_stream * self.num_streams)
         window, stream = divmod(offset, self.num_streams)
+        if self.backward_half and stream % self.batch_size >= self.batch_size // 2:
+            window = self.per_stream - 1 - window
         return stream * self.per_stream + window
 
 
@@ -107,11 +111,13 @@ class MicroBatches(Dataset):
         seed: int,
         shuffle: bool = True,
         streams: bool = False,
+        backward_half: bool = False,
     ):
         self.examples, self.layout, self.start = examples, layout, start
         self.collate, self.transform, self.seed = collate, transform, seed
         if streams:
-            self.index_of = StreamOrder(len(examples), layout.batch_size * layout.world_size)
+            streams_total = layout.batch_size * layout.world_size
+            self.index_of = StreamOrder(len(examples), streams_total, layout.batch_size, backward_half)
         else:
             self.index_of = EpochPermutations(len(examples), seed, shuffle)
 
@@ -155,11 +161,12 @@ def eval_loader(
     seed: int,
     max_batches: int,
     streams: bool = False,
+    backward_half: bool = False,
 ):
     """Fixed validation batches (same masks at every evaluation), split round-robin over processes; with
     ``streams`` the windows are dealt out in stream order as in training."""
     if streams:
-        order = StreamOrder(len(examples), batch_size * world)
+        order = StreamOrder(len(examples), batch_size * world, batch_size, backward_half)
         rounds = order.per_stream if max_batches <= 0 else min(order.per_stream, -(-max_batches // world))
         for b in range(rounds):
             positions = range((b * world + rank) * batch_size, (b * world + rank + 1) * batch_size)

@@ -38,6 +38,9 @@ class Objective(nn.Module):
     # How the data is packed for this objective: "sentence_pairs" (two segments, NSP label) or
     # "full_sentences" (contiguous sentences filling the sequence, one segment).
     data_layout: ClassVar[str] = "full_sentences"
+    # With data_layout "streams": the second half of every batch reads its sub-streams backwards (XLNet's bi_data);
+    # the loader deals their windows out last to first and the batch transform reverses their tokens.
+    backward_half: bool = False
     # metric name -> component whose target count divides it for logging.
     metric_denominators: ClassVar[dict[str, str]] = {}
 

@@ -98,9 +98,9 @@ def permutation_mask(rank: torch.Tensor, targets: torch.Tensor, functional: torc
 class PermutationTransform:
     """The PLM batch transform (picklable; runs in data-loader workers): stream windows -> XLNet inputs."""
 
-    def __init__(self, config: PlmConfig, vocab: Vocab):
+    def __init__(self, config: PlmConfig, vocab: Vocab, bi_data: bool = False):
         self.k, self.max_span = float(config.partial_prediction_k), int(config.max_span_length)
-        self.config = config
+        self.config, self.bi_data = config, bi_data
         self.sep_id, self.cls_id = vocab.sep_id, vocab.cls_id
 
     def row(self, window: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -135,7 +135,13 @@ class PermutationTransform:
         return {"input_ids": ids, "token_type_ids": types, "perm_mask": perm_mask, "targets": targets}
 
     def __call__(self, batch: dict[str, torch.Tensor], seeds: Sequence[int]) -> dict[str, torch.Tensor]:
-        rows = [self.row(w, torch.Generator().manual_seed(s)) for w, s in zip(batch["input_ids"], seeds, strict=True)]
+        windows = batch["input_ids"]  # (B, W)
+        if self.bi_data:
+            # bi_data: the second half of the batch reads its text backwards (the loader hands those rows their
+            # windows last to first, see data/loader.py StreamOrder), the model negates their distances.
+            half = windows.shape[0] // 2
+            windows = torch.cat([windows[:half], windows[half:].flip(1)])
+        rows = [self.row(w, torch.Generator().manual_seed(s)) for w, s in zip(windows, seeds, strict=True)]
         length = rows[0]["input_ids"].shape[0]
         predicted = max(1, max(int(r["targets"].sum()) for r in rows))
         target_mapping = torch.zeros(len(rows), predicted, length)
@@ -168,7 +174,8 @@ class PermutationLanguageModeling(Objective):
         self.config = config
         # The LM head's decoder is the input embedding (tied, as in the released models); its bias lives here.
         self.bias = nn.Parameter(torch.zeros(model.config.vocab_size))
-        self.transform = PermutationTransform(config, vocab)
+        self.backward_half = bool(getattr(model.config, "bi_data", False))
+        self.transform = PermutationTransform(config, vocab, self.backward_half)
         self.memory = CarriedMemory()
 
     @classmethod

@@ -202,6 +202,7 @@ class Trainer:
                     self.objective.batch_transform(),
                     cfg.seed,
                     streams=self.streams,
+                    backward_half=self.objective.backward_half,
                 ),
                 num_workers=self.num_workers,
             )
@@ -309,6 +310,7 @@ class Trainer:
             self.cfg.seed,
             self.cfg.eval_batches,
             streams=self.streams,
+            backward_half=self.objective.backward_half,
         )
         for batch in batches:
             for name, n in self.objective.target_counts(batch).items():

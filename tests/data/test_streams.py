@@ -49,3 +49,20 @@ def test_stream_order_wraps_and_eval_follows_streams():
     assert [b["input_ids"][:, 0].tolist() for b in batches] == [[0, 3, 6], [1, 4, 7], [2, 5, 8]]
     with pytest.raises(ValueError, match="lower the batch size"):
         StreamOrder(2, 3)
+
+
+def test_backward_half_reads_its_streams_last_to_first_so_reversed_reuse_parts_continue():
+    from plm_toolkit.data.vocab import Vocab
+
+    vocab = Vocab(size=200, pad_id=199, unk_id=198, cls_id=197, sep_id=196, mask_id=195)
+    length, stride = 13, 4  # XLNet: windows of max_seq_len - 3 tokens every reuse_len tokens
+    examples = [{"input_ids": list(range(k * stride, k * stride + length))} for k in range(24)]  # token = position
+    batches = MicroBatches(
+        examples, BatchLayout(4, 1), 0, Collator(vocab), None, seed=0, streams=True, backward_half=True
+    )
+    first, second = batches[0]["input_ids"], batches[1]["input_ids"]
+    assert torch.equal(second[:2, 0], first[:2, 0] + stride)  # forward rows move on
+    assert torch.equal(second[2:, 0], first[2:, 0] - stride)  # backward rows move back
+    # Read backwards (the objective flips those rows), the next window's reused prefix continues this one's.
+    this, following = first[2].flip(0), second[2].flip(0)
+    assert torch.equal(following[:stride], this[stride : 2 * stride])

@@ -120,3 +120,24 @@ def test_loss_sums_over_targets():
     assert objective.carried_state()["memory.0"].shape == (3, 8, 36)
     objective.eval()
     assert objective.memory.get(False, 3, torch.device("cpu")) is None
+
+
+def test_bi_data_reverses_the_second_half_of_the_batch():
+    windows = torch.arange(5, 5 + 4 * 13).view(4, 13)
+    transform = PermutationTransform(PlmConfig(reuse_len=8, perm_size=4), VOCAB, bi_data=True)
+    batch = transform({"input_ids": windows}, [0, 1, 2, 3])
+    assert torch.equal(batch["input_ids"][0, :8], windows[0, :8])
+    assert torch.equal(batch["input_ids"][3, :8], windows[3].flip(0)[:8])
+    model = XLNet(
+        XLNetConfig(
+            vocab_size=101,
+            hidden_size=36,
+            num_layers=1,
+            num_heads=3,
+            head_size=11,
+            intermediate_size=37,
+            mem_len=8,
+            bi_data=True,
+        )
+    )
+    assert PermutationLanguageModeling(PlmConfig(), model, VOCAB).backward_half
