@@ -19,7 +19,7 @@ def choices(name: str, *values: str) -> type[Enum]:
     return Enum(name, {v: v for v in values}, type=str)
 
 
-TokenizerKind = choices("TokenizerKind", "wordpiece", "unigram")
+TokenizerKind = choices("TokenizerKind", "wordpiece", "unigram", "character")
 Packing = choices("Packing", "auto", "sentence_pairs", "full_sentences", "streams")
 OptimizerName = choices("OptimizerName", "adamw", "adam", "sgd")
 Schedule = choices("Schedule", "linear", "cosine", "constant", "noam", "inverse_sqrt")
@@ -33,7 +33,8 @@ Backend = choices("Backend", "auto", "nccl", "gloo")
 class TokenizerConfig:
     # A tokenizer.json or a WordPiece vocab.txt to load; null trains a vocabulary on the training files.
     path: str | None = None
-    # Algorithm of a trained vocabulary: BERT's wordpiece, or a SentencePiece-style unigram LM (XLNet).
+    # Algorithm of a trained vocabulary: BERT's wordpiece, a SentencePiece-style unigram LM (XLNet), or one token
+    # per character (character-level LM, where clm's bits per token are bits per character).
     kind: TokenizerKind = TokenizerKind.wordpiece
     # Size of a trained vocabulary (special tokens included).
     vocab_size: int = 8000

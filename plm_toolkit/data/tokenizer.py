@@ -10,11 +10,12 @@ reuses the cached file.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import tokenizers
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from plm_toolkit.data.corpus import cache_root, choice, read_documents, stable_hash
 from plm_toolkit.data.vocab import Vocab
@@ -108,6 +109,23 @@ def unigram_tokenizer(lowercase: bool) -> Tokenizer:
     return tokenizer
 
 
+def character_tokenizer(dataset: Any, vocab_size: int, lowercase: bool) -> Tokenizer:
+    """One token per character: the special tokens, then the corpus's characters by falling frequency (at most
+    vocab_size in all; rarer ones become [UNK])."""
+    counts: Counter[str] = Counter()
+    for batch in dataset.iter(batch_size=1000):
+        for text in batch["text"]:
+            counts.update(text.lower() if lowercase else text)
+    characters = [c for c, _ in counts.most_common(max(vocab_size - len(SPECIAL_TOKENS), 1))]
+    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *sorted(characters)])}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    if lowercase:
+        tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character
+    tokenizer.decoder = decoders.Fuse()
+    return tokenizer
+
+
 def unigram_trainer(vocab_size: int) -> trainers.UnigramTrainer:
     return trainers.UnigramTrainer(
         vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), unk_token="[UNK]", show_progress=False
@@ -159,6 +177,11 @@ def train_tokenizer(data_cfg: Any) -> Tokenizer:
     if path.is_file():
         return load_tokenizer(path)
     t = data_cfg.tokenizer
+    if choice(t.kind) == "character":
+        tokenizer = character_tokenizer(documents.dataset, int(t.vocab_size), bool(t.lowercase))
+        _add_specials(tokenizer)
+        _atomic_save(tokenizer, path)
+        return tokenizer
     if choice(t.kind) == "unigram":
         tokenizer, trainer = unigram_tokenizer(bool(t.lowercase)), unigram_trainer(int(t.vocab_size))
     else:
