@@ -17,6 +17,10 @@ VOCAB = Vocab(size=99, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
 
 @pytest.fixture
 def reference(tmp_path):
+    return make_reference(tmp_path)
+
+
+def make_reference(tmp_path, **overrides):
     torch.manual_seed(0)
     config = transformers.XLNetConfig(
         vocab_size=99,
@@ -30,6 +34,7 @@ def reference(tmp_path):
         reuse_len=8,
         dropout=0.0,
         untie_r=True,
+        **overrides,
     )
     model = transformers.XLNetLMHeadModel(config).eval()
     with torch.no_grad():  # transformers starts the biases at zero; random ones exercise every term
@@ -47,9 +52,11 @@ def plm_batch(batch_size=2, seq_len=16, seed=0):
     return transform({"input_ids": windows}, [seed * 10 + i for i in range(batch_size)])
 
 
-def test_logits_and_memories_match_transformers(reference):
-    ref, folder = reference
+@pytest.mark.parametrize(("bi_data", "clamp_len"), [(False, -1), (True, 5)])
+def test_logits_and_memories_match_transformers(tmp_path, bi_data, clamp_len):
+    ref, folder = make_reference(tmp_path, bi_data=bi_data, clamp_len=clamp_len)
     imported = import_hf_xlnet(folder)
+    assert imported.model_config.bi_data == bi_data and imported.model_config.clamp_len == clamp_len
     assert imported.reuse_len == 8 and imported.model_config.head_size == 12
     model = XLNet(imported.model_config).eval()
     model.load_state_dict(imported.model_state)
