@@ -21,7 +21,7 @@ from plm_toolkit.data.loader import BatchLayout, MicroBatches, eval_loader, micr
 from plm_toolkit.errors import TrainingError
 from plm_toolkit.objectives.base import Objective, ObjectiveOutput, normalized_loss
 from plm_toolkit.training import checkpoint as ckpt
-from plm_toolkit.training.distributed import all_reduce_sum, barrier
+from plm_toolkit.training.distributed import all_reduce_sum, barrier, gather_objects
 from plm_toolkit.training.logging import MetricsWriter, ProgressBar
 from plm_toolkit.training.optim import build_optimizer, build_scheduler
 from plm_toolkit.training.precision import LossScaler, Runtime
@@ -158,12 +158,15 @@ class Trainer:
                 f"{checkpoint.path / ckpt.STATE_FILE}: training state does not fit this run ({err})"
             ) from err
         ckpt.set_rng_state(state["rng"])
-        self.objective.load_carried_state(state.get("objective_state", {}))
+        own = f"rank{self.process.rank}."  # each rank carries the memories of its own rows
+        carried = state.get("objective_state", {})
+        self.objective.load_carried_state({k.removeprefix(own): v for k, v in carried.items() if k.startswith(own)})
         self.last_checkpoint = checkpoint.path
         self.metrics.truncate_after(self.step)
         log.info("resumed from %s at step %d (%d examples seen)", checkpoint.path, self.step, self.samples_seen)
 
     def save(self) -> None:
+        carried = gather_objects(self.objective.carried_state(), self.process)
         if self.process.is_main:
             state = {
                 "step": self.step,
@@ -173,8 +176,9 @@ class Trainer:
                 "scaler": self.scaler.state_dict(),
                 "rng": ckpt.rng_state(),
                 "world_size": self.process.world_size,
-                # What the objective carries between batches (segment memories): resuming continues exactly.
-                "objective_state": self.objective.carried_state(),
+                # What the objective carries between batches (segment memories), per rank: resuming continues
+                # exactly.
+                "objective_state": {f"rank{r}.{k}": v for r, part in enumerate(carried) for k, v in part.items()},
             }
             self.last_checkpoint = ckpt.save_checkpoint(
                 self.run_dir,

@@ -70,7 +70,7 @@ def test_resume_with_memories_continues_exactly(family, make_config, tmp_path):
     run(make_config(*common, "trainer.max_steps=8", tiny=False), straight)
     run(make_config(*common, "trainer.max_steps=4", tiny=False), interrupted)
     state = torch.load(interrupted / "checkpoints" / "step_4" / "trainer_state.pt", weights_only=True)
-    memory = state["objective_state"]["memory.0"]
+    memory = state["objective_state"]["rank0.memory.0"]
     assert memory.shape[:2] == (6, 24 if family == "transformer_xl" else 16) and memory.abs().sum() > 0
     run(make_config(*common, "trainer.max_steps=8", "trainer.resume=auto", tiny=False), interrupted)
     a, b = read_metrics(straight), read_metrics(interrupted)
@@ -110,3 +110,32 @@ def test_character_level_tinyshakespeare_reports_bits_per_character(shared_data,
     assert vocab_size < 80
     assert final["eval_clm_bits_per_token"] < 4.8, final
     assert abs(final["eval_clm_bits_per_token"] - final["eval_clm_loss"] / math.log(2)) < 1e-4
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_two_process_resume_restores_each_ranks_memories(small_corpus, tmp_path):
+    from .test_train import launch
+
+    args = [
+        *XL["transformer_xl"],
+        *COMMON,
+        "data=text_files",
+        f"data.train_files=[{small_corpus['train']}]",
+        f"data.cache_dir={small_corpus['cache']}",
+        "trainer.batch_size=3",
+        "trainer.save_every=3",
+        "optimizer.total_steps=6",
+    ]
+    straight = launch([*args, "trainer.max_steps=6", f"hydra.run.dir={tmp_path / 'a'}"], tmp_path, nproc=2)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    first = launch([*args, "trainer.max_steps=3", f"hydra.run.dir={tmp_path / 'b'}"], tmp_path, nproc=2)
+    assert first.returncode == 0, first.stderr[-3000:]
+    state = torch.load(tmp_path / "b" / "checkpoints" / "step_3" / "trainer_state.pt", weights_only=True)
+    rank0, rank1 = state["objective_state"]["rank0.memory.0"], state["objective_state"]["rank1.memory.0"]
+    assert rank0.shape == rank1.shape == (3, 24, 36) and not torch.equal(rank0, rank1)
+    resumed = launch([*args, "trainer.max_steps=6", f"hydra.run.dir={tmp_path / 'b'}"], tmp_path, nproc=2)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = read_metrics(tmp_path / "a"), read_metrics(tmp_path / "b")
+    assert [r["step"] for r in b] == list(range(1, 7))
+    assert [r["loss"] for r in a] == [r["loss"] for r in b]
