@@ -7,8 +7,8 @@ attends to the previous L tokens:
   * memory: encode a segment of S new tokens at once, attending to a memory of the L - S states cached from the
     previous segments, so each token is computed once (the longest attention length is again L).
 Both run the same randomly initialised Transformer-XL, batch 1, in evaluation mode. The vanilla path is timed on
-a few predicted tokens and extrapolated per token (one window forward each); the memory path on a few segments
-once the memory is full. The paper reports up to 1,874x at L = 3,800 (363x at 800) on GPUs.
+a few predicted tokens and extrapolated per token (one window forward each); the memory path on several segments
+once the memory is full. Each path reports the median step, which keeps the numbers steady on a shared machine. The paper reports up to 1,874x at L = 3,800 (363x at 800) on GPUs.
 
     python scripts/bench_memory_eval.py                       # lengths 128..3800 on this machine's device
     python scripts/bench_memory_eval.py --lengths 128 512 --device cpu
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 
 import torch
@@ -36,9 +37,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--inner", type=int, default=1024)
     parser.add_argument("--vocab-size", type=int, default=1000)
-    parser.add_argument("--vanilla-tokens", type=int, default=2, help="predicted tokens timed on the vanilla path")
-    parser.add_argument("--memory-segments", type=int, default=3, help="segments timed on the memory path")
+    parser.add_argument("--vanilla-tokens", type=int, default=3, help="predicted tokens timed on the vanilla path")
+    parser.add_argument("--memory-segments", type=int, default=8, help="segments timed on the memory path")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="CPU threads (one keeps timings steady on a shared machine; 0 = torch's)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -60,11 +64,11 @@ def timed(fn, device: torch.device) -> float:
 def vanilla_tokens_per_s(model, stream: torch.Tensor, length: int, count: int, device) -> float:
     """Predict tokens length, length + 1, ...: each from a fresh forward over the previous `length` tokens."""
     model(stream[:, :length], mem_len=0)  # warm-up
-    seconds = 0.0
+    seconds = []
     for t in range(count):
         window = stream[:, 1 + t : 1 + t + length]  # the window shifted by one position per prediction
-        seconds += timed(lambda w=window: model(w, mem_len=0), device)
-    return count / seconds
+        seconds.append(timed(lambda w=window: model(w, mem_len=0), device))
+    return 1.0 / statistics.median(seconds)
 
 
 @torch.inference_mode()
@@ -75,23 +79,24 @@ def memory_tokens_per_s(model, stream: torch.Tensor, length: int, segment: int, 
     out = model(stream[:, :mem_len], mem_len=mem_len) if mem_len else None  # fill the memory
     memories = out.memories if out is not None else None
     start = mem_len
-    seconds = 0.0
-    for k in range(count + 1):
+    seconds = []
+    for _ in range(count + 1):  # the first segment is a warm-up
         piece = stream[:, start : start + segment]
-        step_start = time.perf_counter()
         synchronize(device)
+        step_start = time.perf_counter()
         out = model(piece, memories=memories, mem_len=mem_len)
         synchronize(device)
-        if k > 0:  # the first segment is a warm-up
-            seconds += time.perf_counter() - step_start
+        seconds.append(time.perf_counter() - step_start)
         memories, start = out.memories, start + segment
-    return count * segment / seconds
+    return segment / statistics.median(seconds[1:])
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     name = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
+    if device.type == "cpu" and args.threads > 0:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     config = TransformerXLConfig(
         vocab_size=args.vocab_size,
