@@ -8,7 +8,8 @@ attends to the previous L tokens:
     previous segments, so each token is computed once (the longest attention length is again L).
 Both run the same randomly initialised Transformer-XL, batch 1, in evaluation mode. The vanilla path is timed on
 a few predicted tokens and extrapolated per token (one window forward each); the memory path on several segments
-once the memory is full. Each path reports the median step, which keeps the numbers steady on a shared machine. The paper reports up to 1,874x at L = 3,800 (363x at 800) on GPUs.
+once the memory is full. Each path reports the median step, which keeps the numbers steady on a shared machine.
+The paper reports up to 1,874x at L = 3,800 (363x at 800) on GPUs.
 
     python scripts/bench_memory_eval.py                       # lengths 128..3800 on this machine's device
     python scripts/bench_memory_eval.py --lengths 128 512 --device cpu
