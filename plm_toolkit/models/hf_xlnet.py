@@ -69,7 +69,7 @@ def _to_ours(theirs: dict[str, torch.Tensor], config: XLNetConfig) -> dict[str, 
     inner = config.num_heads * (config.head_size or hidden // config.num_heads)
     ours = {
         "word_embedding.weight": theirs.pop("word_embedding.weight"),
-        "mask_embedding": theirs.pop("mask_emb").reshape(hidden),
+        "mask_embedding": theirs.pop("mask_emb").reshape(hidden),  # (H,)
     }
     for i in range(config.num_layers):
         att, ff = f"layer.{i}.rel_attn.", f"layer.{i}.ff."
@@ -89,14 +89,14 @@ def _to_theirs(ours: dict[str, torch.Tensor], config: XLNetConfig) -> dict[str, 
     head_size = config.head_size or hidden // heads
     theirs = {
         "word_embedding.weight": ours["word_embedding.weight"],
-        "mask_emb": ours["mask_embedding"].reshape(1, 1, hidden),
+        "mask_emb": ours["mask_embedding"].reshape(1, 1, hidden),  # (1, 1, H)
     }
     for i in range(config.num_layers):
         att, ff = f"layer.{i}.rel_attn.", f"layer.{i}.ff."
         for name, key in _PROJECTIONS.items():
             weight = ours[f"layers.{i}.attention.{name}.weight"]  # (n*d, H)
-            theirs[att + key] = weight.T.reshape(hidden, heads, head_size)
-        theirs[att + "o"] = ours[f"layers.{i}.attention.output.weight"].reshape(hidden, heads, head_size)
+            theirs[att + key] = weight.T.reshape(hidden, heads, head_size)  # (H, n, d)
+        theirs[att + "o"] = ours[f"layers.{i}.attention.output.weight"].reshape(hidden, heads, head_size)  # (H, n, d)
         for name, key in _PLAIN.items():
             theirs[att + key] = ours[f"layers.{i}.attention.{name}"]
         for name, key in _FEED_FORWARD.items():
