@@ -5,9 +5,10 @@ The training examples form an endless stream of epochs, each a seeded permutatio
 world_size`` positions; micro-batch j of rank r takes rows ``(j * world_size + r) * batch_size`` onwards of that
 block. With ``streams=True`` (Transformer-XL, XLNet) the examples are consecutive windows of one token stream and
 are dealt out in order instead (``StreamOrder``): row b of rank r always continues sub-stream r * batch_size + b,
-so each micro-batch holds the next window of every row's previous one. Every row's masking seed is derived from
-its stream position, so a row is transformed the same way whatever micro-batch or process it lands in: 8 x 4,
-32 x 1 and 2 processes x 16 see identical data.
+so each micro-batch holds the next window of every row's previous one; ``stream_start`` (B,) marks rows that begin
+their sub-stream again (the first batch of a pass), where a carried memory must not continue. Every row's masking
+seed is derived from its stream position, so a row is transformed the same way whatever micro-batch or process it
+lands in: 8 x 4, 32 x 1 and 2 processes x 16 see identical data.
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ class StreamOrder:
         self.per_stream = num_examples // num_streams
         if self.per_stream < 1:
             raise ValueError(f"{num_examples} windows cannot fill {num_streams} streams; lower the batch size")
+
+    def starts(self, position: int) -> bool:
+        """Whether position p reads the first window of its sub-stream (a new pass over the text begins)."""
+        return position % (self.per_stream * self.num_streams) < self.num_streams
 
     def __call__(self, position: int) -> int:
         offset = position % (self.per_stream * self.num_streams)
@@ -126,6 +131,8 @@ class MicroBatches(Dataset):
         batch = self.collate(take_rows(self.examples, [self.index_of(p) for p in positions]))
         if self.transform is not None:
             batch = self.transform(batch, [mix_seed(self.seed, p) for p in positions])
+        if isinstance(self.index_of, StreamOrder):
+            batch["stream_start"] = torch.tensor([self.index_of.starts(p) for p in positions])  # (B,)
         return batch
 
 
@@ -173,6 +180,7 @@ def eval_loader(
             batch = collate(take_rows(examples, [order(p) for p in positions]))
             if transform is not None:
                 batch = transform(batch, [mix_seed(seed, p, stream=1) for p in positions])
+            batch["stream_start"] = torch.tensor([order.starts(p) for p in positions])  # (B,)
             yield batch
         return
     total = -(-len(examples) // batch_size)

@@ -95,11 +95,16 @@ class CarriedMemory:
     def __init__(self) -> None:
         self._memories: dict[bool, list[torch.Tensor] | None] = {True: None, False: None}
 
-    def get(self, training: bool, batch_size: int, device: torch.device) -> list[torch.Tensor] | None:
+    def get(self, training: bool, batch: dict[str, torch.Tensor]) -> list[torch.Tensor] | None:
+        """The memories for ``batch``; none when the batch starts its streams afresh (``stream_start``): memory is
+        reused only within the same context, as Transformer-XL starts every epoch from an empty memory."""
         memories = self._memories[training]
-        if not memories or memories[0].shape[0] != batch_size:
+        ids = batch["input_ids"]
+        if not memories or memories[0].shape[0] != ids.shape[0]:
             return None
-        return [m.to(device) for m in memories]
+        if "stream_start" in batch and bool(batch["stream_start"].any()):
+            return None
+        return [m.to(ids.device) for m in memories]
 
     def set(self, training: bool, memories: list[torch.Tensor] | None) -> None:
         self._memories[training] = [m.detach() for m in memories] if memories else None

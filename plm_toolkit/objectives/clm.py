@@ -91,7 +91,7 @@ class CausalLanguageModeling(Objective):
         inputs, labels = ids[:, :-1], ids[:, 1:]
         keep = batch["attention_mask"][:, 1:].bool()  # (B, T)
         if self.recurrent:
-            memories = self.memory.get(self.training, ids.shape[0], ids.device)
+            memories = self.memory.get(self.training, batch)
             reps = model(input_ids=inputs, memories=memories)
             self.memory.set(self.training, reps.memories)
         else:

@@ -235,7 +235,7 @@ class PermutationLanguageModeling(Objective):
             input_ids=ids,
             attention_mask=batch["attention_mask"],
             token_type_ids=batch["token_type_ids"],
-            memories=self.memory.get(self.training, ids.shape[0], ids.device),
+            memories=self.memory.get(self.training, batch),
             perm_mask=batch["perm_mask"],
             target_mapping=batch["target_mapping"],
             reuse_len=reuse_len,

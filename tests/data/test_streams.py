@@ -32,9 +32,12 @@ def test_consecutive_micro_batches_hold_consecutive_windows_of_each_row(batch_si
         layout = BatchLayout(batch_size, accum, world_size, rank)
         batches = MicroBatches(examples, layout, 0, Collator(vocab), None, seed=0, streams=True)
         for micro in range(per_stream):
-            first = batches[micro]["input_ids"][:, 0]  # (B,)
+            batch = batches[micro]
             expected = torch.tensor([(rank * batch_size + b) * per_stream + micro for b in range(batch_size)])
-            assert torch.equal(first, expected), (rank, micro)
+            assert torch.equal(batch["input_ids"][:, 0], expected), (rank, micro)
+            assert batch["stream_start"].tolist() == [micro == 0] * batch_size
+        again = batches[per_stream]  # the next pass over the text: memory must not carry over
+        assert torch.equal(again["input_ids"], batches[0]["input_ids"]) and again["stream_start"].all()
 
 
 def test_stream_order_wraps_and_eval_follows_streams():

@@ -44,7 +44,11 @@ def test_loss_is_next_token_cross_entropy_and_memory_is_carried():
     second = batch(1)
     with_memory = objective(model, second).loss_sums["clm"]
     objective.eval()  # entering evaluation drops the evaluation memory
-    assert not torch.allclose(with_memory, objective(model, second).loss_sums["clm"])
+    fresh = objective(model, second).loss_sums["clm"]
+    assert not torch.allclose(with_memory, fresh)
+    # A batch that starts its streams again (a new pass over the text) does not read the memory either.
+    restart = {**second, "stream_start": torch.ones(3, dtype=torch.bool)}
+    torch.testing.assert_close(objective(model, restart).loss_sums["clm"], fresh)
 
 
 def test_training_memory_survives_evaluation_and_round_trips():

@@ -119,7 +119,7 @@ def test_loss_sums_over_targets():
     # Training carries the reused prefix's memory to the next batch; evaluation starts from none.
     assert objective.carried_state()["memory.0"].shape == (3, 8, 36)
     objective.eval()
-    assert objective.memory.get(False, 3, torch.device("cpu")) is None
+    assert objective.memory.get(False, batch) is None
 
 
 def test_bi_data_reverses_the_second_half_of_the_batch():
