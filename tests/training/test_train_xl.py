@@ -52,12 +52,13 @@ def test_few_steps_loss_falls_and_evaluation_reports_perplexity(family, make_con
     records = read_metrics(tmp_path)
     train = [r for r in records if "lr" in r]
     first, last = sum(r["loss"] for r in train[:3]) / 3, sum(r["loss"] for r in train[-8:]) / 8
-    assert last < first - 0.25, (family, first, last)
-    # Evaluation reads the same validation windows every time, from an empty memory: a steadier measure.
+    assert last < first - 0.1, (family, first, last)
+    # Evaluation reads the same validation windows every time, from an empty memory: the steadier measure. The
+    # untrained model sits at the uniform loss ln(V); 40 steps get well below it.
+    uniform = math.log(OmegaConf.load(tmp_path / "checkpoints" / "last" / "config.yaml").model.vocab_size)
     component = "clm" if family == "transformer_xl" else "plm"
     evals = [r[f"eval_{component}_loss"] for r in records if "eval_loss" in r]
-    assert len(evals) == 4 and evals[-1] < evals[0], (family, evals)
-    assert final[f"eval_{component}_perplexity"] < 600 * 0.8  # better than uniform over the 600-token vocabulary
+    assert len(evals) == 4 and evals[-1] < evals[0] and evals[-1] < uniform - 0.3, (family, uniform, evals)
     if family == "transformer_xl":
         assert abs(final["eval_clm_bits_per_token"] - final["eval_clm_loss"] / torch.log(torch.tensor(2.0))) < 1e-4
 
