@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit import registry
 from plm_toolkit.config import register_schemas
-from plm_toolkit.config.validate import data_layout, tokenizer_kind, validate
+from plm_toolkit.config.validate import data_layout, objective_class, tokenizer_kind, validate
 from plm_toolkit.data import prepare_pretraining_data
 from plm_toolkit.data.collate import Collator
 from plm_toolkit.data.corpus import register_resolvers
@@ -73,7 +73,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     # Rank 0 trains the tokenizer and tokenizes first; the others then read its cache.
     if not process.is_main:
         barrier(process)
-    data = prepare_pretraining_data(data_cfg, data_layout(cfg), cfg.trainer.seed)
+    layout = data_layout(cfg)
+    window = objective_class(cfg.objective.name).stream_window(cfg.objective, cfg.data.max_seq_len)
+    data = prepare_pretraining_data(data_cfg, layout, cfg.trainer.seed, window if layout == "streams" else None)
     if process.is_main:
         barrier(process)
 
@@ -111,6 +113,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
         tokenizer_json=data.tokenizer.to_str(),
         num_workers=cfg.data.num_workers,
+        streams=layout == "streams",
     )
     if checkpoint is not None:
         trainer.restore(checkpoint)

@@ -19,8 +19,8 @@ def choices(name: str, *values: str) -> type[Enum]:
     return Enum(name, {v: v for v in values}, type=str)
 
 
-TokenizerKind = choices("TokenizerKind", "auto", "wordpiece", "bpe")
-Packing = choices("Packing", "auto", "sentence_pairs", "segment_pairs", "full_sentences")
+TokenizerKind = choices("TokenizerKind", "auto", "wordpiece", "bpe", "unigram", "character")
+Packing = choices("Packing", "auto", "sentence_pairs", "segment_pairs", "full_sentences", "streams")
 OptimizerName = choices("OptimizerName", "adamw", "adam", "sgd")
 Schedule = choices("Schedule", "linear", "cosine", "constant", "noam", "inverse_sqrt")
 Device = choices("Device", "auto", "cpu", "cuda")
@@ -35,7 +35,9 @@ class TokenizerConfig:
     # null trains a vocabulary on the training files.
     path: str | None = None
     # Algorithm of a trained vocabulary: wordpiece (BERT), bpe (byte-level BPE with <s> </s> <pad> <mask> <unk>,
-    # RoBERTa), or auto: the model preset's choice (model.tokenizer).
+    # RoBERTa), unigram (SentencePiece-style unigram LM, XLNet), character (one token per character, for
+    # character-level LMs, where clm's bits per token are bits per character), or auto: the model preset's choice
+    # (model.tokenizer).
     kind: TokenizerKind = TokenizerKind.auto
     # Size of a trained vocabulary (special tokens included).
     vocab_size: int = 8000
@@ -67,7 +69,9 @@ class DataConfig:
     # Sentence-pair layout: probability that segment B comes from another document (NSP negative).
     random_next_prob: float = 0.5
     # Packing: auto lets the objective choose (NSP needs sentence_pairs, SOP segment_pairs: two consecutive
-    # segments of one document; full_sentences packs contiguous text across documents, RoBERTa's FULL-SENTENCES).
+    # segments of one document; full_sentences packs contiguous text across documents, RoBERTa's FULL-SENTENCES;
+    # Transformer-XL and XLNet read streams, windows of one token stream dealt out in order so that consecutive
+    # batches continue each row's text).
     packing: Packing = Packing.auto
     # Tokenizers and tokenized corpora are cached here, keyed by the files' contents and the settings.
     cache_dir: str = "${oc.env:PLM_TOOLKIT_CACHE,${oc.env:HOME,.}/.cache/plm_toolkit}"

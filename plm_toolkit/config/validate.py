@@ -64,14 +64,21 @@ def problems(cfg: DictConfig) -> list[str]:
             f"objective={o.name} feeds two segments (token types 0 and 1); model.type_vocab_size="
             f"{m.type_vocab_size} has one (RoBERTa's): set model.type_vocab_size=2 or pick objective=mlm"
         )
-    try:
-        objective_class(o.name).check_config(o)
-    except ConfigError as err:
-        out.append(str(err))
+    for check in (lambda: objective_class(o.name).check_config(o), lambda: objective_class(o.name).check_data(o, d)):
+        try:
+            check()
+        except ConfigError as err:
+            out.append(str(err))
     packing = _value(d.packing)
     wanted = objective_class(o.name).data_layout
-    if packing != "auto" and packing != wanted and wanted != "full_sentences":
-        kind = {"sentence_pairs": "sentence pairs", "segment_pairs": "in-order segment pairs"}[wanted]
+    # full_sentences objectives (MLM) accept any non-stream packing; the others need their own.
+    if packing not in ("auto", wanted) and (wanted != "full_sentences" or packing == "streams"):
+        kind = {
+            "sentence_pairs": "sentence pairs",
+            "segment_pairs": "in-order segment pairs",
+            "streams": "streams",
+            "full_sentences": "full sentences or pairs",
+        }[wanted]
         out.append(f"data.packing={packing}: objective={o.name} needs {kind}; set data.packing=auto")
 
     offset = m.get("position_offset", 0)
@@ -84,6 +91,10 @@ def problems(cfg: DictConfig) -> list[str]:
     embedding_size = m.get("embedding_size")
     if embedding_size is not None and embedding_size < 1:
         out.append(f"model.embedding_size={embedding_size}: must be positive, or null for model.hidden_size")
+    if m.get("bi_data") and t.batch_size % 2:
+        out.append(
+            f"model.bi_data=true reads half of every batch backwards: trainer.batch_size={t.batch_size} must be even"
+        )
     if d.max_seq_len < 8:
         out.append(f"data.max_seq_len={d.max_seq_len}: needs at least 8 tokens")
     if "num_heads" in m and m.hidden_size % m.num_heads:

@@ -45,13 +45,16 @@ class PretrainingData:
     validation: datasets.Dataset | None
 
 
-def prepare_pretraining_data(data_cfg: Any, layout: Any, seed: int) -> PretrainingData:
-    """Tokenizer (loaded or trained), then the train and validation examples in `layout`; all cached."""
+def prepare_pretraining_data(
+    data_cfg: Any, layout: Any, seed: int, window: tuple[int, int] | None = None
+) -> PretrainingData:
+    """Tokenizer (loaded or trained), then the train and validation examples in `layout`; all cached.
+    ``window`` = (length, stride) of the "streams" layout."""
     tokenizer = load_or_train_tokenizer(data_cfg)
     vocab = vocab_from_tokenizer(tokenizer)
-    train = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "train", seed)
+    train = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "train", seed, window)
     assert train is not None  # the training split always has a source, or reading it raised
-    validation = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "validation", seed)
+    validation = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "validation", seed, window)
     return PretrainingData(tokenizer, vocab, train, validation)
 
 

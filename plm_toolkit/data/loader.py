@@ -3,8 +3,12 @@
 The training examples form an endless stream of epochs, each a seeded permutation of the dataset. Optimizer step s
 (0-based, counted from the start position) takes the next ``global_batch = batch_size * grad_accum_steps *
 world_size`` positions; micro-batch j of rank r takes rows ``(j * world_size + r) * batch_size`` onwards of that
-block. Every row's masking seed is derived from its stream position, so a row is transformed the same way whatever
-micro-batch or process it lands in: 8 x 4, 32 x 1 and 2 processes x 16 see identical data.
+block. With ``streams=True`` (Transformer-XL, XLNet) the examples are consecutive windows of one token stream and
+are dealt out in order instead (``StreamOrder``): row b of rank r always continues sub-stream r * batch_size + b,
+so each micro-batch holds the next window of every row's previous one; ``stream_start`` (B,) marks rows that begin
+their sub-stream again (the first batch of a pass), where a carried memory must not continue. Every row's masking
+seed is derived from its stream position, so a row is transformed the same way whatever micro-batch or process it
+lands in: 8 x 4, 32 x 1 and 2 processes x 16 see identical data.
 """
 
 from __future__ import annotations
@@ -42,6 +46,35 @@ class EpochPermutations:
             self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.n)
             self._epoch = epoch
         return int(self._perm[offset])
+
+
+class StreamOrder:
+    """Example index at stream position p when the examples are consecutive windows of one text.
+
+    The windows are cut into ``num_streams`` contiguous sub-streams of ``per_stream`` windows (the remainder is
+    dropped, as Transformer-XL's batchify does); position p reads window p // num_streams of sub-stream
+    p % num_streams, so a batch of ``num_streams`` consecutive positions holds one window of every sub-stream and
+    the next batch the windows that follow them. With ``backward_half`` the sub-streams of the second half of
+    every batch of ``batch_size`` rows are read from their end (XLNet's bi_data; the objective reverses the
+    tokens of those rows), so their memory, too, holds the text that precedes them in reading order.
+    """
+
+    def __init__(self, num_examples: int, num_streams: int, batch_size: int = 1, backward_half: bool = False):
+        self.num_streams, self.batch_size, self.backward_half = num_streams, batch_size, backward_half
+        self.per_stream = num_examples // num_streams
+        if self.per_stream < 1:
+            raise ValueError(f"{num_examples} windows cannot fill {num_streams} streams; lower the batch size")
+
+    def starts(self, position: int) -> bool:
+        """Whether position p reads the first window of its sub-stream (a new pass over the text begins)."""
+        return position % (self.per_stream * self.num_streams) < self.num_streams
+
+    def __call__(self, position: int) -> int:
+        offset = position % (self.per_stream * self.num_streams)
+        window, stream = divmod(offset, self.num_streams)
+        if self.backward_half and stream % self.batch_size >= self.batch_size // 2:
+            window = self.per_stream - 1 - window
+        return stream * self.per_stream + window
 
 
 @dataclass(frozen=True)
@@ -83,10 +116,16 @@ class MicroBatches(Dataset):
         seed: int,
         shuffle: bool = True,
         static_copies: int = 0,
+        streams: bool = False,
+        backward_half: bool = False,
     ):
         self.examples, self.layout, self.start = examples, layout, start
         self.collate, self.transform, self.seed = collate, transform, seed
-        self.index_of = EpochPermutations(len(examples), seed, shuffle)
+        if streams:
+            streams_total = layout.batch_size * layout.world_size
+            self.index_of = StreamOrder(len(examples), streams_total, layout.batch_size, backward_half)
+        else:
+            self.index_of = EpochPermutations(len(examples), seed, shuffle)
         self.static_copies = static_copies
 
     def __getitem__(self, micro_index: int) -> dict[str, torch.Tensor]:
@@ -95,6 +134,8 @@ class MicroBatches(Dataset):
         batch = self.collate(take_rows(self.examples, indices))
         if self.transform is not None:
             batch = self.transform(batch, [self.row_seed(p, i) for p, i in zip(positions, indices, strict=True)])
+        if isinstance(self.index_of, StreamOrder):
+            batch["stream_start"] = torch.tensor([self.index_of.starts(p) for p in positions])  # (B,)
         return batch
 
     def row_seed(self, position: int, index: int) -> int:
@@ -129,8 +170,31 @@ def micro_batch_loader(dataset: MicroBatches, num_workers: int, stop: int | None
     )
 
 
-def eval_loader(examples, batch_size: int, world: int, rank: int, collate, transform, seed: int, max_batches: int):
-    """Fixed validation batches (same masks at every evaluation), split round-robin over processes."""
+def eval_loader(
+    examples,
+    batch_size: int,
+    world: int,
+    rank: int,
+    collate,
+    transform,
+    seed: int,
+    max_batches: int,
+    streams: bool = False,
+    backward_half: bool = False,
+):
+    """Fixed validation batches (same masks at every evaluation), split round-robin over processes; with
+    ``streams`` the windows are dealt out in stream order as in training."""
+    if streams:
+        order = StreamOrder(len(examples), batch_size * world, batch_size, backward_half)
+        rounds = order.per_stream if max_batches <= 0 else min(order.per_stream, -(-max_batches // world))
+        for b in range(rounds):
+            positions = range((b * world + rank) * batch_size, (b * world + rank + 1) * batch_size)
+            batch = collate(take_rows(examples, [order(p) for p in positions]))
+            if transform is not None:
+                batch = transform(batch, [mix_seed(seed, p, stream=1) for p in positions])
+            batch["stream_start"] = torch.tensor([order.starts(p) for p in positions])  # (B,)
+            yield batch
+        return
     total = -(-len(examples) // batch_size)
     if max_batches > 0:
         total = min(total, max_batches)

@@ -1,5 +1,6 @@
-"""Pretraining examples: tokenized sentences packed into BERT sentence pairs, ALBERT segment pairs or RoBERTa
-full-sentence blocks.
+"""Pretraining examples: tokenized sentences packed into BERT sentence pairs, ALBERT segment pairs, RoBERTa
+full-sentence blocks, or windows of one long token stream (Transformer-XL / XLNet segments, consumed in order by the
+loader).
 
 Two cached steps, both keyed on the corpus contents and every setting that changes their output:
 1. `<cache_dir>/tokenized/<key>.arrow`: one row per non-empty document, its sentences as token ids.
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import numpy as np
 import pyarrow as pa
 from tokenizers import Tokenizer
 
@@ -32,8 +34,9 @@ from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import DataError
 
 # sentence_pairs: BERT's, B random half the time (NSP); segment_pairs: two consecutive segments of one document,
-# always in order (sentence-order prediction swaps them per batch); full_sentences: RoBERTa's packing.
-LAYOUTS = ("sentence_pairs", "segment_pairs", "full_sentences")
+# always in order (sentence-order prediction swaps them per batch); full_sentences: RoBERTa's packing; streams:
+# windows of one token stream (Transformer-XL, XLNet).
+LAYOUTS = ("sentence_pairs", "segment_pairs", "full_sentences", "streams")
 PAIR_LAYOUTS = ("sentence_pairs", "segment_pairs")
 # Bump when a change to this file or to the sentence splitter changes what the cached files hold.
 FORMAT_VERSION = 1
@@ -43,9 +46,19 @@ logger = logging.getLogger(__name__)
 
 
 def build_pretraining_examples(
-    data_cfg: Any, tokenizer: Tokenizer, vocab: Vocab, layout: Any, split: str, seed: int
+    data_cfg: Any,
+    tokenizer: Tokenizer,
+    vocab: Vocab,
+    layout: Any,
+    split: str,
+    seed: int,
+    window: tuple[int, int] | None = None,
 ) -> datasets.Dataset | None:
-    """The examples of `split` in `layout`, or None when the split has no source. Deterministic given `seed`."""
+    """The examples of `split` in `layout`, or None when the split has no source. Deterministic given `seed`.
+
+    ``window`` = (length, stride) of the "streams" layout; default (max_seq_len + 1, max_seq_len): inputs and
+    next-token targets of consecutive segments.
+    """
     layout = choice(layout)
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
@@ -58,6 +71,9 @@ def build_pretraining_examples(
     settings = (layout, int(data_cfg.max_seq_len), FORMAT_VERSION, int(seed))
     if layout in PAIR_LAYOUTS:
         settings += (float(data_cfg.short_seq_prob), float(data_cfg.random_next_prob))
+    if layout == "streams":
+        window = window or (int(data_cfg.max_seq_len) + 1, int(data_cfg.max_seq_len))
+        settings += tuple(window)
     path = cache_root(data_cfg) / "examples" / f"{stable_hash(tokenized._fingerprint, settings)}.arrow"
     if layout == "segment_pairs":
         return _sentence_pairs(tokenized, vocab, data_cfg, seed, path, contiguous=True)
@@ -69,6 +85,8 @@ def build_pretraining_examples(
                 documents.source,
             )
         return _sentence_pairs(tokenized, vocab, data_cfg, seed, path)
+    if layout == "streams":
+        return _stream_windows(tokenized, vocab, window[0], window[1], path)
     return _full_sentences(tokenized, vocab, int(data_cfg.max_seq_len), path)
 
 
@@ -306,3 +324,36 @@ def pack_full_sentences(documents, max_tokens: int, sep_id: int):
                 block.extend(piece)
     if block:
         yield block
+
+
+# --- step 2c: Transformer-XL / XLNet token-stream windows ---------------------------------------------------
+
+
+def _stream_windows(
+    tokenized: datasets.Dataset, vocab: Vocab, length: int, stride: int, path: Path
+) -> datasets.Dataset:
+    """The corpus as one token stream ([SEP] between documents), cut into windows of ``length`` tokens starting
+    every ``stride`` tokens: window k covers stream[k * stride : k * stride + length]. The loader's "streams"
+    order (``data/loader.py``) deals them out so that consecutive batches hold consecutive windows of each of
+    batch_size sub-streams, which is what makes a recurrent memory meaningful (Transformer-XL section 3.2)."""
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pieces = []
+        for document in _iter_documents(tokenized):
+            pieces.extend(document)
+            pieces.append([vocab.sep_id])
+        stream = np.fromiter((t for piece in pieces for t in piece), dtype=np.int32)
+        count = (len(stream) - length) // stride + 1
+        if count < 1:
+            raise DataError(f"the corpus has {len(stream)} tokens, fewer than one window of {length}")
+        starts = np.arange(count)[:, None] * stride  # (count, 1)
+        windows = stream[starts + np.arange(length)[None, :]]  # (count, length)
+        schema = pa.schema([("input_ids", pa.list_(pa.int32()))])
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+            for lo in range(0, count, 1000):
+                values = pa.array(windows[lo : lo + 1000].reshape(-1))
+                rows = pa.FixedSizeListArray.from_arrays(values, length).cast(pa.list_(pa.int32()))
+                writer.write_batch(pa.record_batch([rows], schema))
+        os.replace(temporary, path)
+    return datasets.Dataset.from_file(str(path))

@@ -1,5 +1,6 @@
 """Tokenizers: load a tokenizer.json, a WordPiece vocab.txt or a byte-level BPE vocab.json + merges.txt, or train a
-WordPiece (BERT) or byte-level BPE (RoBERTa, GPT-2) vocabulary on the corpus.
+WordPiece (BERT), byte-level BPE (RoBERTa, GPT-2), SentencePiece-style unigram (XLNet) or character vocabulary on
+the corpus.
 
 A trained tokenizer is cached as `<cache_dir>/tokenizers/<key>.json`. The key hashes the training split's
 contents (the sha256 of each file's bytes, or a saved dataset's fingerprint) together with the tokenizer
@@ -10,11 +11,13 @@ reuses the cached file.
 from __future__ import annotations
 
 import os
+from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import tokenizers
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from plm_toolkit.data.corpus import cache_root, choice, read_documents, stable_hash
 from plm_toolkit.data.vocab import Vocab
@@ -26,12 +29,12 @@ SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 BPE_SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
 # The marker byte-level BPE puts at the start of a piece that follows a space (a byte-level "Ġ").
 _BYTE_LEVEL_SPACE = "\u0120"
-# Names a special token may have in a loaded tokenizer (BERT's first, then RoBERTa's).
+# Names a special token may have in a loaded tokenizer (BERT's first, then XLNet's, then RoBERTa's).
 _SPECIAL_NAMES = {
     "pad_id": ("[PAD]", "<pad>"),
     "unk_id": ("[UNK]", "<unk>"),
-    "cls_id": ("[CLS]", "<s>"),
-    "sep_id": ("[SEP]", "</s>"),
+    "cls_id": ("[CLS]", "<cls>", "<s>"),
+    "sep_id": ("[SEP]", "<sep>", "</s>"),
     "mask_id": ("[MASK]", "<mask>"),
 }
 TOKENIZER_FILE = "tokenizer.json"
@@ -39,7 +42,8 @@ BPE_VOCAB_FILE, BPE_MERGES_FILE = "vocab.json", "merges.txt"
 
 
 def tokenizer_kind(data_cfg: Any) -> str:
-    """wordpiece or bpe; ``auto`` (left unresolved by a caller that knows no model) means wordpiece."""
+    """wordpiece, bpe, unigram or character; ``auto`` (left unresolved by a caller that knows no model) means
+    wordpiece."""
     kind = choice(data_cfg.tokenizer.kind)
     return "wordpiece" if kind == "auto" else kind
 
@@ -146,13 +150,54 @@ def bert_tokenizer(model: models.Model, lowercase: bool) -> Tokenizer:
     return tokenizer
 
 
-def _add_specials(tokenizer: Tokenizer) -> None:
+def unigram_tokenizer(lowercase: bool) -> Tokenizer:
+    """SentencePiece's pipeline around a unigram LM (Kudo 2018), as XLNet's: NFKC, "▁" marks a preceding space,
+    no pre-splitting on punctuation."""
+    tokenizer = Tokenizer(models.Unigram())
+    steps = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
+    tokenizer.normalizer = normalizers.Sequence(steps)
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    return tokenizer
+
+
+def character_tokenizer(dataset: Any, vocab_size: int, lowercase: bool) -> Tokenizer:
+    """One token per character: the special tokens, then the corpus's characters by falling frequency (at most
+    vocab_size in all; rarer ones become [UNK])."""
+    counts: Counter[str] = Counter()
+    for batch in dataset.iter(batch_size=1000):
+        for text in batch["text"]:
+            counts.update(text.lower() if lowercase else text)
+    characters = [c for c, _ in counts.most_common(max(vocab_size - len(SPECIAL_TOKENS), 1))]
+    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *sorted(characters)])}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    if lowercase:
+        tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character
+    tokenizer.decoder = decoders.Fuse()
+    return tokenizer
+
+
+def unigram_trainer(vocab_size: int) -> trainers.UnigramTrainer:
+    return trainers.UnigramTrainer(
+        vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), unk_token="[UNK]", show_progress=False
+    )
+
+
+def _add_specials(tokenizer: Tokenizer, xlnet_layout: bool = False) -> None:
     """Mark the vocabulary's special tokens as such (never split, skipped when decoding) and add the
-    `[CLS] A [SEP] B [SEP]` template, which needs their ids."""
+    `[CLS] A [SEP] B [SEP]` template (XLNet's `A [SEP] B [SEP] [CLS]` for a unigram vocabulary), which needs
+    their ids."""
     present = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is not None]
     tokenizer.add_special_tokens(present)
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    if cls_id is not None and sep_id is not None:
+    if cls_id is not None and sep_id is not None and xlnet_layout:
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="$A [SEP] [CLS]:2",
+            pair="$A [SEP] $B:1 [SEP]:1 [CLS]:2",
+            special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+        )
+    elif cls_id is not None and sep_id is not None:
         tokenizer.post_processor = processors.TemplateProcessing(
             single="[CLS] $A [SEP]",
             pair="[CLS] $A [SEP] $B:1 [SEP]:1",
@@ -186,7 +231,13 @@ def train_tokenizer(data_cfg: Any) -> Tokenizer:
     if path.is_file():
         return load_tokenizer(path)
     t = data_cfg.tokenizer
-    if tokenizer_kind(data_cfg) == "bpe":
+    kind = tokenizer_kind(data_cfg)
+    if kind == "character":
+        tokenizer = character_tokenizer(documents.dataset, int(t.vocab_size), bool(t.lowercase))
+        _add_specials(tokenizer)
+        _atomic_save(tokenizer, path)
+        return tokenizer
+    if kind == "bpe":
         tokenizer = byte_level_tokenizer(models.BPE())
         trainer = trainers.BpeTrainer(
             vocab_size=int(t.vocab_size),
@@ -197,6 +248,9 @@ def train_tokenizer(data_cfg: Any) -> Tokenizer:
             show_progress=False,
         )
         finish = _add_bpe_specials
+    elif kind == "unigram":
+        tokenizer, trainer = unigram_tokenizer(bool(t.lowercase)), unigram_trainer(int(t.vocab_size))
+        finish = partial(_add_specials, xlnet_layout=True)
     else:
         tokenizer = bert_tokenizer(models.WordPiece(unk_token="[UNK]"), bool(t.lowercase))
         trainer = trainers.WordPieceTrainer(

@@ -38,6 +38,9 @@ class Objective(nn.Module):
     # How the data is packed for this objective: "sentence_pairs" (two segments, NSP label), "segment_pairs" (two
     # consecutive segments in order, for SOP) or "full_sentences" (contiguous sentences filling the sequence).
     data_layout: ClassVar[str] = "full_sentences"
+    # With data_layout "streams": the second half of every batch reads its sub-streams backwards (XLNet's bi_data);
+    # the loader deals their windows out last to first and the batch transform reverses their tokens.
+    backward_half: bool = False
     # metric name -> component whose target count divides it for logging.
     metric_denominators: ClassVar[dict[str, str]] = {}
     # 0: the batch transform draws afresh for every batch (dynamic masking). N > 0: each example gets N fixed
@@ -47,6 +50,24 @@ class Objective(nn.Module):
     @classmethod
     def check_config(cls, config) -> None:
         """Raise ConfigError naming the key for an impossible setting; validation calls it before any work."""
+
+    @classmethod
+    def check_data(cls, config, data_cfg) -> None:
+        """Like ``check_config``, for settings that are impossible only together with the data group's."""
+
+    @classmethod
+    def stream_window(cls, config, max_seq_len: int) -> tuple[int, int]:
+        """(length, stride) of the token-stream windows when ``data_layout == "streams"``: by default the inputs
+        and their next-token targets, one window after the other."""
+        return max_seq_len + 1, max_seq_len
+
+    def carried_state(self) -> dict[str, torch.Tensor]:
+        """Tensors carried from one training micro-batch to the next (Transformer-XL / XLNet segment memories).
+        The loop saves them with each checkpoint so that a resumed run continues exactly; empty by default."""
+        return {}
+
+    def load_carried_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore what ``carried_state`` returned (CPU tensors, read back from a checkpoint)."""
 
     def batch_transform(self) -> BatchTransform | None:
         """A picklable callable run in data-loader workers; None when the objective needs none."""
@@ -68,3 +89,36 @@ def normalized_loss(out: ObjectiveOutput, counts: dict[str, float]) -> torch.Ten
         total = term if total is None else total + term
     assert total is not None, "an objective must return at least one loss component"
     return total
+
+
+class CarriedMemory:
+    """Segment memories an objective carries between consecutive batches: one set for training, one for
+    evaluation (dropped whenever evaluation starts, so evaluation never disturbs training's memory)."""
+
+    def __init__(self) -> None:
+        self._memories: dict[bool, list[torch.Tensor] | None] = {True: None, False: None}
+
+    def get(self, training: bool, batch: dict[str, torch.Tensor]) -> list[torch.Tensor] | None:
+        """The memories for ``batch``; none when the batch starts its streams afresh (``stream_start``): memory is
+        reused only within the same context, as Transformer-XL starts every epoch from an empty memory."""
+        memories = self._memories[training]
+        ids = batch["input_ids"]
+        if not memories or memories[0].shape[0] != ids.shape[0]:
+            return None
+        if "stream_start" in batch and bool(batch["stream_start"].any()):
+            return None
+        return [m.to(ids.device) for m in memories]
+
+    def set(self, training: bool, memories: list[torch.Tensor] | None) -> None:
+        self._memories[training] = [m.detach() for m in memories] if memories else None
+
+    def reset(self, training: bool) -> None:
+        self._memories[training] = None
+
+    def state(self) -> dict[str, torch.Tensor]:
+        memories = self._memories[True] or []
+        return {f"memory.{i}": m.detach().cpu() for i, m in enumerate(memories)}
+
+    def load(self, state: dict[str, torch.Tensor]) -> None:
+        layers = sorted((k for k in state if k.startswith("memory.")), key=lambda k: int(k.split(".")[1]))
+        self._memories[True] = [state[k] for k in layers] or None

@@ -61,3 +61,12 @@ def broadcast_object(obj, info: ProcessInfo):
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def gather_objects(obj, info: ProcessInfo) -> list:
+    """Every rank's value of a picklable object, in rank order, on every rank."""
+    if not info.distributed:
+        return [obj]
+    gathered = [None] * info.world_size
+    dist.all_gather_object(gathered, obj)
+    return gathered

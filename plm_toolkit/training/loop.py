@@ -21,7 +21,7 @@ from plm_toolkit.data.loader import BatchLayout, MicroBatches, eval_loader, micr
 from plm_toolkit.errors import TrainingError
 from plm_toolkit.objectives.base import Objective, ObjectiveOutput, normalized_loss
 from plm_toolkit.training import checkpoint as ckpt
-from plm_toolkit.training.distributed import all_reduce_sum, barrier
+from plm_toolkit.training.distributed import all_reduce_sum, barrier, gather_objects
 from plm_toolkit.training.logging import MetricsWriter, ProgressBar
 from plm_toolkit.training.optim import build_optimizer, build_scheduler
 from plm_toolkit.training.precision import LossScaler, Runtime
@@ -111,6 +111,7 @@ class Trainer:
         config_yaml: str,
         tokenizer_json: str | None,
         num_workers: int = 0,
+        streams: bool = False,
     ):
         self.cfg, self.runtime, self.run_dir = trainer_cfg, runtime, run_dir
         self.process = runtime.process
@@ -119,6 +120,8 @@ class Trainer:
         self.train_examples, self.eval_examples, self.collate = train_examples, eval_examples, collate
         self.config_yaml, self.tokenizer_json = config_yaml, tokenizer_json
         self.num_workers = num_workers
+        # Examples are consecutive windows of a token stream, read in order (data/loader.py, StreamOrder).
+        self.streams = streams
         self.optimizer = build_optimizer(self.module, optimizer_cfg)
         self.scheduler = build_scheduler(self.optimizer, optimizer_cfg, trainer_cfg.max_steps)
         self.scaler = LossScaler(runtime, hardware_cfg.min_loss_scale, hardware_cfg.max_overflow_steps)
@@ -155,11 +158,15 @@ class Trainer:
                 f"{checkpoint.path / ckpt.STATE_FILE}: training state does not fit this run ({err})"
             ) from err
         ckpt.set_rng_state(state["rng"])
+        own = f"rank{self.process.rank}."  # each rank carries the memories of its own rows
+        carried = state.get("objective_state", {})
+        self.objective.load_carried_state({k.removeprefix(own): v for k, v in carried.items() if k.startswith(own)})
         self.last_checkpoint = checkpoint.path
         self.metrics.truncate_after(self.step)
         log.info("resumed from %s at step %d (%d examples seen)", checkpoint.path, self.step, self.samples_seen)
 
     def save(self) -> None:
+        carried = gather_objects(self.objective.carried_state(), self.process)
         if self.process.is_main:
             state = {
                 "step": self.step,
@@ -169,6 +176,9 @@ class Trainer:
                 "scaler": self.scaler.state_dict(),
                 "rng": ckpt.rng_state(),
                 "world_size": self.process.world_size,
+                # What the objective carries between batches (segment memories), per rank: resuming continues
+                # exactly.
+                "objective_state": {f"rank{r}.{k}": v for r, part in enumerate(carried) for k, v in part.items()},
             }
             self.last_checkpoint = ckpt.save_checkpoint(
                 self.run_dir,
@@ -196,6 +206,8 @@ class Trainer:
                     self.objective.batch_transform(),
                     cfg.seed,
                     static_copies=self.objective.dupe_factor,
+                    streams=self.streams,
+                    backward_half=self.objective.backward_half,
                 ),
                 num_workers=self.num_workers,
             )
@@ -302,6 +314,8 @@ class Trainer:
             self.objective.batch_transform(),
             self.cfg.seed,
             self.cfg.eval_batches,
+            streams=self.streams,
+            backward_half=self.objective.backward_half,
         )
         for batch in batches:
             for name, n in self.objective.target_counts(batch).items():

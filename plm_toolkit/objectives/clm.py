@@ -1,0 +1,111 @@
+"""Causal language modeling: predict every next token of a segment from the tokens before it (and, for
+Transformer-XL, from the memory of earlier segments).
+
+The data are windows of one token stream read in order (``data.packing=streams``): window k of a row continues
+window k - 1 of the same row, so the memory this objective carries from batch to batch (``CarriedMemory``) holds
+the hidden states of the text right before the current segment (Dai et al. 2019, section 3.2). The output layer is
+a softmax tied to the input embedding, or an adaptive softmax (Grave et al. 2017) with ``adaptive_softmax_cutoffs``
+as in the paper's WikiText-103 models.
+
+Logged: ``clm_loss`` (nats per token), ``eval_clm_perplexity`` (exp of it, for word-level data) and
+``clm_bits_per_token`` (loss / ln 2: bits per character when the tokens are characters).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.errors import ConfigError
+from plm_toolkit.models.base import CAUSAL, RECURRENT_MEMORY
+from plm_toolkit.objectives.base import CarriedMemory, Objective, ObjectiveOutput
+from plm_toolkit.registry import OBJECTIVES
+
+
+@dataclass
+class ClmConfig:
+    # Registry name of the objective.
+    name: str = "clm"
+    # Cluster boundaries of an adaptive softmax over frequency-sorted ids (Transformer-XL WikiText-103:
+    # [20000, 40000, 200000]); empty = a full softmax tied to the input embedding.
+    adaptive_softmax_cutoffs: list[int] = field(default_factory=list)
+    # Each tail cluster's projection is this many times narrower than the previous one.
+    adaptive_softmax_div_value: float = 4.0
+
+
+@OBJECTIVES.register("clm", ClmConfig)
+class CausalLanguageModeling(Objective):
+    required_capabilities = frozenset({CAUSAL})
+    data_layout = "streams"
+    metric_denominators = {"clm_bits_per_token": "clm", "clm_correct": "clm"}
+
+    def __init__(self, config: ClmConfig, model: nn.Module, vocab: Vocab):
+        super().__init__()
+        hidden_size, vocab_size = model.config.hidden_size, model.config.vocab_size
+        self.recurrent = RECURRENT_MEMORY in type(model).capabilities
+        self.memory = CarriedMemory()
+        cutoffs = list(config.adaptive_softmax_cutoffs)
+        self.adaptive = None
+        if cutoffs:
+            if cutoffs[-1] >= vocab_size:
+                raise ConfigError(
+                    f"objective.adaptive_softmax_cutoffs={cutoffs}: the last cut-off must be below the vocabulary "
+                    f"size {vocab_size}"
+                )
+            self.adaptive = nn.AdaptiveLogSoftmaxWithLoss(
+                hidden_size, vocab_size, cutoffs, div_value=config.adaptive_softmax_div_value
+            )
+        else:
+            # The decoder is the input embedding (weights tied, as in the paper's code); only its bias lives here.
+            self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        cutoffs = list(config.adaptive_softmax_cutoffs)
+        if cutoffs and (cutoffs != sorted(set(cutoffs)) or cutoffs[0] < 1):
+            raise ConfigError(f"objective.adaptive_softmax_cutoffs={cutoffs}: expected increasing positive ids")
+        if config.adaptive_softmax_div_value < 1.0:
+            raise ConfigError("objective.adaptive_softmax_div_value must be at least 1")
+
+    def train(self, mode: bool = True):
+        if not mode:
+            self.memory.reset(False)  # every evaluation starts from an empty memory
+        return super().train(mode)
+
+    def carried_state(self) -> dict[str, torch.Tensor]:
+        return self.memory.state()
+
+    def load_carried_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.memory.load(state)
+
+    def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        return {"clm": int(batch["attention_mask"][:, 1:].sum())}
+
+    def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
+        ids = batch["input_ids"]  # (B, T + 1): the inputs and, shifted by one, their targets
+        inputs, labels = ids[:, :-1], ids[:, 1:]
+        keep = batch["attention_mask"][:, 1:].bool()  # (B, T)
+        if self.recurrent:
+            memories = self.memory.get(self.training, batch)
+            reps = model(input_ids=inputs, memories=memories)
+            self.memory.set(self.training, reps.memories)
+        else:
+            reps = model(input_ids=inputs, attention_mask=batch["attention_mask"][:, :-1])
+        hidden, gold = reps.hidden[keep], labels[keep]  # (N, H), (N,)
+        if self.adaptive is not None:
+            log_probs = self.adaptive(hidden.float(), gold).output  # (N,): log p(gold)
+            loss_sum = -log_probs.sum()
+            correct = (self.adaptive.predict(hidden.detach().float()) == gold).sum()
+        else:
+            logits = F.linear(hidden, model.input_embeddings.weight, self.bias)  # (N, V)
+            loss_sum = F.cross_entropy(logits.float(), gold, reduction="sum")
+            correct = (logits.detach().argmax(dim=-1) == gold).sum()
+        return ObjectiveOutput(
+            loss_sums={"clm": loss_sum},
+            metrics={"clm_bits_per_token": loss_sum.detach() / math.log(2), "clm_correct": correct},
+        )
