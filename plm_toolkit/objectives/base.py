@@ -28,6 +28,9 @@ class ObjectiveOutput:
     # Metric name -> summed value (e.g. number of correct predictions); divided for logging by the target count of
     # the component that ``Objective.metric_denominators`` names.
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+    # Per-row outputs kept during evaluation (logits, row indices) and handed, concatenated over all batches and
+    # processes, to ``Objective.finish_evaluation``; fine-tuning tasks decode predictions from them.
+    outputs: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class Objective(nn.Module):
@@ -40,6 +43,8 @@ class Objective(nn.Module):
     data_layout: ClassVar[str] = "full_sentences"
     # metric name -> component whose target count divides it for logging.
     metric_denominators: ClassVar[dict[str, str]] = {}
+    # Whether evaluation reports exp(loss) per component (language-model losses) next to the loss.
+    reports_perplexity: ClassVar[bool] = True
 
     @classmethod
     def check_config(cls, config) -> None:
@@ -55,6 +60,10 @@ class Objective(nn.Module):
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
         raise NotImplementedError
+
+    def finish_evaluation(self, outputs: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Metrics over a whole evaluation from the rows' ``ObjectiveOutput.outputs`` (none by default)."""
+        return {}
 
 
 def normalized_loss(out: ObjectiveOutput, counts: dict[str, float]) -> torch.Tensor:
