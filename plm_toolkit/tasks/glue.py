@@ -186,10 +186,11 @@ class SequenceClassification(Task):
 
     @classmethod
     def prepare_data(cls, config: ClassificationConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab) -> TaskData:
-        train_rows = limit(read_rows(data_cfg.train_file, config), data_cfg.max_train_samples, "training rows")
+        train_rows = read_rows(data_cfg.train_file, config)
         labels = list(config.labels)
-        if not config.regression and not labels:
+        if not config.regression and not labels:  # from the whole file, also when max_train_samples cuts it
             labels = sorted({r.label for r in train_rows})
+        train_rows = limit(train_rows, data_cfg.max_train_samples, "training rows")
         train = _features(
             train_rows,
             _targets(train_rows, labels, config.regression, data_cfg.train_file),

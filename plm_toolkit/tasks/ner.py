@@ -154,8 +154,10 @@ class TokenClassification(Task):
 
     @classmethod
     def prepare_data(cls, config: NerConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab) -> TaskData:
-        train = limit(read_conll(data_cfg.train_file), data_cfg.max_train_samples, "training sentences")
+        train = read_conll(data_cfg.train_file)
+        # The label set comes from the whole training file, also when max_train_samples uses part of it.
         found = {t for s in train for t in s.tags}
+        train = limit(train, data_cfg.max_train_samples, "training sentences")
         # O first, then the types in order with B before I: a stable, readable id order.
         labels = sorted(found, key=lambda t: (t != "O", t[2:], t[:1]))
         label_ids = {t: i for i, t in enumerate(labels)}
