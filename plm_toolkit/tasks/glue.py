@@ -34,7 +34,7 @@ GLUE_TASKS = ("sst2", "mrpc", "rte", "cola", "stsb", "mnli", "qnli", "qqp", "wnl
 class ClassificationConfig:
     # Registry name: a GLUE task (sst2, mrpc, rte, cola, stsb, mnli, qnli, qqp, wnli) or classification.
     name: str = "classification"
-    # Column of the first text: a header name (alternatives separated by |, the first present is used), or a
+    # Column of the first text: a header name (alternatives joined by a pipe, the first present is used), or a
     # 0-based field index when header=false. JSONL files name keys.
     text_column: str = "text"
     # Column of the second text of a pair; null for single sentences.
