@@ -145,3 +145,20 @@ def test_bundled_slice_is_documented():
     folder = Path(SST2_TRAIN).parent
     assert (folder / "SOURCE.md").is_file()
     assert len(Path(SST2_DEV).read_text().splitlines()) == 873
+
+
+def test_summary_is_the_pooled_vector_or_the_declared_token():
+    import torch
+
+    from plm_toolkit.models.base import Representations
+    from plm_toolkit.tasks.base import summary_vector
+
+    class LastTokenBackbone(torch.nn.Module):
+        summary_position = "last"
+
+    hidden = torch.arange(2 * 4 * 3, dtype=torch.float32).view(2, 4, 3)  # (B, T, H)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    assert torch.equal(summary_vector(LastTokenBackbone(), Representations(hidden), mask), hidden[[0, 1], [2, 3]])
+    assert torch.equal(summary_vector(torch.nn.Module(), Representations(hidden), mask), hidden[:, 0])
+    pooled = torch.ones(2, 3)
+    assert summary_vector(LastTokenBackbone(), Representations(hidden, pooled=pooled), mask) is pooled
