@@ -134,6 +134,17 @@ def read_squad(path: str | Path) -> tuple[list[SquadExample], list[str]]:
     return examples, contexts
 
 
+def sliding_windows(num_tokens: int, budget: int, stride: int) -> list[tuple[int, int]]:
+    """(first token, length) of BERT's windows over a context: starts ``stride`` apart until it is covered."""
+    spans, first = [], 0
+    while True:
+        length = min(num_tokens - first, budget)
+        spans.append((first, length))
+        if first + length >= num_tokens:
+            return spans
+        first += min(length, stride)
+
+
 def _max_context_windows(num_tokens: int, spans: list[tuple[int, int]]) -> np.ndarray:
     """For each context token, the window (first, length) where it has the most context on its shorter side
     (BERT's _check_is_max_context: min(left, right) + 0.01 * length)."""
@@ -193,13 +204,7 @@ def build_features(
                 target = answer_tokens(context_offsets, start, text)
         elif training and not config.version_2_with_negative:
             raise DataError(f"{source}: {example.where}: no answer, but task.version_2_with_negative=false")
-        spans, first = [], 0
-        while True:  # BERT's sliding windows: starts doc_stride apart until the context is covered
-            length = min(len(context_ids) - first, budget)
-            spans.append((first, length))
-            if first + length >= len(context_ids):
-                break
-            first += min(length, config.doc_stride)
+        spans = sliding_windows(len(context_ids), budget, config.doc_stride)
         best = _max_context_windows(len(context_ids), spans)
         for w, (first, length) in enumerate(spans):
             ids, types, starts = template.assemble(query, context_ids[first : first + length])

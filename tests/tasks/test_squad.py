@@ -147,3 +147,11 @@ def test_answer_start_that_misses_its_text_is_skipped_and_counted(tmp_path, capl
         features, _, _ = build_features(examples, contexts, tokenizer, vocab, CONFIG, 64, True, str(path))
     assert len(features) == 1
     assert "1 question(s) whose answer_start does not match" in caplog.text and "id=bad" in caplog.text
+
+
+def test_sliding_windows_cover_the_context_with_bert_strides():
+    from plm_toolkit.tasks.squad import sliding_windows
+
+    assert sliding_windows(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]
+    assert sliding_windows(3, 4, 3) == [(0, 3)]
+    assert sliding_windows(10, 4, 8) == [(0, 4), (4, 4), (8, 2)]  # a stride longer than a window never skips
