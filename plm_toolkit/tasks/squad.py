@@ -346,29 +346,23 @@ class QuestionAnswering(Task):
         for position, feature in enumerate(rows):
             by_example.setdefault(info.windows[feature].example, []).append(position)
         windows = [info.windows[f] for f in rows]
-        predictions, null_odds = {}, {}
+        predictions, spans, null_odds = {}, {}, {}
         for example_index, feature_rows in by_example.items():
             example = info.examples[example_index]
-            text, odds = decode(
-                start,
-                end,
-                windows,
-                feature_rows,
-                info.contexts[example.context],
-                info.offsets[example.context],
-                self.config,
-            )
+            context, offsets = info.contexts[example.context], info.offsets[example.context]
+            text, odds = decode(start, end, windows, feature_rows, context, offsets, self.config)
+            spans[example.qid] = predictions[example.qid] = text
             if self.config.version_2_with_negative:
                 # JSON has no infinity: a question without any valid span gets a large finite score.
                 null_odds[example.qid] = min(odds, 1e6)
-                text = "" if odds > self.config.null_score_diff_threshold else text
-            predictions[example.qid] = text
+                predictions[example.qid] = "" if odds > self.config.null_score_diff_threshold else text
         golds = {e.qid: [a for a, _ in e.answers] for e in info.examples}
-        odds = null_odds if self.config.version_2_with_negative else None
-        metrics = squad_evaluate(golds, predictions, odds)
         self.artifacts = {"predictions.json": predictions}
-        if odds is not None:
-            self.artifacts["null_odds.json"] = null_odds
+        if self.config.version_2_with_negative:
+            metrics = squad_evaluate(golds, predictions, null_odds, span_predictions=spans)
+            self.artifacts.update({"null_odds.json": null_odds, "span_predictions.json": spans})
+        else:
+            metrics = squad_evaluate(golds, predictions)
         self.last_metrics = metrics
         return metrics
 

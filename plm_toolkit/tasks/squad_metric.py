@@ -92,10 +92,15 @@ def squad_evaluate(
     predictions: dict[str, str],
     null_odds: dict[str, float] | None = None,
     na_prob_thresh: float = 1.0,
+    span_predictions: dict[str, str] | None = None,
 ) -> dict[str, float]:
     """The official v2.0 result dict: exact, f1, total, HasAns_*, NoAns_* and, with null_odds, best_*.
 
-    ``golds`` maps each question id to its gold answer texts (empty for an unanswerable question).
+    ``golds`` maps each question id to its gold answer texts (empty for an unanswerable question). The threshold
+    search runs on ``span_predictions`` when given (the best non-null span of every question): the official
+    search only lets questions with a non-empty prediction be answered, so over predictions already thresholded
+    at tau = 0 it could only lower tau; over the spans it finds the best tau in both directions. Running the
+    official script on the span predictions gives the same best_* values.
     """
     has_answer = {qid: bool(answers) for qid, answers in golds.items()}
     exact_raw, f1_raw = raw_scores(golds, predictions)
@@ -110,8 +115,10 @@ def squad_evaluate(
         if qids:
             result.update({f"{prefix}_{k}": v for k, v in _averages(exact, f1, qids).items()})
     if null_odds is not None:
-        result["best_exact"], result["best_exact_thresh"] = best_threshold(predictions, exact_raw, odds, has_answer)
-        result["best_f1"], result["best_f1_thresh"] = best_threshold(predictions, f1_raw, odds, has_answer)
+        spans = predictions if span_predictions is None else span_predictions
+        exact_spans, f1_spans = (exact_raw, f1_raw) if span_predictions is None else raw_scores(golds, spans)
+        result["best_exact"], result["best_exact_thresh"] = best_threshold(spans, exact_spans, odds, has_answer)
+        result["best_f1"], result["best_f1_thresh"] = best_threshold(spans, f1_spans, odds, has_answer)
     return result
 
 

@@ -110,7 +110,7 @@ def test_decoding_recovers_the_gold_answers(real):
     assert metrics["total"] == len(examples)
     assert metrics["NoAns_exact"] == 100.0
     assert metrics["HasAns_f1"] > 99.0 and metrics["HasAns_exact"] > 97.0, metrics
-    assert set(task.artifacts) == {"predictions.json", "null_odds.json"}
+    assert set(task.artifacts) == {"predictions.json", "null_odds.json", "span_predictions.json"}
     assert task.artifacts["predictions.json"][examples[0].qid] in ("", *[a for a, _ in examples[0].answers])
 
 

@@ -62,6 +62,20 @@ def test_null_odds_threshold_and_best_threshold():
     assert result["best_f1"] == pytest.approx(100 * (3 + 2 / 3) / 5) and result["best_f1_thresh"] == 0.5
 
 
+def test_best_threshold_over_span_predictions_can_answer_more():
+    # Thresholded at tau = 0, q5 went unanswered (odds 1.5) though its best span was right; q4's span is wrong.
+    spans = {**PREDICTIONS, "q3": "tower", "q4": "a dog", "q5": "the 1990s"}
+    result = squad_evaluate(GOLDS, PREDICTIONS, NULL_ODDS, span_predictions=spans)
+    assert result["exact"] == pytest.approx(60.0)  # the tau = 0 numbers are unchanged
+    # Sweep: q1 (-2) +1 -> 3, q2 (0.5) +0, q4 (1.2) -1 -> 2, q5 (1.5) +1 -> 3, q3 (3.0) -1: the best is 3 at -2.
+    assert result["best_exact"] == pytest.approx(60.0) and result["best_exact_thresh"] == -2.0
+    # F1: q1 -> 3, q2 -> 3 2/3 (0.5), q4 -> 2 2/3, q5 -> 3 2/3 (not better), q3 -> 2 2/3.
+    assert result["best_f1"] == pytest.approx(100 * (3 + 2 / 3) / 5) and result["best_f1_thresh"] == 0.5
+    spans["q4"] = ""  # without q4's wrong span, answering up to q5 wins: 4 of 5
+    result = squad_evaluate(GOLDS, PREDICTIONS, NULL_ODDS, span_predictions=spans)
+    assert result["best_exact"] == pytest.approx(80.0) and result["best_exact_thresh"] == 1.5
+
+
 def test_missing_predictions_are_left_out():
     result = squad_evaluate(GOLDS, {"q1": "Eiffel Tower", "q3": ""})
     assert result["total"] == 2 and result["exact"] == 100.0
