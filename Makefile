@@ -1,5 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
-#   make demo   pretrain the tiny default BERT on the bundled corpus and print where its outputs went
+#   make demo   pretrain the tiny default BERT on the bundled corpus, fine-tune it on a bundled SST-2 slice, and
+#               print where the outputs went
 #   make test   run the test suite
 # Both create .venv, install PyTorch pinned first (an unpinned torch would pull GBs of CUDA packages where a CPU
 # wheel is wanted), then this package with its test extras.
@@ -7,6 +8,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_VERSION ?= 2.13.0
+DEMO_FINETUNE_STEPS ?= 200
+DEMO_FINETUNE_LR ?= 1e-3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.plm_toolkit-installed
 
@@ -21,8 +24,17 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# Pretrain the tiny BERT, then fine-tune it on the bundled SST-2 slice (plm_toolkit/corpora/sst2/).
 demo: setup
-	$(BIN)/plm-train hydra.run.dir=runs/demo-$$(date +%Y%m%d-%H%M%S)
+	@run=runs/demo-$$(date +%Y%m%d-%H%M%S); \
+	$(BIN)/plm-train hydra.run.dir=$$run/pretrain && \
+	$(BIN)/plm-finetune task=sst2 model.checkpoint=$$run/pretrain/checkpoints/last \
+		'data.train_file=$${plm_resource:corpora/sst2/train.tsv}' \
+		'data.validation_file=$${plm_resource:corpora/sst2/dev.tsv}' \
+		data.max_seq_len=64 trainer.max_steps=$(DEMO_FINETUNE_STEPS) optimizer.lr=$(DEMO_FINETUNE_LR) \
+		hydra.run.dir=$$run/sst2 && \
+	echo "pretraining: $$run/pretrain (metrics.jsonl, checkpoints/)" && \
+	echo "fine-tuning: $$run/sst2 (eval_results.json, predictions.json, metrics.jsonl, checkpoints/)"
 
 test: setup
 	$(BIN)/python -m pytest -q -ra

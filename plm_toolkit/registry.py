@@ -1,4 +1,4 @@
-"""Name -> (typed config, builder) registries for models and objectives.
+"""Name -> (typed config, builder) registries for models, objectives and fine-tuning tasks.
 
 Each entry's config dataclass is stored in Hydra's ConfigStore under ``schema/<kind>/<name>`` so that the YAML
 presets in ``configs/<kind>/`` extend it (``defaults: [/schema/model/bert@_here_]``) and every key is typed.
@@ -56,9 +56,11 @@ class Registry(Generic[T]):
 
 MODELS: Registry = Registry("model")
 OBJECTIVES: Registry = Registry("objective")
+TASKS: Registry = Registry("task")
 
 
 def load_all() -> None:
     """Import every module that registers an entry (the registries are filled as a side effect)."""
     import plm_toolkit.models  # noqa: F401
     import plm_toolkit.objectives  # noqa: F401
+    import plm_toolkit.tasks  # noqa: F401

@@ -169,9 +169,45 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
 
+@dataclass
+class BackboneSourceConfig:
+    # The pretrained backbone: a plm-train checkpoint (checkpoints/step_N, checkpoints/last or a run directory)
+    # or a local Hugging Face folder (config.json, weights, tokenizer).
+    checkpoint: str = MISSING
+    # Dropout of the backbone while fine-tuning (every dropout module); null keeps the checkpoint's.
+    dropout: float | None = None
+
+
+@dataclass
+class TaskDataConfig:
+    # Training file in the task's official format (SQuAD JSON, GLUE TSV, CoNLL columns, ...).
+    train_file: str | None = None
+    # Evaluation file in the same format; null trains without evaluating.
+    validation_file: str | None = None
+    # Tokens per sequence, special tokens included (SQuAD: 384 in the BERT paper).
+    max_seq_len: int = 128
+    # Use only the first N training examples (rows, questions or sentences); null uses all.
+    max_train_samples: int | None = None
+    # Use only the first N evaluation examples; null uses all.
+    max_eval_samples: int | None = None
+    # Data-loader worker processes (0 loads in the training process).
+    num_workers: int = 0
+
+
+@dataclass
+class FinetuneConfig:
+    model: BackboneSourceConfig = field(default_factory=BackboneSourceConfig)
+    task: Any = MISSING
+    data: TaskDataConfig = field(default_factory=TaskDataConfig)
+    optimizer: OptimizerConfig = MISSING
+    hardware: HardwareConfig = MISSING
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+
 def register_schemas() -> None:
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
+    cs.store(name="finetune_schema", node=FinetuneConfig)
     cs.store(group="schema/data", name="data", node=DataConfig)
     cs.store(group="schema/optimizer", name="optimizer", node=OptimizerConfig)
     cs.store(group="schema/hardware", name="hardware", node=HardwareConfig)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import SEGMENTS
-from plm_toolkit.registry import MODELS, OBJECTIVES
+from plm_toolkit.registry import MODELS, OBJECTIVES, TASKS
 
 
 def _value(x) -> str:
@@ -30,6 +30,11 @@ def model_class(name: str) -> type:
     return entry.info.get("cls", entry.builder)
 
 
+def task_class(name: str) -> type:
+    entry = TASKS.get(name)
+    return entry.info.get("cls", entry.builder)
+
+
 def data_layout(cfg: DictConfig) -> str:
     packing = _value(cfg.data.packing)
     return objective_class(cfg.objective.name).data_layout if packing == "auto" else packing
@@ -39,6 +44,31 @@ def tokenizer_kind(cfg: DictConfig) -> str:
     """data.tokenizer.kind with auto resolved to the model preset's vocabulary (model.tokenizer, else wordpiece)."""
     kind = _value(cfg.data.tokenizer.kind)
     return _value(cfg.model.get("tokenizer", "wordpiece")) if kind == "auto" else kind
+
+
+def training_problems(t, opt) -> list[str]:
+    """Checks of the trainer and optimizer groups, shared by plm-train and plm-finetune."""
+    out: list[str] = []
+    for key in ("max_steps", "batch_size", "grad_accum_steps", "log_every"):
+        if t[key] < 1:
+            out.append(f"trainer.{key}={t[key]}: must be at least 1")
+    for key in ("eval_every", "save_every", "keep_last", "eval_batches"):
+        if t[key] < 0:
+            out.append(f"trainer.{key}={t[key]}: must be 0 (off) or positive")
+    if opt.lr <= 0:
+        out.append(f"optimizer.lr={opt.lr}: must be positive")
+    if len(opt.betas) != 2 or not all(0.0 <= b < 1.0 for b in opt.betas):
+        out.append(f"optimizer.betas={list(opt.betas)}: expected two values in [0, 1)")
+    if _value(opt.schedule) in ("noam", "inverse_sqrt") and opt.warmup_steps < 1:
+        out.append(f"optimizer.schedule={_value(opt.schedule)} needs optimizer.warmup_steps >= 1")
+    if not 0.0 <= opt.warmup_ratio < 1.0:
+        out.append(f"optimizer.warmup_ratio={opt.warmup_ratio}: expected a value in [0, 1)")
+    if opt.total_steps is not None and opt.total_steps < t.max_steps and _value(opt.schedule) in ("linear", "cosine"):
+        out.append(
+            f"optimizer.total_steps={opt.total_steps} is shorter than trainer.max_steps={t.max_steps}: the "
+            "schedule would sit at its floor; raise it or leave it null"
+        )
+    return out
 
 
 def problems(cfg: DictConfig) -> list[str]:
@@ -119,29 +149,40 @@ def problems(cfg: DictConfig) -> list[str]:
     if d.tokenizer.path and not Path(d.tokenizer.path).expanduser().is_file():
         out.append(f"data.tokenizer.path={d.tokenizer.path} is not a file (a tokenizer.json or vocab.txt)")
 
-    for key in ("max_steps", "batch_size", "grad_accum_steps", "log_every"):
-        if t[key] < 1:
-            out.append(f"trainer.{key}={t[key]}: must be at least 1")
-    for key in ("eval_every", "save_every", "keep_last", "eval_batches"):
-        if t[key] < 0:
-            out.append(f"trainer.{key}={t[key]}: must be 0 (off) or positive")
-    if opt.lr <= 0:
-        out.append(f"optimizer.lr={opt.lr}: must be positive")
-    if len(opt.betas) != 2 or not all(0.0 <= b < 1.0 for b in opt.betas):
-        out.append(f"optimizer.betas={list(opt.betas)}: expected two values in [0, 1)")
-    if _value(opt.schedule) in ("noam", "inverse_sqrt") and opt.warmup_steps < 1:
-        out.append(f"optimizer.schedule={_value(opt.schedule)} needs optimizer.warmup_steps >= 1")
-    if not 0.0 <= opt.warmup_ratio < 1.0:
-        out.append(f"optimizer.warmup_ratio={opt.warmup_ratio}: expected a value in [0, 1)")
-    if opt.total_steps is not None and opt.total_steps < t.max_steps and _value(opt.schedule) in ("linear", "cosine"):
-        out.append(
-            f"optimizer.total_steps={opt.total_steps} is shorter than trainer.max_steps={t.max_steps}: the "
-            "schedule would sit at its floor; raise it or leave it null"
-        )
+    out += training_problems(t, opt)
     return out
 
 
+def finetune_problems(cfg: DictConfig) -> list[str]:
+    """Every impossible setting of a plm-finetune config, one message each."""
+    out: list[str] = []
+    if OmegaConf.is_missing(cfg.model, "checkpoint"):
+        out.append("model.checkpoint is not set: give a plm-train checkpoint or a local Hugging Face folder")
+    elif not Path(cfg.model.checkpoint).expanduser().exists():
+        out.append(f"model.checkpoint={cfg.model.checkpoint}: no such file or directory")
+    if cfg.task.name not in TASKS:
+        return out + [f"task.name={cfg.task.name}: unknown task; valid: {', '.join(TASKS.names())}"]
+    try:
+        task_class(cfg.task.name).check_config(cfg.task)
+    except ConfigError as err:
+        out.append(str(err))
+    d = cfg.data
+    if not d.train_file:
+        out.append("data.train_file is not set: give the task's training file")
+    for key in ("train_file", "validation_file"):
+        if d[key] and not Path(d[key]).expanduser().is_file():
+            out.append(f"data.{key}: {d[key]} is not a file")
+    if d.max_seq_len < 8:
+        out.append(f"data.max_seq_len={d.max_seq_len}: needs at least 8 tokens")
+    for key in ("max_train_samples", "max_eval_samples"):
+        if d[key] is not None and d[key] < 1:
+            out.append(f"data.{key}={d[key]}: must be at least 1 (or null for all)")
+    if cfg.model.dropout is not None and not 0.0 <= cfg.model.dropout < 1.0:
+        out.append(f"model.dropout={cfg.model.dropout}: expected a probability in [0, 1)")
+    return out + training_problems(cfg.trainer, cfg.optimizer)
+
+
 def validate(cfg: DictConfig) -> None:
-    found = problems(cfg)
+    found = finetune_problems(cfg) if "task" in cfg else problems(cfg)
     if found:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(found))

@@ -45,6 +45,9 @@ class Backbone(nn.Module):
     """
 
     capabilities: ClassVar[frozenset[str]] = frozenset()
+    # Where the sequence-summary token sits, for fine-tuning heads when there is no pooled vector: "first"
+    # ([CLS], the BERT family) or "last" (XLNet puts <cls> at the end).
+    summary_position: ClassVar[str] = "first"
 
     @property
     def input_embeddings(self) -> nn.Embedding:

@@ -118,6 +118,8 @@ class XLNetLayer(nn.Module):
 @MODELS.register("xlnet", XLNetConfig, paper_objective="plm")
 class XLNet(Backbone):
     capabilities = frozenset({BIDIRECTIONAL, SEGMENTS, TWO_STREAM, RECURRENT_MEMORY})
+    # XLNet's layout ends with <cls> (A <sep> B <sep> <cls>): sentence-level heads read the last real token.
+    summary_position = "last"
 
     def __init__(self, config: XLNetConfig):
         super().__init__()

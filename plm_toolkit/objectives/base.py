@@ -28,6 +28,9 @@ class ObjectiveOutput:
     # Metric name -> summed value (e.g. number of correct predictions); divided for logging by the target count of
     # the component that ``Objective.metric_denominators`` names.
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+    # Per-row outputs kept during evaluation (logits, row indices) and handed, concatenated over all batches and
+    # processes, to ``Objective.finish_evaluation``; fine-tuning tasks decode predictions from them.
+    outputs: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class Objective(nn.Module):
@@ -46,6 +49,8 @@ class Objective(nn.Module):
     # 0: the batch transform draws afresh for every batch (dynamic masking). N > 0: each example gets N fixed
     # draws, used in turn epoch after epoch (BERT's static masking with dupe_factor N); set from the config.
     dupe_factor: int = 0
+    # Whether evaluation reports exp(loss) per component (language-model losses) next to the loss.
+    reports_perplexity: ClassVar[bool] = True
 
     @classmethod
     def check_config(cls, config) -> None:
@@ -79,6 +84,10 @@ class Objective(nn.Module):
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
         raise NotImplementedError
+
+    def finish_evaluation(self, outputs: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Metrics over a whole evaluation from the rows' ``ObjectiveOutput.outputs`` (none by default)."""
+        return {}
 
 
 def normalized_loss(out: ObjectiveOutput, counts: dict[str, float]) -> torch.Tensor:

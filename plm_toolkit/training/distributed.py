@@ -63,10 +63,10 @@ def broadcast_object(obj, info: ProcessInfo):
     return box[0]
 
 
-def gather_objects(obj, info: ProcessInfo) -> list:
-    """Every rank's value of a picklable object, in rank order, on every rank."""
+def all_gather_objects(obj, info: ProcessInfo) -> list:
+    """Every rank's value of a picklable object, in rank order (a one-element list without a process group)."""
     if not info.distributed:
         return [obj]
-    gathered = [None] * info.world_size
-    dist.all_gather_object(gathered, obj)
-    return gathered
+    out = [None] * info.world_size
+    dist.all_gather_object(out, obj)
+    return out

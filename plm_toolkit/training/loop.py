@@ -21,7 +21,7 @@ from plm_toolkit.data.loader import BatchLayout, MicroBatches, eval_loader, micr
 from plm_toolkit.errors import TrainingError
 from plm_toolkit.objectives.base import Objective, ObjectiveOutput, normalized_loss
 from plm_toolkit.training import checkpoint as ckpt
-from plm_toolkit.training.distributed import all_reduce_sum, barrier, gather_objects
+from plm_toolkit.training.distributed import all_gather_objects, all_reduce_sum, barrier
 from plm_toolkit.training.logging import MetricsWriter, ProgressBar
 from plm_toolkit.training.optim import build_optimizer, build_scheduler
 from plm_toolkit.training.precision import LossScaler, Runtime
@@ -166,7 +166,7 @@ class Trainer:
         log.info("resumed from %s at step %d (%d examples seen)", checkpoint.path, self.step, self.samples_seen)
 
     def save(self) -> None:
-        carried = gather_objects(self.objective.carried_state(), self.process)
+        carried = all_gather_objects(self.objective.carried_state(), self.process)
         if self.process.is_main:
             state = {
                 "step": self.step,
@@ -317,6 +317,7 @@ class Trainer:
             streams=self.streams,
             backward_half=self.objective.backward_half,
         )
+        outputs: dict[str, list[torch.Tensor]] = defaultdict(list)
         for batch in batches:
             for name, n in self.objective.target_counts(batch).items():
                 window.counts[name] += n
@@ -327,11 +328,19 @@ class Trainer:
                 window.loss_sums[k] += float(v)
             for k, v in out.metrics.items():
                 window.metrics[k] += float(v)
+            for k, v in out.outputs.items():
+                outputs[k].append(v.detach().float().cpu() if v.is_floating_point() else v.detach().cpu())
         window = _reduce(window, self.process)
         summary = window.summary(self.objective.metric_denominators, prefix="eval_", components=True)
         for k, v in list(summary.items()):
-            if k.endswith("loss") and k != "eval_loss":
+            if self.objective.reports_perplexity and k.endswith("loss") and k != "eval_loss":
                 summary[k.removesuffix("loss") + "perplexity"] = math.exp(min(v, 50.0))
+        if type(self.objective).finish_evaluation is not Objective.finish_evaluation:
+            # Every process holds the rows of its own batches; tasks decode from all of them.
+            gathered = all_gather_objects({k: torch.cat(v) for k, v in outputs.items()}, self.process)
+            keys = sorted({k for part in gathered for k in part})
+            merged = {k: torch.cat([part[k] for part in gathered if k in part]) for k in keys}
+            summary.update({f"eval_{k}": v for k, v in self.objective.finish_evaluation(merged).items()})
         record = {"step": self.step, **summary}
         self.metrics.write(record)
         if bar is not None and self.process.is_main:

@@ -95,7 +95,7 @@ def compose_cfg(*overrides):
         (["model=xlnet_tiny", "objective.reuse_len=16", "objective.perm_size=32"], "at most objective.reuse_len"),
         (["model=xlnet_tiny", "objective.reuse_len=24", "objective.perm_size=16"], "must divide"),
         (["model=bert_tiny", "objective=plm"], "objective=plm needs a model that is two_stream"),
-        (["model=xlnet_tiny", "data.packing=full_sentences"], "data.packing=full_sentences: objective=plm needs streams"),
+        (["model=xlnet_tiny", "data.packing=full_sentences"], "objective=plm needs streams"),
     ],
 )
 def test_validation_names_the_keys(overrides, message):

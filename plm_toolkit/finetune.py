@@ -1,0 +1,132 @@
+"""plm-finetune: compose -> validate -> load the backbone -> read the task's data -> run the loop.
+
+plm-finetune model.checkpoint=runs/demo/checkpoints/last                      # SST-2 (task=sst2 is the default)
+plm-finetune task=squad2 model.checkpoint=/models/minilm data.train_file=train-v2.0.json \
+    data.validation_file=dev-v2.0.json data.max_seq_len=384
+plm-finetune task=ner model.checkpoint=PATH data.train_file=train.conll data.validation_file=dev.conll
+
+The task plays the objective's part in plm-train's loop (training/loop.py), so precision, accumulation,
+checkpoints and resume are the same. The run directory gets eval_results.json and the task's prediction files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from plm_toolkit import registry
+from plm_toolkit.config import register_schemas
+from plm_toolkit.config.validate import task_class, validate
+from plm_toolkit.data.corpus import register_resolvers
+from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+from plm_toolkit.errors import PlmError
+from plm_toolkit.models.pretrained import load_backbone
+from plm_toolkit.train import seed_everything
+from plm_toolkit.training import checkpoint as ckpt
+from plm_toolkit.training.distributed import destroy_process_group, init_process_group, launched_world_size
+from plm_toolkit.training.loop import Trainer
+from plm_toolkit.training.precision import resolve_runtime
+
+log = logging.getLogger("plm_toolkit")
+
+register_schemas()
+registry.load_all()
+register_resolvers()
+
+EVAL_RESULTS = "eval_results.json"
+
+
+def write_json(path: Path, value) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+
+
+def run(cfg: DictConfig, run_dir: Path) -> dict:
+    validate(cfg)
+    runtime = resolve_runtime(cfg.hardware)
+    if launched_world_size() > 1:
+        runtime = resolve_runtime(cfg.hardware, init_process_group(runtime.backend))
+    process = runtime.process
+    if process.is_main:
+        ckpt.clean_temporary(run_dir)
+    checkpoint = ckpt.find_checkpoint(str(cfg.trainer.resume), run_dir)
+
+    seed_everything(cfg.trainer.seed)
+    loaded = load_backbone(cfg.model.checkpoint, cfg.model.dropout)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    vocab = vocab_from_tokenizer(tokenizer, source=loaded.source)
+    cfg.optimizer.d_model = int(model.config.hidden_size)
+
+    cls = task_class(cfg.task.name)
+    task_config = OmegaConf.to_object(cfg.task)
+    data = cls.prepare_data(task_config, cfg.data, tokenizer, vocab)
+    if hasattr(task_config, "labels") and data.labels:
+        task_config.labels = list(data.labels)
+    task = cls(task_config, model, vocab, data)
+
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved["task"] = OmegaConf.to_container(OmegaConf.structured(task_config), resolve=True)
+    # The backbone's architecture travels with the fine-tuned checkpoint, so it loads without the original.
+    resolved["backbone"] = OmegaConf.to_container(OmegaConf.structured(model.config), resolve=True)
+    log.info(
+        "task=%s backbone=%s from %s (%.2fM parameters) device=%s precision=%s train features=%d eval features=%s",
+        cfg.task.name,
+        model.config.name,
+        loaded.source,
+        model.num_parameters() / 1e6,
+        runtime.device,
+        runtime.precision,
+        len(data.train),
+        "none" if data.validation is None else len(data.validation),
+    )
+    trainer = Trainer(
+        model=model,
+        objective=task,
+        train_examples=data.train,
+        eval_examples=data.validation,
+        collate=task.collator(),
+        runtime=runtime,
+        trainer_cfg=cfg.trainer,
+        optimizer_cfg=cfg.optimizer,
+        hardware_cfg=cfg.hardware,
+        run_dir=run_dir,
+        config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
+        tokenizer_json=tokenizer.to_str(),
+        num_workers=cfg.data.num_workers,
+    )
+    if checkpoint is not None:
+        trainer.restore(checkpoint)
+    final = trainer.fit()
+    if process.is_main:
+        log.info("run directory: %s", run_dir)
+        log.info("checkpoint: %s", trainer.last_checkpoint)
+        if task.last_metrics:
+            for name, value in task.artifacts.items():
+                write_json(run_dir / name, value)
+            write_json(run_dir / EVAL_RESULTS, task.last_metrics)
+            log.info("eval results: %s %s", run_dir / EVAL_RESULTS, json.dumps(task.last_metrics))
+    return final
+
+
+@hydra.main(version_base="1.3", config_path="pkg://plm_toolkit.configs", config_name="finetune")
+def main(cfg: DictConfig) -> float | None:
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        final = run(cfg, run_dir)
+    except PlmError as err:
+        log.error("error: %s", err)
+        sys.exit(1)
+    finally:
+        destroy_process_group()
+    return final.get("eval_loss", final.get("loss"))
+
+
+if __name__ == "__main__":
+    main()

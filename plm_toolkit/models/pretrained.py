@@ -1,0 +1,157 @@
+"""Load a pretrained backbone for fine-tuning: a ``plm-train`` checkpoint or a local Hugging Face folder.
+
+    loaded = load_backbone("runs/demo/checkpoints/step_300")      # plm-train: config.yaml + model.safetensors
+    loaded = load_backbone("/models/all-MiniLM-L6-v2")           # Hugging Face: config.json + weights
+
+A ``plm-train`` checkpoint is rebuilt through the model registry from the ``model`` section of its
+``config.yaml`` (a fine-tuned checkpoint keeps the backbone's under ``backbone``). A Hugging Face folder goes
+through ``import_hf``, which dispatches on ``config.json``'s ``model_type``: a family with an import adapter adds
+one line to ``HF_IMPORTERS``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import OmegaConf
+from tokenizers import Tokenizer
+from torch import nn
+
+from plm_toolkit import registry
+from plm_toolkit.data.tokenizer import load_tokenizer
+from plm_toolkit.errors import CheckpointError
+from plm_toolkit.training import checkpoint as ckpt
+
+
+@dataclass
+class LoadedBackbone:
+    model: nn.Module
+    tokenizer: Tokenizer
+    # The folder the weights came from, and its kind ("plm_train" or "hf:<model_type>").
+    source: Path
+    kind: str
+
+
+def _import_encoder(folder: Path) -> tuple[nn.Module, Path]:
+    """BERT, RoBERTa, ALBERT and ELECTRA (the discriminator) through ``models/hf.py``'s adapter table."""
+    from plm_toolkit.models.hf import import_hf as import_encoder
+
+    imported = import_encoder(folder)
+    config = imported.model_config
+    model = registry.MODELS.get(config.name).builder(config)
+    model.load_state_dict(imported.model_state)
+    return model, imported.tokenizer_file
+
+
+def _import_xlnet(folder: Path) -> tuple[nn.Module, Path]:
+    from plm_toolkit.models.hf_xlnet import import_hf_xlnet
+    from plm_toolkit.models.xlnet import XLNet
+
+    imported = import_hf_xlnet(folder)
+    if imported.tokenizer_file is None:
+        raise CheckpointError(
+            f"{folder}: no tokenizer.json (a released XLNet folder may hold only spiece.model); save one with "
+            "transformers' XLNetTokenizerFast(...).save_pretrained(folder)"
+        )
+    model = XLNet(imported.model_config)
+    model.load_state_dict(imported.model_state)
+    return model, imported.tokenizer_file
+
+
+# config.json model_type -> importer returning (backbone with weights loaded, tokenizer file).
+HF_IMPORTERS: dict[str, Callable[[Path], tuple[nn.Module, Path]]] = {
+    "bert": _import_encoder,
+    "roberta": _import_encoder,
+    "albert": _import_encoder,
+    "electra": _import_encoder,
+    "xlnet": _import_xlnet,
+}
+
+
+def import_hf(folder: Path) -> tuple[nn.Module, Path]:
+    """The backbone of a local Hugging Face folder, by ``config.json``'s ``model_type``."""
+    path = folder / "config.json"
+    try:
+        model_type = json.loads(path.read_text()).get("model_type")
+    except (OSError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path}: not readable JSON ({err})") from err
+    if model_type not in HF_IMPORTERS:
+        raise CheckpointError(
+            f"{path}: model_type {model_type!r} has no import adapter; supported: {', '.join(sorted(HF_IMPORTERS))}"
+        )
+    return HF_IMPORTERS[model_type](folder)
+
+
+def plm_checkpoint_dir(path: Path) -> Path | None:
+    """The step directory a plm-train path names (a step_N folder, ``last``, or a run directory), or None."""
+    for candidate in (path, path / "last", path / "checkpoints" / "last"):
+        if (candidate / ckpt.MODEL_FILE).is_file() and (candidate / ckpt.CONFIG_FILE).is_file():
+            return candidate.resolve()
+    found = ckpt.list_checkpoints(path / "checkpoints") or ckpt.list_checkpoints(path)
+    return found[-1] if found else None
+
+
+def model_config_of(checkpoint_dir: Path):
+    """The typed backbone config saved in a checkpoint's config.yaml."""
+    path = checkpoint_dir / ckpt.CONFIG_FILE
+    saved = OmegaConf.load(path)
+    section = saved.get("backbone") or saved.get("model")
+    if section is None or "name" not in section:
+        raise CheckpointError(f"{path}: no model section with a family name; is this a plm-train checkpoint?")
+    if section.name not in registry.MODELS:
+        raise CheckpointError(
+            f"{path}: model.name={section.name} is not a known family; known: {', '.join(registry.MODELS.names())}"
+        )
+    schema = OmegaConf.structured(registry.MODELS.get(section.name).config_cls)
+    return OmegaConf.to_object(OmegaConf.merge(schema, section))
+
+
+def _load_plm(checkpoint_dir: Path) -> tuple[nn.Module, Path]:
+    config = model_config_of(checkpoint_dir)
+    model = registry.MODELS.get(config.name).builder(config)
+    ckpt.load_weights(model, checkpoint_dir / ckpt.MODEL_FILE)
+    tokenizer = checkpoint_dir / ckpt.TOKENIZER_FILE
+    if not tokenizer.is_file():
+        raise CheckpointError(f"{checkpoint_dir}: no {ckpt.TOKENIZER_FILE}; the checkpoint needs its tokenizer")
+    return model, tokenizer
+
+
+def with_dropout(model: nn.Module, dropout: float) -> nn.Module:
+    """Set every dropout module of the backbone to ``dropout`` (fine-tuning often changes it)."""
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = dropout
+    config = getattr(model, "config", None)
+    if dataclasses.is_dataclass(config):
+        changes = {k: dropout for k in ("hidden_dropout", "attention_dropout") if hasattr(config, k)}
+        model.config = dataclasses.replace(config, **changes)
+    return model
+
+
+def load_backbone(path: str | Path, dropout: float | None = None) -> LoadedBackbone:
+    """A backbone with its weights and tokenizer from a plm-train checkpoint or a Hugging Face folder."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise CheckpointError(f"model.checkpoint={path}: no such file or directory")
+    step_dir = plm_checkpoint_dir(path)
+    if step_dir is not None:
+        model, tokenizer_file, source, kind = *_load_plm(step_dir), step_dir, "plm_train"
+    elif (path / "config.json").is_file():
+        model, tokenizer_file = import_hf(path)
+        source, kind = path, f"hf:{json.loads((path / 'config.json').read_text()).get('model_type')}"
+    else:
+        raise CheckpointError(
+            f"model.checkpoint={path}: neither a plm-train checkpoint ({ckpt.MODEL_FILE} + {ckpt.CONFIG_FILE}) nor "
+            "a Hugging Face folder (config.json)"
+        )
+    if dropout is not None:
+        with_dropout(model, dropout)
+    tokenizer = load_tokenizer(tokenizer_file)
+    # A tokenizer.json may carry the truncation and padding its creator used; tasks build their own windows.
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return LoadedBackbone(model, tokenizer, source, kind)

@@ -1,0 +1,178 @@
+"""The task contract: a fine-tuning task is an objective with its own data.
+
+A task reads the official files of its benchmark into features (``prepare_data``), puts a head on the backbone's
+representations and returns loss sums with target counts exactly like a pretraining objective, so the same loop
+trains it (accumulation, precision, checkpoints, resume). At evaluation it also returns per-row outputs (logits,
+row indices); ``finish_evaluation`` decodes them into predictions and the benchmark's metrics, and keeps files to
+write (``artifacts``, e.g. SQuAD's predictions.json).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer
+from torch import nn
+
+from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.errors import ConfigError
+from plm_toolkit.models.base import Representations
+from plm_toolkit.objectives.base import Objective
+
+log = logging.getLogger("plm_toolkit")
+
+# Label value of positions and rows that carry no target (cross-entropy's ignore_index).
+IGNORE = -100
+
+
+@dataclass
+class TaskData:
+    # Features: dicts of input_ids, token_type_ids and the task's targets (lists and scalars).
+    train: list[dict[str, Any]]
+    # Evaluation features (with an ``index`` row number), or None without a validation file.
+    validation: list[dict[str, Any]] | None
+    # Whatever decoding needs beyond the tensors (gold labels, SQuAD windows and offsets).
+    eval_info: Any = None
+    # Label names read from the training data, when the task learns its label set from it.
+    labels: list[str] = field(default_factory=list)
+
+
+class PadCollator:
+    """Pad list-valued fields to the longest row (``input_ids`` with the pad id, labels with IGNORE, the rest
+    with 0), stack scalars, and add ``attention_mask``. Picklable for data-loader workers."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, rows: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        width = max(len(r["input_ids"]) for r in rows)
+        batch: dict[str, torch.Tensor] = {}
+        for key, first in rows[0].items():
+            if isinstance(first, list):
+                fill = self.pad_id if key == "input_ids" else IGNORE if key == "labels" else 0
+                out = torch.full((len(rows), width), fill, dtype=torch.long)
+                for i, r in enumerate(rows):
+                    out[i, : len(r[key])] = torch.as_tensor(r[key], dtype=torch.long)
+                batch[key] = out  # (B, T)
+            else:
+                dtype = torch.float32 if isinstance(first, float) else torch.long
+                batch[key] = torch.tensor([r[key] for r in rows], dtype=dtype)  # (B,)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            mask[i, : len(r["input_ids"])] = 1
+        batch["attention_mask"] = mask
+        return batch
+
+
+def encode(model: nn.Module, batch: dict[str, torch.Tensor]) -> Representations:
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    if "token_type_ids" in batch:
+        inputs["token_type_ids"] = batch["token_type_ids"]
+    return model(**inputs)
+
+
+def summary_vector(model: nn.Module, reps: Representations, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The sequence summary a sentence-level head reads: the pooled vector where the family has one (BERT's
+    tanh pooler over [CLS]), else the hidden state of the summary token the backbone declares (first or last)."""
+    if reps.pooled is not None:
+        return reps.pooled  # (B, H)
+    if getattr(model, "summary_position", "first") == "last":
+        last = attention_mask.sum(dim=1) - 1  # (B,) index of the last real token (right padding)
+        return reps.hidden[torch.arange(reps.hidden.shape[0], device=last.device), last]  # (B, H)
+    return reps.hidden[:, 0]  # (B, H)
+
+
+def hidden_size(model: nn.Module) -> int:
+    return int(model.config.hidden_size)
+
+
+def head_dropout(model: nn.Module, configured: float | None) -> float:
+    """The task's dropout before its head: as configured, else the backbone's hidden dropout (BERT: 0.1)."""
+    if configured is not None:
+        return configured
+    return float(getattr(model.config, "hidden_dropout", 0.1))
+
+
+def init_linear(layer: nn.Linear, model: nn.Module) -> nn.Linear:
+    nn.init.normal_(layer.weight, mean=0.0, std=float(getattr(model.config, "initializer_range", 0.02)))
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class Task(Objective):
+    """Base class of fine-tuning tasks; subclasses implement ``prepare_data``, ``target_counts``, ``forward``
+    and ``finish_evaluation``."""
+
+    reports_perplexity = False
+    metric_denominators = {}
+
+    def __init__(self, config, model: nn.Module, vocab: Vocab, data: TaskData):
+        super().__init__()
+        self.config = config
+        self.vocab = vocab
+        self.eval_info = data.eval_info
+        # Files the last evaluation produced: name -> JSON-serialisable value.
+        self.artifacts: dict[str, Any] = {}
+        # Metrics of the last evaluation, unprefixed (what eval_results.json holds).
+        self.last_metrics: dict[str, float] = {}
+
+    @classmethod
+    def prepare_data(cls, config, data_cfg, tokenizer: Tokenizer, vocab: Vocab) -> TaskData:
+        raise NotImplementedError
+
+    def collator(self) -> PadCollator:
+        return PadCollator(self.vocab.pad_id)
+
+
+def limit(items: list, max_items: int | None, what: str) -> list:
+    """The first ``max_items`` items (data.max_train_samples / data.max_eval_samples), logged."""
+    if max_items is not None and max_items < len(items):
+        log.info("using %d of %d %s", max_items, len(items), what)
+        return items[:max_items]
+    return items
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+@dataclass
+class Template:
+    """Where a family's special tokens go around one or two segments, read off its tokenizer's post-processor:
+    BERT ``[CLS] A [SEP] B [SEP]``, RoBERTa ``<s> A </s></s> B </s>``, XLNet ``A <sep> B <sep> <cls>``."""
+
+    # Each piece: ("A" | "B" | a special token id, token type id).
+    pieces: list[tuple[Any, int]]
+
+    @property
+    def num_special(self) -> int:
+        return sum(1 for piece, _ in self.pieces if piece not in ("A", "B"))
+
+    def assemble(self, a: Sequence[int], b: Sequence[int] = ()) -> tuple[list[int], list[int], dict[str, int]]:
+        """(input_ids, token_type_ids, {"A": first position of A, "B": first position of B})."""
+        ids: list[int] = []
+        types: list[int] = []
+        starts: dict[str, int] = {}
+        for piece, type_id in self.pieces:
+            tokens = a if piece == "A" else b if piece == "B" else [piece]
+            if piece in ("A", "B"):
+                starts[piece] = len(ids)
+            ids.extend(tokens)
+            types.extend([type_id] * len(tokens))
+        return ids, types, starts
+
+
+def template_of(tokenizer: Tokenizer, pair: bool) -> Template:
+    encoding = tokenizer.encode("a", "b") if pair else tokenizer.encode("a")
+    pieces: list[tuple[Any, int]] = []
+    for token_id, type_id, sequence in zip(encoding.ids, encoding.type_ids, encoding.sequence_ids, strict=True):
+        if sequence is None:
+            pieces.append((token_id, type_id))
+        elif not pieces or pieces[-1][0] != "AB"[sequence]:
+            pieces.append(("AB"[sequence], type_id))
+    return Template(pieces)

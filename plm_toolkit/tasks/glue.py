@@ -1,0 +1,248 @@
+"""Sentence and sentence-pair classification and regression: the GLUE tasks from their official TSV files
+(Wang et al. 2019) and ``task=classification`` for any TSV, CSV or JSONL file with named text and label columns.
+
+Each GLUE task is a preset in ``configs/task/<name>.yaml`` that names its columns, labels and metrics; the code
+below is the same for all. The head reads the backbone's sequence summary (BERT: the pooled [CLS], Devlin et al.
+2019 section 4.1; XLNet: its last token).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+from torch import nn
+
+from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.errors import ConfigError, DataError
+from plm_toolkit.registry import TASKS
+from plm_toolkit.tasks.base import Task, TaskData, encode, limit, summary_vector
+from plm_toolkit.tasks.heads import LinearHead
+from plm_toolkit.tasks.metrics import METRICS
+
+GLUE_TASKS = ("sst2", "mrpc", "rte", "cola", "stsb", "mnli", "qnli", "qqp", "wnli")
+
+
+@dataclass
+class ClassificationConfig:
+    # Registry name: a GLUE task (sst2, mrpc, rte, cola, stsb, mnli, qnli, qqp, wnli) or classification.
+    name: str = "classification"
+    # Column of the first text: a header name (alternatives joined by a pipe, the first present is used), or a
+    # 0-based field index when header=false. JSONL files name keys.
+    text_column: str = "text"
+    # Column of the second text of a pair; null for single sentences.
+    text_pair_column: str | None = None
+    # Column of the label (a class name, or a number for regression).
+    label_column: str = "label"
+    # Class names in id order; empty reads them from the training file (sorted) and saves them with the run.
+    labels: list[str] = field(default_factory=list)
+    # Predict one real number with a squared-error loss (STS-B) instead of a class.
+    regression: bool = False
+    # Metrics reported on the validation file: accuracy, f1 (of class id 1), matthews, pearson, spearman.
+    metrics: list[str] = field(default_factory=lambda: ["accuracy"])
+    # Whether the first line of a TSV/CSV file names the columns (GLUE's CoLA files have none).
+    header: bool = True
+    # Dropout before the head; null takes the backbone's hidden dropout.
+    dropout: float | None = None
+
+
+@dataclass
+class Row:
+    line: int
+    text: str
+    pair: str | None
+    label: str
+
+
+def _rows(path: Path):
+    """(line number, fields) of a TSV (GLUE: no quoting), CSV or JSONL file; fields are a list or a dict."""
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    with open(path, encoding="utf-8", newline="") as handle:
+        if path.suffix == ".jsonl":
+            for number, line in enumerate(handle, start=1):
+                if line.strip():
+                    try:
+                        yield number, json.loads(line)
+                    except json.JSONDecodeError as err:
+                        raise DataError(f"{path}:{number}: not a JSON object ({err.msg})") from None
+            return
+        reader = (
+            csv.reader(handle, delimiter=",")
+            if path.suffix == ".csv"
+            else csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        )
+        try:
+            for fields in reader:
+                if fields:
+                    yield reader.line_num, fields
+        except (csv.Error, UnicodeDecodeError) as err:
+            raise DataError(f"{path}:{reader.line_num + 1}: unreadable ({err})") from None
+
+
+def _column(spec: str, names: list[str] | None, path: Path, key: str, keys: bool = False) -> Any:
+    """The field index (or JSON key) a column spec names, or DataError naming the file and the columns."""
+    if names is None:  # header=false: a 0-based index
+        if not spec.isdigit():
+            raise ConfigError(f"task.{key}={spec}: with task.header=false, give a 0-based column index")
+        return int(spec)
+    for alternative in spec.split("|"):
+        if alternative in names:
+            return alternative if keys else names.index(alternative)
+    raise DataError(f"{path}:1: no column {spec!r} (task.{key}); the columns are {', '.join(map(str, names))}")
+
+
+def read_rows(path: str | Path, config: ClassificationConfig) -> list[Row]:
+    """The rows of a classification file; a missing column or a short line is a DataError naming file:line."""
+    path = Path(path)
+    rows = _rows(path)
+    specs = {"text_column": config.text_column, "label_column": config.label_column}
+    if config.text_pair_column:
+        specs["text_pair_column"] = config.text_pair_column
+    out: list[Row] = []
+    where: dict[str, Any] | None = None
+    width = 0
+    for number, fields in rows:
+        if where is None:
+            if isinstance(fields, dict):
+                where = {k: _column(s, list(fields), path, k, keys=True) for k, s in specs.items()}
+            elif config.header:
+                where = {k: _column(s, fields, path, k) for k, s in specs.items()}
+                width = len(fields)
+                continue
+            else:
+                where = {k: _column(s, None, path, k) for k, s in specs.items()}
+        if isinstance(fields, dict):
+            missing = [str(where[k]) for k in specs if where[k] not in fields]
+            if missing:
+                raise DataError(f"{path}:{number}: missing key(s) {', '.join(missing)}")
+            values = {k: str(fields[where[k]]) for k in specs}
+        else:
+            needed = max(max(where.values()) + 1, width)
+            if len(fields) < needed:
+                raise DataError(
+                    f"{path}:{number}: {len(fields)} field(s), expected {needed} (a missing column or a stray tab)"
+                )
+            values = {k: fields[where[k]] for k in specs}
+        out.append(Row(number, values["text_column"], values.get("text_pair_column"), values["label_column"]))
+    if not out:
+        raise DataError(f"{path}: no rows")
+    return out
+
+
+def _targets(rows: list[Row], labels: list[str], regression: bool, path) -> list:
+    index = {name: i for i, name in enumerate(labels)}
+    out = []
+    for row in rows:
+        if regression:
+            try:
+                out.append(float(row.label))
+            except ValueError:
+                raise DataError(f"{path}:{row.line}: label {row.label!r} is not a number (task.regression)") from None
+        elif row.label not in index:
+            raise DataError(
+                f"{path}:{row.line}: label {row.label!r} is not among the training labels {labels}; set task.labels"
+            )
+        else:
+            out.append(index[row.label])
+    return out
+
+
+def _features(rows: list[Row], targets: list, tokenizer: Tokenizer, max_seq_len: int, with_index: bool):
+    tokenizer.enable_truncation(max_length=max_seq_len, strategy="longest_first")
+    try:
+        inputs = [(r.text, r.pair) if r.pair is not None else r.text for r in rows]
+        encodings = tokenizer.encode_batch(inputs)
+    finally:
+        tokenizer.no_truncation()
+    features = []
+    for i, (encoding, target) in enumerate(zip(encodings, targets, strict=True)):
+        feature = {"input_ids": encoding.ids, "token_type_ids": encoding.type_ids, "labels": target}
+        if with_index:
+            feature["index"] = i
+        features.append(feature)
+    return features
+
+
+class SequenceClassification(Task):
+    """Cross-entropy (or squared error for regression) over a head on the sequence summary."""
+
+    metric_denominators = {"task_correct": "task"}
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        unknown = [m for m in config.metrics if m not in METRICS]
+        if unknown:
+            raise ConfigError(f"task.metrics: unknown {unknown}; valid: {', '.join(METRICS)}")
+        if config.regression and set(config.metrics) - {"pearson", "spearman"}:
+            raise ConfigError("task.regression=true reports pearson and spearman only; fix task.metrics")
+
+    @classmethod
+    def prepare_data(cls, config: ClassificationConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab) -> TaskData:
+        train_rows = read_rows(data_cfg.train_file, config)
+        labels = list(config.labels)
+        if not config.regression and not labels:  # from the whole file, also when max_train_samples cuts it
+            labels = sorted({r.label for r in train_rows})
+        train_rows = limit(train_rows, data_cfg.max_train_samples, "training rows")
+        train = _features(
+            train_rows,
+            _targets(train_rows, labels, config.regression, data_cfg.train_file),
+            tokenizer,
+            data_cfg.max_seq_len,
+            with_index=False,
+        )
+        validation, gold = None, None
+        if data_cfg.validation_file:
+            rows = limit(read_rows(data_cfg.validation_file, config), data_cfg.max_eval_samples, "evaluation rows")
+            gold = _targets(rows, labels, config.regression, data_cfg.validation_file)
+            validation = _features(rows, gold, tokenizer, data_cfg.max_seq_len, with_index=True)
+        return TaskData(train, validation, eval_info={"gold": gold}, labels=labels)
+
+    def __init__(self, config: ClassificationConfig, model: nn.Module, vocab: Vocab, data: TaskData):
+        super().__init__(config, model, vocab, data)
+        self.labels = data.labels
+        self.head = LinearHead(model, 1 if config.regression else len(self.labels), config.dropout)
+
+    def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        return {"task": int(batch["labels"].shape[0])}
+
+    def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]):
+        from plm_toolkit.objectives.base import ObjectiveOutput
+
+        reps = encode(model, batch)
+        logits = self.head(summary_vector(model, reps, batch["attention_mask"])).float()  # (B, C)
+        gold = batch["labels"]  # (B,)
+        metrics, outputs = {}, {}
+        if self.config.regression:
+            scores = logits.squeeze(-1)  # (B,)
+            loss_sum = F.mse_loss(scores, gold.float(), reduction="sum")
+            predictions = scores.detach()
+        else:
+            loss_sum = F.cross_entropy(logits, gold, reduction="sum")
+            predictions = logits.detach().argmax(dim=-1)  # (B,)
+            metrics["task_correct"] = (predictions == gold).sum()
+        if not self.training and "index" in batch:
+            outputs = {"predictions": predictions, "index": batch["index"]}
+        return ObjectiveOutput(loss_sums={"task": loss_sum}, metrics=metrics, outputs=outputs)
+
+    def finish_evaluation(self, outputs: dict[str, torch.Tensor]) -> dict[str, float]:
+        order = outputs["index"].argsort()
+        index = outputs["index"][order].numpy()
+        predictions = outputs["predictions"][order].numpy()
+        gold = np.asarray(self.eval_info["gold"])[index]
+        metrics = {name: METRICS[name](predictions, gold) for name in self.config.metrics}
+        named = predictions.tolist() if self.config.regression else [self.labels[int(p)] for p in predictions]
+        self.artifacts = {"predictions.json": dict(zip(map(str, index.tolist()), named, strict=True))}
+        self.last_metrics = metrics
+        return metrics
+
+
+for _name in (*GLUE_TASKS, "classification"):
+    TASKS.register(_name, ClassificationConfig, cls=SequenceClassification)(SequenceClassification)
