@@ -167,9 +167,7 @@ def test_hugging_face_folder_and_finetuned_checkpoint_load_as_backbones(tiny_che
     again = load_backbone(tmp_path / "run")
     assert again.kind == "plm_train" and again.model.config.hidden_size == 36
     (hf / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
-    with pytest.raises(
-        CheckpointError, match="model_type 'gpt2' has no import adapter; supported: albert, bert"
-    ):
+    with pytest.raises(CheckpointError, match="model_type 'gpt2' has no import adapter; supported: albert, bert"):
         load_backbone(hf)
 
 
