@@ -13,23 +13,21 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from pathlib import Path
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit import registry
+from plm_toolkit.cli import run_command
 from plm_toolkit.config import register_schemas
 from plm_toolkit.config.validate import task_class, validate
 from plm_toolkit.data.corpus import register_resolvers
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
-from plm_toolkit.errors import PlmError
 from plm_toolkit.models.pretrained import load_backbone
 from plm_toolkit.train import seed_everything
 from plm_toolkit.training import checkpoint as ckpt
-from plm_toolkit.training.distributed import destroy_process_group, init_process_group, launched_world_size
+from plm_toolkit.training.distributed import init_process_group, launched_world_size
 from plm_toolkit.training.loop import Trainer
 from plm_toolkit.training.precision import resolve_runtime
 
@@ -117,15 +115,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
 @hydra.main(version_base="1.3", config_path="pkg://plm_toolkit.configs", config_name="finetune")
 def main(cfg: DictConfig) -> float | None:
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    try:
-        final = run(cfg, run_dir)
-    except PlmError as err:
-        log.error("error: %s", err)
-        sys.exit(1)
-    finally:
-        destroy_process_group()
-    return final.get("eval_loss", final.get("loss"))
+    return run_command(run, cfg)
 
 
 if __name__ == "__main__":

@@ -10,16 +10,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-import sys
 from pathlib import Path
 
 import hydra
 import numpy as np
 import torch
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit import registry
+from plm_toolkit.cli import run_command
 from plm_toolkit.config import register_schemas
 from plm_toolkit.config.validate import data_layout, objective_class, tokenizer_kind, validate
 from plm_toolkit.data import prepare_pretraining_data
@@ -27,7 +26,7 @@ from plm_toolkit.data.collate import Collator
 from plm_toolkit.data.corpus import register_resolvers
 from plm_toolkit.errors import PlmError
 from plm_toolkit.training import checkpoint as ckpt
-from plm_toolkit.training.distributed import barrier, destroy_process_group, init_process_group, launched_world_size
+from plm_toolkit.training.distributed import barrier, init_process_group, launched_world_size
 from plm_toolkit.training.loop import Trainer
 from plm_toolkit.training.precision import resolve_runtime
 
@@ -127,16 +126,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
 @hydra.main(version_base="1.3", config_path="pkg://plm_toolkit.configs", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    try:
-        final = run(cfg, run_dir)
-    except PlmError as err:
-        log.error("error: %s", err)
-        sys.exit(1)
-    finally:
-        destroy_process_group()
-    # Returned for Hydra sweepers that optimise an objective.
-    return final.get("eval_loss", final.get("loss"))
+    return run_command(run, cfg)
 
 
 if __name__ == "__main__":

@@ -131,3 +131,23 @@ class CarriedMemory:
     def load(self, state: dict[str, torch.Tensor]) -> None:
         layers = sorted((k for k in state if k.startswith("memory.")), key=lambda k: int(k.split(".")[1]))
         self._memories[True] = [state[k] for k in layers] or None
+
+
+class MemoryObjective(Objective):
+    """An objective that carries segment memories from one batch to the next (Transformer-XL's clm, XLNet's plm):
+    evaluation starts from an empty memory, and the training memory travels with checkpoints."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.memory = CarriedMemory()
+
+    def train(self, mode: bool = True):
+        if not mode:
+            self.memory.reset(False)  # every evaluation starts from an empty memory
+        return super().train(mode)
+
+    def carried_state(self) -> dict[str, torch.Tensor]:
+        return self.memory.state()
+
+    def load_carried_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.memory.load(state)

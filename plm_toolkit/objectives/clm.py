@@ -23,7 +23,7 @@ from torch import nn
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import CAUSAL, RECURRENT_MEMORY
-from plm_toolkit.objectives.base import CarriedMemory, Objective, ObjectiveOutput
+from plm_toolkit.objectives.base import MemoryObjective, ObjectiveOutput
 from plm_toolkit.registry import OBJECTIVES
 
 
@@ -39,7 +39,7 @@ class ClmConfig:
 
 
 @OBJECTIVES.register("clm", ClmConfig)
-class CausalLanguageModeling(Objective):
+class CausalLanguageModeling(MemoryObjective):
     required_capabilities = frozenset({CAUSAL})
     data_layout = "streams"
     metric_denominators = {"clm_bits_per_token": "clm", "clm_correct": "clm"}
@@ -48,7 +48,6 @@ class CausalLanguageModeling(Objective):
         super().__init__()
         hidden_size, vocab_size = model.config.hidden_size, model.config.vocab_size
         self.recurrent = RECURRENT_MEMORY in type(model).capabilities
-        self.memory = CarriedMemory()
         cutoffs = list(config.adaptive_softmax_cutoffs)
         self.adaptive = None
         if cutoffs:
@@ -71,17 +70,6 @@ class CausalLanguageModeling(Objective):
             raise ConfigError(f"objective.adaptive_softmax_cutoffs={cutoffs}: expected increasing positive ids")
         if config.adaptive_softmax_div_value < 1.0:
             raise ConfigError("objective.adaptive_softmax_div_value must be at least 1")
-
-    def train(self, mode: bool = True):
-        if not mode:
-            self.memory.reset(False)  # every evaluation starts from an empty memory
-        return super().train(mode)
-
-    def carried_state(self) -> dict[str, torch.Tensor]:
-        return self.memory.state()
-
-    def load_carried_state(self, state: dict[str, torch.Tensor]) -> None:
-        self.memory.load(state)
 
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
         return {"clm": int(batch["attention_mask"][:, 1:].sum())}

@@ -31,7 +31,7 @@ from torch import nn
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import TWO_STREAM
-from plm_toolkit.objectives.base import BatchTransform, CarriedMemory, Objective, ObjectiveOutput
+from plm_toolkit.objectives.base import BatchTransform, MemoryObjective, ObjectiveOutput
 from plm_toolkit.registry import OBJECTIVES
 
 SPECIALS = 3  # SEP after A, SEP after B, CLS
@@ -164,7 +164,7 @@ class PermutationTransform:
 
 
 @OBJECTIVES.register("plm", PlmConfig)
-class PermutationLanguageModeling(Objective):
+class PermutationLanguageModeling(MemoryObjective):
     required_capabilities = frozenset({TWO_STREAM})
     data_layout = "streams"
     metric_denominators = {"plm_correct": "plm"}
@@ -176,7 +176,6 @@ class PermutationLanguageModeling(Objective):
         self.bias = nn.Parameter(torch.zeros(model.config.vocab_size))
         self.backward_half = bool(getattr(model.config, "bi_data", False))
         self.transform = PermutationTransform(config, vocab, self.backward_half)
-        self.memory = CarriedMemory()
 
     @classmethod
     def stream_window(cls, config, max_seq_len: int) -> tuple[int, int]:
@@ -210,17 +209,6 @@ class PermutationLanguageModeling(Objective):
                 f"objective.perm_size={perm_size} must divide objective.reuse_len={reuse_len} and "
                 f"data.max_seq_len - reuse_len = {seq_len - reuse_len}"
             )
-
-    def train(self, mode: bool = True):
-        if not mode:
-            self.memory.reset(False)  # every evaluation starts from an empty memory
-        return super().train(mode)
-
-    def carried_state(self) -> dict[str, torch.Tensor]:
-        return self.memory.state()
-
-    def load_carried_state(self, state: dict[str, torch.Tensor]) -> None:
-        self.memory.load(state)
 
     def batch_transform(self) -> BatchTransform:
         return self.transform
