@@ -1,4 +1,5 @@
-"""What `plm-train` and `plm-finetune` do around their run: the Hydra run directory in, a one-line error out."""
+"""What `plm-train` and `plm-finetune` share around their run: its first steps, the Hydra run directory in and a
+one-line error out."""
 
 from __future__ import annotations
 
@@ -10,10 +11,25 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from plm_toolkit.config.validate import validate
 from plm_toolkit.errors import PlmError
-from plm_toolkit.training.distributed import destroy_process_group
+from plm_toolkit.training import checkpoint as ckpt
+from plm_toolkit.training.distributed import destroy_process_group, init_process_group, launched_world_size
+from plm_toolkit.training.precision import Runtime, resolve_runtime
 
 log = logging.getLogger("plm_toolkit")
+
+
+def start_run(cfg: DictConfig, run_dir: Path) -> tuple[Runtime, ckpt.Checkpoint | None]:
+    """Validate, choose the device and precision, join the process group under torchrun, clear half-written
+    checkpoints and find the one ``trainer.resume`` names: the first steps of every run."""
+    validate(cfg)
+    runtime = resolve_runtime(cfg.hardware)
+    if launched_world_size() > 1:
+        runtime = resolve_runtime(cfg.hardware, init_process_group(runtime.backend))
+    if runtime.process.is_main:
+        ckpt.clean_temporary(run_dir)
+    return runtime, ckpt.find_checkpoint(str(cfg.trainer.resume), run_dir)
 
 
 def run_command(run: Callable[[DictConfig, Path], dict], cfg: DictConfig) -> float | None:

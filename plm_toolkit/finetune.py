@@ -19,17 +19,14 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit import registry
-from plm_toolkit.cli import run_command
+from plm_toolkit.cli import run_command, start_run
 from plm_toolkit.config import register_schemas
-from plm_toolkit.config.validate import task_class, validate
+from plm_toolkit.config.validate import task_class
 from plm_toolkit.data.corpus import register_resolvers
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.models.pretrained import load_backbone
 from plm_toolkit.train import seed_everything
-from plm_toolkit.training import checkpoint as ckpt
-from plm_toolkit.training.distributed import init_process_group, launched_world_size
 from plm_toolkit.training.loop import Trainer
-from plm_toolkit.training.precision import resolve_runtime
 
 log = logging.getLogger("plm_toolkit")
 
@@ -47,14 +44,8 @@ def write_json(path: Path, value) -> None:
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
-    validate(cfg)
-    runtime = resolve_runtime(cfg.hardware)
-    if launched_world_size() > 1:
-        runtime = resolve_runtime(cfg.hardware, init_process_group(runtime.backend))
+    runtime, checkpoint = start_run(cfg, run_dir)
     process = runtime.process
-    if process.is_main:
-        ckpt.clean_temporary(run_dir)
-    checkpoint = ckpt.find_checkpoint(str(cfg.trainer.resume), run_dir)
 
     seed_everything(cfg.trainer.seed)
     loaded = load_backbone(cfg.model.checkpoint, cfg.model.dropout)

@@ -18,17 +18,16 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit import registry
-from plm_toolkit.cli import run_command
+from plm_toolkit.cli import run_command, start_run
 from plm_toolkit.config import register_schemas
-from plm_toolkit.config.validate import data_layout, objective_class, tokenizer_kind, validate
+from plm_toolkit.config.validate import data_layout, objective_class, tokenizer_kind
 from plm_toolkit.data import prepare_pretraining_data
 from plm_toolkit.data.collate import Collator
 from plm_toolkit.data.corpus import register_resolvers
 from plm_toolkit.errors import PlmError
 from plm_toolkit.training import checkpoint as ckpt
-from plm_toolkit.training.distributed import barrier, init_process_group, launched_world_size
+from plm_toolkit.training.distributed import barrier
 from plm_toolkit.training.loop import Trainer
-from plm_toolkit.training.precision import resolve_runtime
 
 log = logging.getLogger("plm_toolkit")
 
@@ -57,14 +56,8 @@ def build_model(model_cfg: DictConfig, vocab_size: int, pad_id: int | None = Non
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
-    validate(cfg)
-    runtime = resolve_runtime(cfg.hardware)
-    if launched_world_size() > 1:
-        runtime = resolve_runtime(cfg.hardware, init_process_group(runtime.backend))
+    runtime, checkpoint = start_run(cfg, run_dir)
     process = runtime.process
-    if process.is_main:
-        ckpt.clean_temporary(run_dir)
-    checkpoint = ckpt.find_checkpoint(str(cfg.trainer.resume), run_dir)
 
     data_cfg = OmegaConf.merge(cfg.data, {"tokenizer": {"kind": tokenizer_kind(cfg)}})
     if checkpoint is not None and (checkpoint.path / ckpt.TOKENIZER_FILE).is_file():
