@@ -49,8 +49,9 @@ class Objective(nn.Module):
     # 0: the batch transform draws afresh for every batch (dynamic masking). N > 0: each example gets N fixed
     # draws, used in turn epoch after epoch (BERT's static masking with dupe_factor N); set from the config.
     dupe_factor: int = 0
-    # Whether evaluation reports exp(loss) per component (language-model losses) next to the loss.
-    reports_perplexity: ClassVar[bool] = True
+    # Loss components that are per-token language-model cross-entropies: evaluation reports exp(loss) of each as
+    # eval_<name>_perplexity (a sentence-level loss such as NSP's has no perplexity).
+    perplexity_components: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def check_config(cls, config) -> None:

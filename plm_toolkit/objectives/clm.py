@@ -40,6 +40,7 @@ class ClmConfig:
 
 @OBJECTIVES.register("clm", ClmConfig)
 class CausalLanguageModeling(MemoryObjective):
+    perplexity_components = frozenset({"clm"})
     required_capabilities = frozenset({CAUSAL})
     data_layout = "streams"
     metric_denominators = {"clm_bits_per_token": "clm", "clm_correct": "clm"}

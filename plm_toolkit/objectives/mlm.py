@@ -58,6 +58,8 @@ def encode(model: nn.Module, batch: dict[str, torch.Tensor]) -> Representations:
 class MaskedLanguageModeling(Objective):
     """MLM over ``mlm_labels``; its metric sum ``mlm_correct`` is logged as ``mlm_accuracy`` (correct / targets)."""
 
+    perplexity_components = frozenset({"mlm"})
+
     required_capabilities = frozenset({BIDIRECTIONAL})
     data_layout = "full_sentences"
     # ``metrics["mlm_correct"]`` counts correct predictions; the loop logs it / count["mlm"] as mlm_accuracy.

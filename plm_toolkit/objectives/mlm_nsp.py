@@ -31,6 +31,8 @@ class MlmNspConfig(MlmConfig):
 class MlmNsp(Objective):
     """MLM + NSP with one shared backbone forward; metric sums ``mlm_correct`` and ``nsp_correct``."""
 
+    perplexity_components = frozenset({"mlm"})
+
     required_capabilities = MaskedLanguageModeling.required_capabilities | NextSentencePrediction.required_capabilities
     data_layout = "sentence_pairs"
     metric_denominators = {**MaskedLanguageModeling.metric_denominators, **NextSentencePrediction.metric_denominators}

@@ -47,6 +47,8 @@ class SwapThenMask:
 class MlmSop(Objective):
     """MLM + SOP with one shared backbone forward; metric sums ``mlm_correct`` and ``sop_correct``."""
 
+    perplexity_components = frozenset({"mlm"})
+
     required_capabilities = MaskedLanguageModeling.required_capabilities | SentenceOrderPrediction.required_capabilities
     data_layout = "segment_pairs"
     metric_denominators = {**MaskedLanguageModeling.metric_denominators, **SentenceOrderPrediction.metric_denominators}

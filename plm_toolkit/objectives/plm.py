@@ -165,6 +165,7 @@ class PermutationTransform:
 
 @OBJECTIVES.register("plm", PlmConfig)
 class PermutationLanguageModeling(MemoryObjective):
+    perplexity_components = frozenset({"plm"})
     required_capabilities = frozenset({TWO_STREAM})
     data_layout = "streams"
     metric_denominators = {"plm_correct": "plm"}

@@ -162,6 +162,8 @@ class ReplacedTokenDetection(Objective):
     """Generator MLM + weighted discriminator RTD; metric sums ``mlm_correct`` (generator) and ``rtd_correct``
     (discriminator, over all real positions), logged as accuracies."""
 
+    perplexity_components = frozenset({"mlm"})
+
     required_capabilities = frozenset({BIDIRECTIONAL})
     data_layout = "full_sentences"
     metric_denominators = {"mlm_correct": "mlm", "rtd_correct": "rtd"}

@@ -107,7 +107,6 @@ class Task(Objective):
     """Base class of fine-tuning tasks; subclasses implement ``prepare_data``, ``target_counts``, ``forward``
     and ``finish_evaluation``."""
 
-    reports_perplexity = False
     metric_denominators = {}
 
     def __init__(self, config, model: nn.Module, vocab: Vocab, data: TaskData):

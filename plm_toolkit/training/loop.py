@@ -332,9 +332,9 @@ class Trainer:
                 outputs[k].append(v.detach().float().cpu() if v.is_floating_point() else v.detach().cpu())
         window = _reduce(window, self.process)
         summary = window.summary(self.objective.metric_denominators, prefix="eval_", components=True)
-        for k, v in list(summary.items()):
-            if self.objective.reports_perplexity and k.endswith("loss") and k != "eval_loss":
-                summary[k.removesuffix("loss") + "perplexity"] = math.exp(min(v, 50.0))
+        for name in self.objective.perplexity_components:
+            if f"eval_{name}_loss" in summary:
+                summary[f"eval_{name}_perplexity"] = math.exp(min(summary[f"eval_{name}_loss"], 50.0))
         if type(self.objective).finish_evaluation is not Objective.finish_evaluation:
             # Every process holds the rows of its own batches; tasks decode from all of them.
             gathered = all_gather_objects({k: torch.cat(v) for k, v in outputs.items()}, self.process)

@@ -1,5 +1,6 @@
 """End-to-end pretraining runs on a tiny BERT: loss falls, accumulation is exact, resume is bit-exact."""
 
+import math
 import os
 import subprocess
 import sys
@@ -36,6 +37,9 @@ def test_thirty_steps_loss_falls(make_config, tmp_path):
     evals = [r for r in records if "eval_loss" in r]
     assert [r["step"] for r in evals] == [15, 30]
     assert evals[-1]["eval_loss"] < evals[0]["eval_loss"]
+    # Perplexity for the token-level LM loss only; NSP is a sentence-level classification.
+    assert evals[-1]["eval_mlm_perplexity"] == pytest.approx(math.exp(evals[-1]["eval_mlm_loss"]))
+    assert "eval_nsp_perplexity" not in evals[-1]
     assert final["eval_loss"] == evals[-1]["eval_loss"]
     ckpts = tmp_path / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir()) == ["last", "step_15", "step_30"]
