@@ -36,11 +36,13 @@ def run_command(run: Callable[[DictConfig, Path], dict], cfg: DictConfig) -> flo
     """Run in Hydra's output directory; a PlmError (bad input, impossible config) exits 1 with its message alone.
     Returns the final evaluation loss (else the training loss) for Hydra sweepers that optimise an objective."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    finished = False
     try:
         final = run(cfg, run_dir)
+        finished = True
     except PlmError as err:
         log.error("error: %s", err)
         sys.exit(1)
     finally:
-        destroy_process_group()
+        destroy_process_group(wait_for_peers=finished)
     return final.get("eval_loss", final.get("loss"))

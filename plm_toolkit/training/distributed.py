@@ -38,8 +38,12 @@ def init_process_group(backend: str) -> ProcessInfo:
     return ProcessInfo(rank, world, local_rank)
 
 
-def destroy_process_group() -> None:
+def destroy_process_group(wait_for_peers: bool = False) -> None:
+    """Leave the process group. After a run that finished, ``wait_for_peers`` first waits for every rank: a rank
+    that tears its gloo connections down while a peer is still finishing makes that peer abort."""
     if dist.is_initialized():
+        if wait_for_peers:
+            dist.barrier()
         dist.destroy_process_group()
 
 
