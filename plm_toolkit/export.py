@@ -47,7 +47,12 @@ def export_checkpoint(source: str | Path, out: str | Path, backbone_only: bool =
         objective_config = typed_objective_config(section.name, section)
         if (step / ckpt.OBJECTIVE_FILE).is_file():
             objective_state = ckpt.read_weights(step / ckpt.OBJECTIVE_FILE)
-    export_hf(out, model, objective_state, tokenizer_file, objective_config)
+    try:
+        export_hf(out, model, objective_state, tokenizer_file, objective_config)
+    except CheckpointError as err:
+        if not objective_state:
+            raise
+        raise CheckpointError(f"{err} (--backbone-only exports the model without the objective's heads)") from err
     return step
 
 
