@@ -36,16 +36,20 @@ class _LinearCrossEntropy(torch.autograd.Function):
         for start in range(0, hidden.shape[0], chunk):
             h, gold = hidden[start : start + chunk], targets[start : start + chunk]  # (C, H), (C,)
             rows = torch.arange(gold.shape[0], device=gold.device)
-            logits = F.linear(h, weight, bias).float()  # (C, V)
+            raw = F.linear(h, weight, bias)  # (C, V), in the autocast dtype where autocast is on
+            logits = raw.float()
             log_z = torch.logsumexp(logits, dim=-1)  # (C,)
             loss += (log_z - logits[rows, gold]).sum()
             correct += (logits.argmax(dim=-1) == gold).sum()
             # d loss / d logits = softmax - one-hot, written over the logits' own buffer.
             grad_logits = logits.sub_(log_z[:, None]).exp_()  # (C, V)
             grad_logits[rows, gold] -= 1.0
-            grad_logits = grad_logits.to(h.dtype)
-            torch.mm(grad_logits, weight.to(h.dtype), out=grad_hidden[start : start + chunk])  # (C, H)
-            grad_weight.addmm_(grad_logits.T.float(), h.float())  # (V, H), accumulated in place
+            grad_logits, compute = grad_logits.to(raw.dtype), raw.dtype  # the matmuls in the forward's precision
+            grad_hidden[start : start + chunk] = grad_logits @ weight.to(compute)  # (C, H)
+            if compute == grad_weight.dtype:
+                grad_weight.addmm_(grad_logits.T, h.to(compute))  # (V, H), accumulated in place
+            else:
+                grad_weight += (grad_logits.T @ h.to(compute)).float()
             if grad_bias is not None:
                 grad_bias += grad_logits.float().sum(dim=0)
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)

@@ -36,3 +36,23 @@ def test_same_loss_and_gradients_as_plain_cross_entropy(with_bias, chunk):
 
 def test_chunks_hold_at_least_a_thousand_rows():
     assert chunk_rows(50257) == 1335 and chunk_rows(600) == (1 << 26) // 600 and chunk_rows(10**8) == 1024
+
+
+@pytest.mark.gpu
+def test_cuda_autocast_keeps_the_projection_in_bf16_and_matches_plain():
+    torch.manual_seed(0)
+    hidden = torch.randn(300, 64, device="cuda", requires_grad=True)
+    weight = torch.randn(5000, 64, device="cuda", requires_grad=True)
+    targets = torch.randint(0, 5000, (300,), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss, _ = linear_cross_entropy(hidden, weight, None, targets, chunk=128)
+    loss.backward()
+    ours = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        reference = F.cross_entropy(F.linear(hidden, weight).float(), targets, reduction="sum")
+    reference.backward()
+    torch.testing.assert_close(loss, reference, rtol=1e-3, atol=1e-2)
+    torch.testing.assert_close(ours[0], hidden.grad, rtol=5e-2, atol=5e-2)
+    torch.testing.assert_close(ours[1], weight.grad, rtol=5e-2, atol=5e-2)
+    assert ours[1].dtype == torch.float32
