@@ -120,9 +120,9 @@ def _tuplify(x):
 class Checkpoint:
     path: Path
 
-    @property
     def step(self) -> int:
-        return int(self.path.resolve().name.removeprefix("step_"))
+        """The optimizer step it was saved at, read from the training state: a copied or renamed folder keeps it."""
+        return int(self.trainer_state()["step"])
 
     def trainer_state(self) -> dict:
         try:
