@@ -63,4 +63,6 @@ def load_all() -> None:
     """Import every module that registers an entry (the registries are filled as a side effect)."""
     import plm_toolkit.models  # noqa: F401
     import plm_toolkit.objectives  # noqa: F401
-    import plm_toolkit.tasks  # noqa: F401
+    import plm_toolkit.tasks.glue  # noqa: F401
+    import plm_toolkit.tasks.ner  # noqa: F401
+    import plm_toolkit.tasks.squad  # noqa: F401
