@@ -48,6 +48,7 @@ from plm_toolkit.models.albert import AlbertConfig, Sharing
 from plm_toolkit.models.bert import Bert, BertConfig, embedding_width
 from plm_toolkit.models.electra import ElectraConfig
 from plm_toolkit.registry import MODELS, OBJECTIVES
+from plm_toolkit.training.checkpoint import read_torch_weights
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -299,7 +300,7 @@ def import_hf(folder: str | Path, generator_folder: str | Path | None = None) ->
             initialized.append(ours)
     missing = [theirs for ours, theirs in key_map.items() if ours not in model_state and ours not in _POOLER_KEYS]
     if missing:
-        raise CheckpointError(f"{weights_file}: missing key(s) {_some(missing)}")
+        raise CheckpointError(f"{weights_file}: missing key(s) {_some(missing)} that config.json asks for")
     if initialized:
         # A masked-LM checkpoint drops the pooler; a fresh one keeps the model whole (NSP, SOP or classification
         # train it).
@@ -588,14 +589,7 @@ def _read_weights(folder: Path) -> tuple[Path, dict[str, torch.Tensor]]:
             raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from error
     path = folder / TORCH_FILE
     if path.is_file():
-        try:
-            # weights_only: a pickle may run code; only plain tensors are accepted.
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as error:  # torch.load raises many kinds; all mean "unusable file"
-            raise CheckpointError(f"{path}: not a readable PyTorch weights file ({error})") from error
-        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-            raise CheckpointError(f"{path}: expected a dict of tensors (a state dict)")
-        return path, state
+        return path, read_torch_weights(path)
     raise CheckpointError(f"{folder}: no {SAFETENSORS_FILE} or {TORCH_FILE} found")
 
 

@@ -14,16 +14,19 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import OmegaConf
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from tokenizers import Tokenizer
 from torch import nn
 
 from plm_toolkit import registry
 from plm_toolkit.data.tokenizer import load_tokenizer
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.errors import CheckpointError, ConfigError
 from plm_toolkit.training import checkpoint as ckpt
 
 
@@ -73,7 +76,8 @@ HF_IMPORTERS: dict[str, Callable[[Path], tuple[nn.Module, Path]]] = {
 
 
 def import_hf(folder: Path) -> tuple[nn.Module, Path]:
-    """The backbone of a local Hugging Face folder, by ``config.json``'s ``model_type``."""
+    """The backbone of a local Hugging Face folder, by ``config.json``'s ``model_type``. Values that do not make a
+    model (heads that do not divide the width, a word where a number belongs) are reported against config.json."""
     path = folder / "config.json"
     try:
         model_type = json.loads(path.read_text()).get("model_type")
@@ -83,7 +87,23 @@ def import_hf(folder: Path) -> tuple[nn.Module, Path]:
         raise CheckpointError(
             f"{path}: model_type {model_type!r} has no import adapter; supported: {', '.join(sorted(HF_IMPORTERS))}"
         )
-    return HF_IMPORTERS[model_type](folder)
+    with _inconsistent(path):
+        model, tokenizer_file = HF_IMPORTERS[model_type](folder)
+        OmegaConf.structured(model.config)  # checks every value against the config's types
+    return model, tokenizer_file
+
+
+@contextmanager
+def _inconsistent(path: Path):
+    """Errors that building a model from a saved config raises, as one CheckpointError naming that file."""
+    try:
+        yield
+    except (ConfigError, ValueError, TypeError, OmegaConfBaseException) as err:
+        if isinstance(err, CheckpointError):
+            raise
+        detail = " ".join(str(err).split("\n")[0].split())
+        key = getattr(err, "full_key", None)
+        raise CheckpointError(f"{path}: inconsistent config ({f'{key}: ' if key else ''}{detail})") from None
 
 
 def plm_checkpoint_dir(path: Path) -> Path | None:
@@ -98,7 +118,17 @@ def plm_checkpoint_dir(path: Path) -> Path | None:
 def model_config_of(checkpoint_dir: Path):
     """The typed backbone config saved in a checkpoint's config.yaml."""
     path = checkpoint_dir / ckpt.CONFIG_FILE
-    saved = OmegaConf.load(path)
+    try:
+        saved = OmegaConf.load(path)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise CheckpointError(f"{path}{where}: not valid YAML ({problem})") from None
+    except OSError as err:
+        raise CheckpointError(f"{path}: unreadable ({err.strerror})") from None
+    if not isinstance(saved, DictConfig):
+        raise CheckpointError(f"{path}: expected a mapping with a model section; is this a plm-train checkpoint?")
     section = saved.get("backbone") or saved.get("model")
     if section is None or "name" not in section:
         raise CheckpointError(f"{path}: no model section with a family name; is this a plm-train checkpoint?")
@@ -107,12 +137,14 @@ def model_config_of(checkpoint_dir: Path):
             f"{path}: model.name={section.name} is not a known family; known: {', '.join(registry.MODELS.names())}"
         )
     schema = OmegaConf.structured(registry.MODELS.get(section.name).config_cls)
-    return OmegaConf.to_object(OmegaConf.merge(schema, section))
+    with _inconsistent(path):
+        return OmegaConf.to_object(OmegaConf.merge(schema, section))
 
 
 def _load_plm(checkpoint_dir: Path) -> tuple[nn.Module, Path]:
     config = model_config_of(checkpoint_dir)
-    model = registry.MODELS.get(config.name).builder(config)
+    with _inconsistent(checkpoint_dir / ckpt.CONFIG_FILE):
+        model = registry.MODELS.get(config.name).builder(config)
     ckpt.load_weights(model, checkpoint_dir / ckpt.MODEL_FILE)
     tokenizer = checkpoint_dir / ckpt.TOKENIZER_FILE
     if not tokenizer.is_file():

@@ -19,7 +19,6 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import Representations
 from plm_toolkit.objectives.base import Objective
 
@@ -133,11 +132,6 @@ def limit(items: list, max_items: int | None, what: str) -> list:
         log.info("using %d of %d %s", max_items, len(items), what)
         return items[:max_items]
     return items
-
-
-def require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ConfigError(message)
 
 
 @dataclass
