@@ -30,6 +30,7 @@ from plm_toolkit.data.corpus import resource_path
 from plm_toolkit.models.hf import export_hf
 from plm_toolkit.train import run as train_run
 from plm_toolkit.training import checkpoint as ckpt
+from tests.training.conftest import TINY
 
 FILES = Path(__file__).parent / "files"
 
@@ -81,22 +82,6 @@ CASES = [
     Case("hf_pickle", "finetune", ("model.checkpoint={prepared}/hf_pickle",), "{prepared}/hf_pickle/pytorch_model.bin: refused: besides tensors this pickle holds argparse.Namespace, and unpickling it could run code"),
     Case("hf_config_heads", "finetune", ("model.checkpoint={prepared}/hf_heads",), "{prepared}/hf_heads/config.json: inconsistent config"),
 ]  # fmt: skip
-
-TINY = [
-    "model=bert_tiny",
-    "model.hidden_size=36",
-    "model.num_layers=2",
-    "model.num_heads=3",
-    "model.intermediate_size=37",
-    "model.max_position_embeddings=64",
-    "data.max_seq_len=48",
-    "data.tokenizer.vocab_size=600",
-    "trainer.batch_size=8",
-    "trainer.eval_every=0",
-    "trainer.progress_bar=false",
-    "trainer.tensorboard=false",
-    "hardware=cpu",
-]
 
 
 def command_line(case: Case, places: dict[str, str]) -> list[str]:

@@ -82,6 +82,10 @@ def test_squad2_loss_falls_and_writes_the_official_files(finetune_config, tmp_pa
         "best_exact_thresh",
         "best_f1",
         "best_f1_thresh",
+        "span_best_exact",
+        "span_best_exact_thresh",
+        "span_best_f1",
+        "span_best_f1_thresh",
     }
     assert set(results) == keys and results["total"] == 12
     predictions = json.loads((tmp_path / "predictions.json").read_text())
