@@ -1,5 +1,5 @@
-"""What `plm-train` and `plm-finetune` share around their run: its first steps, the Hydra run directory in and a
-one-line error out."""
+"""What `plm-train` and `plm-finetune` share around their run: its first steps, the loop's set-up, the Hydra run
+directory in, and expected failures out as one line (``failures.py``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from plm_toolkit import failures
 from plm_toolkit.config import setup
 from plm_toolkit.config.validate import validate
+from plm_toolkit.errors import DataError
 from plm_toolkit.training import checkpoint as ckpt
 from plm_toolkit.training.distributed import destroy_process_group, init_process_group, launched_world_size
 from plm_toolkit.training.loop import Trainer
@@ -55,6 +56,8 @@ def fit(
 ) -> tuple[Trainer, dict]:
     """The loop over what a command built (``pieces``: model, objective, train_examples, eval_examples, collate and
     optionally streams), resumed from ``checkpoint``; ``resolved`` is the config saved with every checkpoint."""
+    if len(pieces["train_examples"]) == 0:
+        raise DataError("the training data holds no examples: check data.train_file(s) and data.max_train_samples")
     trainer = Trainer(
         **pieces,
         runtime=runtime,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import fields, is_dataclass
@@ -84,6 +85,10 @@ def _composition(err: HydraException) -> str:
         hint = did_you_mean(key, names, prefix=f"{parent}." if parent else "")
         valid = f" (valid keys: {', '.join(names)})" if names and not hint else ""
         return f"{full_key}: unknown key{hint}{valid}"
+    group = re.match(r"Could not override '([^']+)'\. No match in the defaults list", str(err))
+    if group:  # `plm-finetune model=bert_base`: model is a section of keys there, not a group of presets
+        key = group.group(1)
+        return f"{key}: not a config group of this command; set its keys as {key}.<key>=<value> (see --help)"
     if isinstance(cause, OmegaConfBaseException):
         where = getattr(cause, "full_key", None)
         override = _first_line(str(err)).removeprefix("Error merging override ")

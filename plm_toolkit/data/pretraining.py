@@ -41,6 +41,8 @@ PAIR_LAYOUTS = ("sentence_pairs", "segment_pairs")
 # Bump when a change to this file or to the sentence splitter changes what the cached files hold.
 FORMAT_VERSION = 2
 _BATCH = 256  # documents per map batch
+# A sentence longer than this many pairs is cut into pair-sized pieces instead of truncated.
+LONG_SENTENCE_PAIRS = 4
 
 logger = logging.getLogger(__name__)
 
@@ -176,9 +178,11 @@ def _sentence_pairs(
     )
     if long_sentences:
         logger.warning(
-            "%d sentence(s) longer than a pair (%d tokens) were split into pieces of that length; sentences "
-            "are found at . ! ? followed by a capital letter, so a text without them reads as one sentence",
+            "%d sentence(s) longer than %d pairs (%d tokens) were cut into pieces of %d tokens; sentences end at "
+            ". ! ? before a capital letter, so a text without them reads as one sentence",
             long_sentences,
+            LONG_SENTENCE_PAIRS,
+            LONG_SENTENCE_PAIRS * (max_seq_len - 3),
             max_seq_len - 3,
         )
     return examples
@@ -208,13 +212,18 @@ class _SplitDocuments:
 
 
 def split_long_sentences(document: list[list[int]], max_tokens: int) -> tuple[list[list[int]], int]:
-    """The document with every sentence longer than ``max_tokens`` cut into pieces of at most that many tokens
-    (pairs never hold more), and how many sentences were cut. Keeps all the text, in order."""
-    if all(len(sentence) <= max_tokens for sentence in document):
+    """The document with every sentence longer than LONG_SENTENCE_PAIRS pairs cut into pieces of ``max_tokens``
+    (what a pair holds), and how many sentences were cut. Keeps all the text, in order.
+
+    A sentence a little longer than a pair is left whole, to be truncated as BERT's reference does (splitting
+    those changes the pairs measurably); one far longer is a text the sentence splitter found no end in (a
+    paragraph without punctuation, a list, a one-line corpus), whose truncation would drop nearly all of it."""
+    limit = LONG_SENTENCE_PAIRS * max_tokens
+    if all(len(sentence) <= limit for sentence in document):
         return document, 0
     pieces, split = [], 0
     for sentence in document:
-        if len(sentence) > max_tokens:
+        if len(sentence) > limit:
             split += 1
             pieces.extend(sentence[i : i + max_tokens] for i in range(0, len(sentence), max_tokens))
         else:

@@ -55,6 +55,7 @@ CASES = [
     Case("misspelt_key", "train", ("trainer.max_step=5",), "trainer.max_step: unknown key; did you mean trainer.max_steps?"),
     Case("misspelt_group", "train", ("modle=bert_base",), "modle: unknown key; did you mean model?"),
     Case("unknown_option", "train", ("model=bert_huge",), "model=bert_huge: no such option in the config group 'model'; did you mean bert_large?"),
+    Case("not_a_group", "finetune", ("model=bert_base",), "model: not a config group of this command; set its keys as model.<key>=<value>"),
     Case("unknown_task", "finetune", ("task=squad3",), "task=squad3: no such option in the config group 'task'; did you mean squad2?"),
     Case("wrong_type", "train", ("trainer.max_steps=abc",), "trainer.max_steps=abc: Value 'abc' of type 'str' could not be converted to Integer"),
     Case("bad_choice", "train", ("hardware.device=tpu",), "hardware.device=tpu: Invalid value 'tpu', expected one of [auto, cpu, cuda]"),
