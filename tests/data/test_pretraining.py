@@ -265,11 +265,10 @@ def test_collator_is_picklable_and_handles_full_sentences():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layout", ["sentence_pairs", "segment_pairs"])
-def test_one_line_corpus_of_two_million_words_builds(tmp_path, layout, caplog):
+def test_one_line_corpus_of_two_million_words_builds(tmp_path, caplog):
     """A corpus that is one 2-million-word line without sentence ends used to hang while building pairs (a
     token-by-token truncation and a re-read of the whole document per pair): it is cut into pieces of a pair's
-    length, counted in a warning, and every piece is used."""
+    length, counted in a warning, and every piece is used. Both pair layouts share the tokenized cache."""
     words = [f"w{i}" for i in range(50)]
     rng = np.random.default_rng(0)
     line = " ".join(words[i] for i in rng.integers(0, len(words), 2_000_000))
@@ -281,13 +280,15 @@ def test_one_line_corpus_of_two_million_words_builds(tmp_path, layout, caplog):
         cache_dir=str(tmp_path / "cache"),
         max_seq_len=128,
     )
-    with caplog.at_level("WARNING"):
-        data = prepare_pretraining_data(cfg, layout, seed=0)
-    assert "1 sentence(s) longer than 4 pairs (500 tokens) were cut into pieces of 125 tokens" in caplog.text
-    lengths = np.array([len(ids) for ids in data.train["input_ids"]])
-    assert lengths.max() <= 128 and lengths.mean() > 100
-    if layout == "segment_pairs":  # in-order pairs of one document: every token is used once
-        assert int((lengths - 3).sum()) == 2_000_000
+    for layout in ("sentence_pairs", "segment_pairs"):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            data = prepare_pretraining_data(cfg, layout, seed=0)
+        assert "1 sentence(s) longer than 4 pairs (500 tokens) were cut into pieces of 125 tokens" in caplog.text
+        lengths = np.array([len(ids) for ids in data.train["input_ids"]])
+        assert lengths.max() <= 128 and lengths.mean() > 100
+        if layout == "segment_pairs":  # in-order pairs of one document: every token is used once
+            assert int((lengths - 3).sum()) == 2_000_000
 
 
 def test_truncate_pair_matches_token_by_token_trimming():
