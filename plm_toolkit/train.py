@@ -9,38 +9,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import random
 from pathlib import Path
 
 import hydra
-import numpy as np
-import torch
 from omegaconf import DictConfig, OmegaConf
 
-from plm_toolkit import registry
-from plm_toolkit.catalog import load_all
+from plm_toolkit import cli, registry
 from plm_toolkit.cli import run_command, start_run
-from plm_toolkit.config import register_schemas
 from plm_toolkit.config.validate import data_plan, tokenizer_kind
 from plm_toolkit.data import prepare_pretraining_data
 from plm_toolkit.data.collate import Collator
-from plm_toolkit.data.corpus import register_resolvers
 from plm_toolkit.errors import PlmError
 from plm_toolkit.training import checkpoint as ckpt
 from plm_toolkit.training.distributed import barrier
-from plm_toolkit.training.loop import Trainer
 
 log = logging.getLogger("plm_toolkit")
-
-register_schemas()
-load_all()
-register_resolvers()
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 def build_model(model_cfg: DictConfig, vocab_size: int, pad_id: int | None = None):
@@ -71,7 +54,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     if process.is_main:
         barrier(process)
 
-    seed_everything(cfg.trainer.seed)
+    cli.seed_everything(cfg.trainer.seed)
     model, model_config = build_model(cfg.model, data.vocab.size, data.vocab.pad_id)
     objective = registry.OBJECTIVES.get(cfg.objective.name).builder(
         OmegaConf.to_object(cfg.objective), model, data.vocab
@@ -92,35 +75,32 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         process.world_size,
         len(data.train),
     )
-    trainer = Trainer(
+    _, final = cli.fit(
+        cfg,
+        run_dir,
+        runtime,
+        checkpoint,
+        resolved=resolved,
+        tokenizer_json=data.tokenizer.to_str(),
         model=model,
         objective=objective,
         train_examples=data.train,
         eval_examples=data.validation,
         collate=Collator(data.vocab),
-        runtime=runtime,
-        trainer_cfg=cfg.trainer,
-        optimizer_cfg=cfg.optimizer,
-        hardware_cfg=cfg.hardware,
-        run_dir=run_dir,
-        config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
-        tokenizer_json=data.tokenizer.to_str(),
-        num_workers=cfg.data.num_workers,
         plan=plan,
     )
-    if checkpoint is not None:
-        trainer.restore(checkpoint)
-    final = trainer.fit()
     if process.is_main:
-        log.info("run directory: %s", run_dir)
         log.info("metrics: %s", run_dir / "metrics.jsonl")
-        log.info("checkpoint: %s", trainer.last_checkpoint)
     return final
 
 
 @hydra.main(version_base="1.3", config_path="pkg://plm_toolkit.configs", config_name="train")
-def main(cfg: DictConfig) -> float | None:
+def hydra_main(cfg: DictConfig) -> float | None:
     return run_command(run, cfg)
+
+
+def main() -> None:
+    cli.main(hydra_main)
 
 
 if __name__ == "__main__":

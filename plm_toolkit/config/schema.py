@@ -101,11 +101,11 @@ class OptimizerConfig:
     warmup_steps: int = 0
     # Warm-up as a fraction of total_steps, used when warmup_steps is 0.
     warmup_ratio: float = 0.0
-    # Length of the decay (linear, cosine); null means trainer.max_steps.
+    # Length of the decay (linear, cosine); null means the run's length (trainer.max_steps, or from trainer.epochs).
     total_steps: int | None = None
     # The decay ends at lr * min_lr_ratio.
     min_lr_ratio: float = 0.0
-    # Model width for the Noam formula.
+    # Model width for the Noam formula (plm-finetune: 0 takes the backbone's hidden size).
     d_model: int = "${model.hidden_size}"  # type: ignore[assignment]
 
 
@@ -131,8 +131,11 @@ class HardwareConfig:
 
 @dataclass
 class TrainerConfig:
-    # Optimizer steps to train for.
-    max_steps: int = 300
+    # Optimizer steps to train for; null derives them from trainer.epochs. Give exactly one of the two.
+    max_steps: int | None = 300
+    # Passes over the training examples (after data.max_train_samples; fractions allowed): the run lasts
+    # ceil(epochs * examples / global batch) optimizer steps. Needs trainer.max_steps=null.
+    epochs: float | None = None
     # Sequences per micro-batch per process.
     batch_size: int = 32
     # Micro-batches per optimizer step; the global batch is batch_size * grad_accum_steps * processes.

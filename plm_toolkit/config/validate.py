@@ -1,17 +1,20 @@
 """One check of the composed config before any data or model work.
 
-Hydra and the dataclass schemas already refuse unknown keys, wrong types and unknown group options. This step
-refuses the combinations that are each valid alone but impossible together, and names the keys and the fix.
+Hydra and the dataclass schemas already refuse misspelt keys, wrong types and unknown group options. This step
+refuses keys added with ``+`` that no schema declares, numbers out of range (NaN and infinities included), and the
+combinations that are each valid alone but impossible together, and names the keys and the fix.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.errors import ConfigError
+from plm_toolkit.failures import did_you_mean, key_names
 from plm_toolkit.models.base import SEGMENTS
 from plm_toolkit.registry import MODELS, OBJECTIVES, TASKS
 
@@ -51,28 +54,95 @@ def tokenizer_kind(cfg: DictConfig) -> str:
     return _value(cfg.model.get("tokenizer", "wordpiece")) if kind == "auto" else kind
 
 
-def training_problems(t, opt) -> list[str]:
-    """Checks of the trainer and optimizer groups, shared by plm-train and plm-finetune."""
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def _range(out: list[str], key: str, value, low: float, high: float = math.inf, *, low_open=False, high_open=False):
+    """Append a message when ``value`` is not a finite number in the interval (NaN and infinities never pass)."""
+    above = value > low if low_open else value >= low
+    ok = _finite(value) and above and (value < high if high_open else value <= high)
+    if not ok:
+        left, right = "(" if low_open else "[", ")" if high_open or high == math.inf else "]"
+        upper = "inf" if high == math.inf else f"{high:g}"
+        out.append(f"{key}={value}: expected a finite number in {left}{low:g}, {upper}{right}")
+
+
+def training_problems(t, opt, d_model_from_backbone: bool = False) -> list[str]:
+    """Range checks of every trainer and optimizer (and schedule) key, shared by plm-train and plm-finetune: NaN,
+    infinities and negative values are refused here, before any data or model work."""
     out: list[str] = []
-    for key in ("max_steps", "batch_size", "grad_accum_steps", "log_every"):
+    if (t.max_steps is None) == (t.epochs is None):
+        out.append(
+            f"trainer.max_steps={t.max_steps} and trainer.epochs={t.epochs}: give exactly one length, the other null "
+            "(e.g. trainer.epochs=null trainer.max_steps=1000, or trainer.max_steps=null trainer.epochs=3)"
+        )
+    if t.max_steps is not None and t.max_steps < 1:
+        out.append(f"trainer.max_steps={t.max_steps}: must be at least 1 (or null with trainer.epochs)")
+    if t.epochs is not None:
+        _range(out, "trainer.epochs", t.epochs, 0.0, low_open=True)
+    for key in ("batch_size", "grad_accum_steps", "log_every"):
         if t[key] < 1:
             out.append(f"trainer.{key}={t[key]}: must be at least 1")
     for key in ("eval_every", "save_every", "keep_last", "eval_batches"):
         if t[key] < 0:
             out.append(f"trainer.{key}={t[key]}: must be 0 (off) or positive")
-    if opt.lr <= 0:
-        out.append(f"optimizer.lr={opt.lr}: must be positive")
-    if len(opt.betas) != 2 or not all(0.0 <= b < 1.0 for b in opt.betas):
+    _range(out, "trainer.clip_grad_norm", t.clip_grad_norm, 0.0)
+    _range(out, "optimizer.lr", opt.lr, 0.0, low_open=True)
+    if len(opt.betas) != 2 or not all(_finite(b) and 0.0 <= b < 1.0 for b in opt.betas):
         out.append(f"optimizer.betas={list(opt.betas)}: expected two values in [0, 1)")
+    _range(out, "optimizer.eps", opt.eps, 0.0, low_open=True)
+    _range(out, "optimizer.weight_decay", opt.weight_decay, 0.0)
+    _range(out, "optimizer.momentum", opt.momentum, 0.0)
+    if opt.warmup_steps < 0:
+        out.append(f"optimizer.warmup_steps={opt.warmup_steps}: must be 0 (use warmup_ratio) or positive")
     if _value(opt.schedule) in ("noam", "inverse_sqrt") and opt.warmup_steps < 1:
         out.append(f"optimizer.schedule={_value(opt.schedule)} needs optimizer.warmup_steps >= 1")
-    if not 0.0 <= opt.warmup_ratio < 1.0:
-        out.append(f"optimizer.warmup_ratio={opt.warmup_ratio}: expected a value in [0, 1)")
-    if opt.total_steps is not None and opt.total_steps < t.max_steps and _value(opt.schedule) in ("linear", "cosine"):
+    _range(out, "optimizer.warmup_ratio", opt.warmup_ratio, 0.0, 1.0, high_open=True)
+    _range(out, "optimizer.min_lr_ratio", opt.min_lr_ratio, 0.0, 1.0)
+    if opt.total_steps is not None and opt.total_steps < 1:
+        out.append(f"optimizer.total_steps={opt.total_steps}: must be at least 1 (or null for the run's length)")
+    elif (
+        opt.total_steps is not None
+        and t.max_steps is not None
+        and opt.total_steps < t.max_steps
+        and _value(opt.schedule) in ("linear", "cosine")
+    ):
         out.append(
             f"optimizer.total_steps={opt.total_steps} is shorter than trainer.max_steps={t.max_steps}: the "
             "schedule would sit at its floor; raise it or leave it null"
         )
+    if _value(opt.schedule) == "noam" and not d_model_from_backbone and opt.d_model < 1:
+        out.append(f"optimizer.d_model={opt.d_model}: the noam schedule needs the model width (at least 1)")
+    return out
+
+
+def hardware_problems(h) -> list[str]:
+    out: list[str] = []
+    if h.max_overflow_steps < 1:
+        out.append(f"hardware.max_overflow_steps={h.max_overflow_steps}: must be at least 1")
+    _range(out, "hardware.min_loss_scale", h.min_loss_scale, 0.0, low_open=True)
+    return out
+
+
+def unknown_keys(cfg: DictConfig) -> list[str]:
+    """Keys that no schema declares: a typo Hydra let through because it was added with ``+`` (``+trainer.max_step=5``
+    would otherwise be stored and ignored). Each message suggests the closest real key."""
+    out: list[str] = []
+
+    def walk(node: DictConfig, prefix: str) -> None:
+        names = key_names(OmegaConf.get_type(node))
+        for key in node:
+            full = f"{prefix}{key}"
+            if names and key not in names:
+                valid = "" if did_you_mean(str(key), names) else f" (valid keys: {', '.join(names)})"
+                out.append(f"{full}: unknown key{did_you_mean(str(key), names, prefix)}{valid}")
+                continue
+            child = node._get_node(key)
+            if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+                walk(child, f"{full}.")
+
+    walk(cfg, "")
     return out
 
 
@@ -144,7 +214,7 @@ def problems(cfg: DictConfig) -> list[str]:
     if d.tokenizer.path and not Path(d.tokenizer.path).expanduser().is_file():
         out.append(f"data.tokenizer.path={d.tokenizer.path} is not a file (a tokenizer.json or vocab.txt)")
 
-    out += training_problems(t, opt)
+    out += training_problems(t, opt) + hardware_problems(cfg.hardware)
     return out
 
 
@@ -174,10 +244,13 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
             out.append(f"data.{key}={d[key]}: must be at least 1 (or null for all)")
     if cfg.model.dropout is not None and not 0.0 <= cfg.model.dropout < 1.0:
         out.append(f"model.dropout={cfg.model.dropout}: expected a probability in [0, 1)")
-    return out + training_problems(cfg.trainer, cfg.optimizer)
+    out += training_problems(cfg.trainer, cfg.optimizer, d_model_from_backbone=True)
+    return out + hardware_problems(cfg.hardware)
 
 
 def validate(cfg: DictConfig) -> None:
-    found = finetune_problems(cfg) if "task" in cfg else problems(cfg)
+    """Raise one ConfigError listing every problem on one line; unknown keys first, alone (the rest may hinge on
+    them)."""
+    found = unknown_keys(cfg) or (finetune_problems(cfg) if "task" in cfg else problems(cfg))
     if found:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(found))
+        raise ConfigError("invalid configuration: " + "; ".join(found))

@@ -20,7 +20,6 @@ from torch import nn
 
 from plm_toolkit.data.template import Template, template_of  # noqa: F401  (the tasks' import path)
 from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import Representations
 from plm_toolkit.objectives.base import Objective
 
@@ -134,8 +133,3 @@ def limit(items: list, max_items: int | None, what: str) -> list:
         log.info("using %d of %d %s", max_items, len(items), what)
         return items[:max_items]
     return items
-
-
-def require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ConfigError(message)

@@ -22,6 +22,7 @@ from torch import nn
 
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError, DataError
+from plm_toolkit.objectives.base import ObjectiveOutput
 from plm_toolkit.registry import TASKS
 from plm_toolkit.tasks.base import Task, TaskData, encode, limit, summary_vector
 from plm_toolkit.tasks.heads import LinearHead
@@ -119,6 +120,7 @@ def read_rows(path: str | Path, config: ClassificationConfig) -> list[Row]:
                 continue
             else:
                 where = {k: _column(s, None, path, k) for k, s in specs.items()}
+                width = len(fields)
         if isinstance(fields, dict):
             missing = [str(where[k]) for k in specs if where[k] not in fields]
             if missing:
@@ -129,6 +131,12 @@ def read_rows(path: str | Path, config: ClassificationConfig) -> list[Row]:
             if len(fields) < needed:
                 raise DataError(
                     f"{path}:{number}: {len(fields)} field(s), expected {needed} (a missing column or a stray tab)"
+                )
+            if len(fields) > width:
+                # The extra fields would be dropped unseen; usually a tab inside a text.
+                what = "the header's" if config.header else "the first line's"
+                raise DataError(
+                    f"{path}:{number}: {len(fields)} fields, more than {what} {width} (a tab inside a text?)"
                 )
             values = {k: fields[where[k]] for k in specs}
         out.append(Row(number, values["text_column"], values.get("text_pair_column"), values["label_column"]))
@@ -213,9 +221,7 @@ class SequenceClassification(Task):
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
         return {"task": int(batch["labels"].shape[0])}
 
-    def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]):
-        from plm_toolkit.objectives.base import ObjectiveOutput
-
+    def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
         reps = encode(model, batch)
         logits = self.head(summary_vector(model, reps, batch["attention_mask"])).float()  # (B, C)
         gold = batch["labels"]  # (B,)

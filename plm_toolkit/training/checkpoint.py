@@ -15,7 +15,9 @@ so a crash at any moment leaves the previous checkpoints intact.
 from __future__ import annotations
 
 import os
+import pickle
 import random
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +71,29 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: not a readable safetensors file ({err})") from err
 
 
+def read_torch_weights(path: Path) -> dict[str, torch.Tensor]:
+    """A ``pytorch_model.bin`` state dict, read with ``weights_only=True``: plain tensors only, never unpickled
+    objects (a pickle can run code). A refusal is one line, without torch's advice to switch that off."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
+        if found:
+            raise CheckpointError(
+                f"{path}: refused: besides tensors this pickle holds {found.group(1)}, and unpickling it could run "
+                "code; use a model.safetensors of these weights, or convert the file where you trust it and may run "
+                "it (a throwaway container: transformers' save_pretrained(folder, safe_serialization=True))"
+            ) from None
+        detail = re.search(r"WeightsUnpickler error:\s*([^\n]+)", str(err))
+        reason = detail.group(1).strip() if detail else "not a PyTorch zip or pickle file"
+        raise CheckpointError(f"{path}: not a readable PyTorch weights file ({reason})") from None
+    except Exception as error:  # torch.load raises many kinds; all mean "unusable file"
+        raise CheckpointError(f"{path}: not a readable PyTorch weights file ({error})") from error
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path}: expected a dict of tensors (a state dict)")
+    return state
+
+
 def load_weights(module: nn.Module, path: Path, strict: bool = True) -> None:
     """Load safetensors weights into ``module``; mismatches name the file and the keys."""
     state = read_weights(path)
@@ -120,9 +145,9 @@ def _tuplify(x):
 class Checkpoint:
     path: Path
 
-    @property
     def step(self) -> int:
-        return int(self.path.resolve().name.removeprefix("step_"))
+        """The optimizer step it was saved at, read from the training state: a copied or renamed folder keeps it."""
+        return int(self.trainer_state()["step"])
 
     def trainer_state(self) -> dict:
         try:

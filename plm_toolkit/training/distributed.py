@@ -58,15 +58,6 @@ def barrier(info: ProcessInfo) -> None:
         dist.barrier()
 
 
-def broadcast_object(obj, info: ProcessInfo):
-    """Rank 0's value of a small picklable object on every rank (only our own process group's messages)."""
-    if not info.distributed:
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
 def all_gather_objects(obj, info: ProcessInfo) -> list:
     """Every rank's value of a picklable object, in rank order (a one-element list without a process group)."""
     if not info.distributed:

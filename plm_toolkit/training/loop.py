@@ -30,6 +30,17 @@ from plm_toolkit.training.precision import LossScaler, Runtime
 log = logging.getLogger("plm_toolkit")
 
 
+# Steps logged whatever trainer.log_every says.
+FIRST_LOGGED_STEPS = 3
+
+
+def run_length(trainer_cfg, num_examples: int, global_batch: int) -> int:
+    """Optimizer steps of the run: trainer.max_steps, or trainer.epochs passes over the training examples."""
+    if trainer_cfg.max_steps is not None:
+        return int(trainer_cfg.max_steps)
+    return max(1, math.ceil(trainer_cfg.epochs * num_examples / global_batch))
+
+
 class PretrainingModule(nn.Module):
     """Backbone and objective as one module, so DDP and the optimizer see every trained parameter."""
 
@@ -123,8 +134,12 @@ class Trainer:
         self.num_workers = num_workers
         # How batches are read and transformed (order, static copies, the objective's batch transform).
         self.plan = plan if plan is not None else DataPlan(transform=objective.batch_transform())
+        self.layout = BatchLayout(
+            trainer_cfg.batch_size, trainer_cfg.grad_accum_steps, self.process.world_size, self.process.rank
+        )
+        self.max_steps = run_length(trainer_cfg, len(train_examples), self.layout.global_batch)
         self.optimizer = build_optimizer(self.module, optimizer_cfg)
-        self.scheduler = build_scheduler(self.optimizer, optimizer_cfg, trainer_cfg.max_steps)
+        self.scheduler = build_scheduler(self.optimizer, optimizer_cfg, self.max_steps)
         self.scaler = LossScaler(runtime, hardware_cfg.min_loss_scale, hardware_cfg.max_overflow_steps)
         self.forward_module: nn.Module = self.module
         if runtime.ddp:
@@ -136,12 +151,11 @@ class Trainer:
             )
         if hardware_cfg.compile:
             self.forward_module = torch.compile(self.forward_module)
-        self.layout = BatchLayout(
-            trainer_cfg.batch_size, trainer_cfg.grad_accum_steps, self.process.world_size, self.process.rank
-        )
         self.step = 0
         self.samples_seen = 0
         self.last_checkpoint: Path | None = None
+        # The step of last_checkpoint, from its training state (a resumed folder may have any name).
+        self.saved_step: int | None = None
         self.metrics = MetricsWriter(run_dir, trainer_cfg.tensorboard, enabled=self.process.is_main)
 
     # --- state ---------------------------------------------------------------------------------------------
@@ -162,7 +176,7 @@ class Trainer:
         own = f"rank{self.process.rank}."  # each rank carries the memories of its own rows
         carried = state.get("objective_state", {})
         self.objective.load_carried_state({k.removeprefix(own): v for k, v in carried.items() if k.startswith(own)})
-        self.last_checkpoint = checkpoint.path
+        self.last_checkpoint, self.saved_step = checkpoint.path, self.step
         self.metrics.truncate_after(self.step)
         log.info("resumed from %s at step %d (%d examples seen)", checkpoint.path, self.step, self.samples_seen)
 
@@ -192,6 +206,7 @@ class Trainer:
                 self.cfg.keep_last,
             )
             log.info("saved checkpoint %s", self.last_checkpoint)
+        self.saved_step = self.step
         barrier(self.process)
 
     # --- the loop ------------------------------------------------------------------------------------------
@@ -213,10 +228,10 @@ class Trainer:
                 num_workers=self.num_workers,
             )
         )
-        bar = ProgressBar(cfg.max_steps, self.step, enabled=cfg.progress_bar and self.process.is_main)
+        bar = ProgressBar(self.max_steps, self.step, cfg.epochs, enabled=cfg.progress_bar and self.process.is_main)
         window, tick = Window.empty(), time.perf_counter()
         record: dict = {}
-        while self.step < cfg.max_steps:
+        while self.step < self.max_steps:
             micro = [next(batches) for _ in range(cfg.grad_accum_steps)]
             lr = self.optimizer.param_groups[0]["lr"]
             stats = self.train_step(micro)
@@ -224,7 +239,8 @@ class Trainer:
             self.samples_seen += self.layout.global_batch
             window.add(stats)
             bar.update()
-            if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
+            # The first steps are logged too: a slow step (SQuAD at 384 tokens on a CPU) shows a loss at once.
+            if self.step % cfg.log_every == 0 or self.step == self.max_steps or self.step <= FIRST_LOGGED_STEPS:
                 elapsed = time.perf_counter() - tick
                 grad_norm = window.metrics.pop("_grad_norm") / window.steps
                 record = {
@@ -233,17 +249,18 @@ class Trainer:
                     "lr": lr,
                     "tokens_per_s": window.tokens / elapsed,
                     "grad_norm": grad_norm,
+                    "epoch": self.samples_seen / len(self.train_examples),
                 }
                 self.metrics.write(record)
                 bar.show(record)
                 window, tick = Window.empty(), time.perf_counter()
-            if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step != cfg.max_steps:
+            if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step != self.max_steps:
                 self.evaluate(bar)
-            if cfg.save_every and self.step % cfg.save_every == 0 and self.step != cfg.max_steps:
+            if cfg.save_every and self.step % cfg.save_every == 0 and self.step != self.max_steps:
                 self.save()
         if self.eval_examples is not None and cfg.eval_every:
             record.update(self.evaluate(bar))
-        if self.last_checkpoint is None or ckpt.Checkpoint(self.last_checkpoint).step != self.step:
+        if self.saved_step != self.step:
             self.save()
         bar.close()
         self.metrics.close()
