@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit import registry
-from plm_toolkit.cli import run_command, start_run
+from plm_toolkit.cli import require_launcher_plugin, run_command, start_run
 from plm_toolkit.config import register_schemas
 from plm_toolkit.config.validate import task_class
 from plm_toolkit.data.corpus import register_resolvers
@@ -105,8 +106,13 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
 
 @hydra.main(version_base="1.3", config_path="pkg://plm_toolkit.configs", config_name="finetune")
-def main(cfg: DictConfig) -> float | None:
+def hydra_main(cfg: DictConfig) -> float | None:
     return run_command(run, cfg)
+
+
+def main() -> None:
+    require_launcher_plugin(sys.argv[1:])
+    hydra_main()
 
 
 if __name__ == "__main__":

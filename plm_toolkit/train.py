@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+import sys
 from pathlib import Path
 
 import hydra
@@ -18,7 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit import registry
-from plm_toolkit.cli import run_command, start_run
+from plm_toolkit.cli import require_launcher_plugin, run_command, start_run
 from plm_toolkit.config import register_schemas
 from plm_toolkit.config.validate import data_layout, objective_class, tokenizer_kind
 from plm_toolkit.data import prepare_pretraining_data
@@ -118,8 +119,13 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
 
 @hydra.main(version_base="1.3", config_path="pkg://plm_toolkit.configs", config_name="train")
-def main(cfg: DictConfig) -> float | None:
+def hydra_main(cfg: DictConfig) -> float | None:
     return run_command(run, cfg)
+
+
+def main() -> None:
+    require_launcher_plugin(sys.argv[1:])
+    hydra_main()
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ refuses the combinations that are each valid alone but impossible together, and 
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -61,6 +62,8 @@ def training_problems(t, opt) -> list[str]:
         out.append(f"optimizer.betas={list(opt.betas)}: expected two values in [0, 1)")
     if _value(opt.schedule) in ("noam", "inverse_sqrt") and opt.warmup_steps < 1:
         out.append(f"optimizer.schedule={_value(opt.schedule)} needs optimizer.warmup_steps >= 1")
+    if t.get("time_budget") is not None and not t.time_budget > 0:
+        out.append(f"trainer.time_budget={t.time_budget}: must be a positive number of hours, or null for none")
     if not 0.0 <= opt.warmup_ratio < 1.0:
         out.append(f"optimizer.warmup_ratio={opt.warmup_ratio}: expected a value in [0, 1)")
     if opt.total_steps is not None and opt.total_steps < t.max_steps and _value(opt.schedule) in ("linear", "cosine"):
@@ -149,6 +152,14 @@ def problems(cfg: DictConfig) -> list[str]:
     if d.tokenizer.path and not Path(d.tokenizer.path).expanduser().is_file():
         out.append(f"data.tokenizer.path={d.tokenizer.path} is not a file (a tokenizer.json or vocab.txt)")
 
+    if cfg.hardware.get("unpad"):
+        accepts_positions = "position_ids" in inspect.signature(model_class(m.name).forward).parameters
+        if o.name != "mlm" or not accepts_positions:
+            out.append(
+                f"hardware.unpad=true packs sequences for objective=mlm on absolute-position models (BERT, RoBERTa, "
+                f"ALBERT, ELECTRA) only; objective={o.name} with model={m.name} keeps padded rows: set "
+                "hardware.unpad=false"
+            )
     out += training_problems(t, opt)
     return out
 
@@ -179,10 +190,24 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
             out.append(f"data.{key}={d[key]}: must be at least 1 (or null for all)")
     if cfg.model.dropout is not None and not 0.0 <= cfg.model.dropout < 1.0:
         out.append(f"model.dropout={cfg.model.dropout}: expected a probability in [0, 1)")
+    if cfg.hardware.get("unpad"):
+        out.append(
+            "hardware.unpad=true is for pretraining (plm-train objective=mlm); fine-tuning trims each batch to its "
+            "longest row and groups rows by length instead (trainer.group_by_length)"
+        )
     return out + training_problems(cfg.trainer, cfg.optimizer)
 
 
+def hardware_problems(hw) -> list[str]:
+    out = []
+    if hw.get("num_threads", 0) < 0:
+        out.append(f"hardware.num_threads={hw.num_threads}: must be 0 (torch's default) or a positive count")
+    if hw.get("peak_tflops", 0.0) < 0:
+        out.append(f"hardware.peak_tflops={hw.peak_tflops}: must be 0 (look the device up) or positive")
+    return out
+
+
 def validate(cfg: DictConfig) -> None:
-    found = finetune_problems(cfg) if "task" in cfg else problems(cfg)
+    found = (finetune_problems(cfg) if "task" in cfg else problems(cfg)) + hardware_problems(cfg.hardware)
     if found:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(found))

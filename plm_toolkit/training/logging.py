@@ -60,8 +60,9 @@ class ProgressBar:
         self.bar.update(n)
 
     def show(self, record: dict) -> None:
+        extra = {"mfu": f"{record['mfu']:.1%}"} if "mfu" in record else {}
         self.bar.set_postfix(
-            loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:.0f}"
+            loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:.0f}", **extra
         )
 
     def write(self, text: str) -> None:
