@@ -57,14 +57,25 @@ class LengthGroupedPermutations(EpochPermutations):
     def __init__(self, lengths: Sequence[int], seed: int, batch: int):
         super().__init__(len(lengths), seed)
         self.lengths = np.asarray(lengths)
-        self.group_size = max(min(50 * int(batch), len(lengths) // 4), 1)
+        self.batch = max(int(batch), 1)
+        self.group_size = self.batch * max(min(50, len(lengths) // (4 * self.batch)), 1)
 
     def __call__(self, position: int) -> int:
         epoch, offset = divmod(position, self.n)
         if epoch != self._epoch:
-            order = np.random.default_rng([self.seed, epoch]).permutation(self.n)
-            groups = [order[i : i + self.group_size] for i in range(0, self.n, self.group_size)]
-            self._perm = np.concatenate([g[np.argsort(-self.lengths[g], kind="stable")] for g in groups])
+            rng = np.random.default_rng([self.seed, epoch])
+            order = rng.permutation(self.n)
+            # Batches start where the stream's do: the epoch may begin in the middle of one.
+            first = (-epoch * self.n) % self.batch
+            pieces = [order[:first]]
+            for start in range(first, self.n, self.group_size):
+                group = order[start : start + self.group_size]
+                group = group[np.argsort(-self.lengths[group], kind="stable")]
+                chunks = [group[i : i + self.batch] for i in range(0, len(group), self.batch)]
+                # Whole batches in random order: no drift from long to short within a group.
+                full = [c for c in chunks if len(c) == self.batch]
+                pieces += [full[i] for i in rng.permutation(len(full))] + [c for c in chunks if len(c) < self.batch]
+            self._perm = np.concatenate(pieces)
             self._epoch = epoch
         return int(self._perm[offset])
 
