@@ -212,3 +212,24 @@ def test_cuda_mlm_head_needs_no_host_sync():
         out.loss_sums["mlm"].backward()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.gpu
+def test_cuda_training_step_needs_no_host_sync(make_config, tmp_path):
+    from plm_toolkit.data.loader import BatchLayout, MicroBatches
+
+    from .test_train import build_trainer
+
+    cfg = make_config("objective=mlm", "hardware=cuda_bf16", "trainer.grad_accum_steps=2")
+    trainer, data = build_trainer(cfg, tmp_path)
+    t = cfg.trainer
+    loader = MicroBatches(data.train, BatchLayout(t.batch_size, 2), 0, trainer.collate, trainer.transform, t.seed)
+    micro = [{k: v.pin_memory() for k, v in loader[k].items()} for k in range(4)]
+    trainer.train_step(micro[:2])  # the first step allocates optimizer state
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        stats = trainer.train_step(micro[2:])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert math.isfinite(stats.loss())
