@@ -61,6 +61,11 @@ SWITCHES = {
     "fused+compile": {"optimizer_implementation": "fused", "compile": True},
     "fused+compile+unpad": {"optimizer_implementation": "fused", "compile": True, "unpad": True},
     "fused+unpad": {"optimizer_implementation": "fused", "unpad": True},
+    "fused+compile+cudagraphs": {
+        "optimizer_implementation": "fused",
+        "compile": True,
+        "compile_mode": "reduce-overhead",
+    },
 }
 DEFAULT_VARIANTS = {
     "cpu": ["eager", "fused", "fused+unpad"],

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Every check that needs a GPU, in one go, on a machine with CUDA and torch (>= 2.6) already installed:
-#   bash scripts/gpu_check.sh OUT_DIR [all|tests|fsdp|bench|bench_tiny]
+#   bash scripts/gpu_check.sh OUT_DIR [all|tests|fsdp|bench|bench_graphs|bench_tiny]
 # Writes under OUT_DIR: env.json, gpu_tests.log (pytest -m gpu), fsdp/ (a 1-process torchrun FSDP run on NCCL
 # with bf16, compiled blocks and a resume; metrics.jsonl, logs), bench_base.json (bert_base, sequence 128, bf16:
-# each speed switch and transformers' BertForMaskedLM, with MFU), bench_tiny_cuda.json. Each part stops itself
+# each speed switch and transformers' BertForMaskedLM, with MFU), bench_graphs.json (CUDA graphs on top of
+# compilation at batch 32), bench_tiny_cuda.json. Each part stops itself
 # before ten minutes; run the parts one by one where a call has a time limit.
 set -uo pipefail
-out=${1:?usage: gpu_check.sh OUT_DIR [all|tests|fsdp|bench|bench_tiny]}
+out=${1:?usage: gpu_check.sh OUT_DIR [all|tests|fsdp|bench|bench_graphs|bench_tiny]}
 part=${2:-all}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 py=${PYTHON:-python}
@@ -48,6 +49,14 @@ if [[ $part == all || $part == bench ]]; then
   echo "exit $?"
   "$py" -c "import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({k: (v['tokens_per_s'], v.get('mfu'))
     for k, v in r['runs'].items()}, indent=1)); print('speedups', r['speedups'])" "$out/bench_base.json"
+fi
+
+if [[ $part == all || $part == bench_graphs ]]; then
+  echo "== bench: bert_base, batch 32, compiled with and without CUDA graphs (hardware.compile_mode=reduce-overhead)"
+  timeout 500 "$py" scripts/bench_pretrain.py --config base --seq-len 128 --precision bf16 --device cuda \
+    --variants fused+compile fused+compile+cudagraphs --large-batch 0 --warmup 5 --steps 20 --repeats 3 \
+    > "$out/bench_graphs.json" 2> "$out/bench_graphs.log"
+  echo "exit $?"
 fi
 
 if [[ $part == all || $part == bench_tiny ]]; then

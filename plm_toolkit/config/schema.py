@@ -26,6 +26,7 @@ Schedule = choices("Schedule", "linear", "cosine", "constant", "noam", "inverse_
 Device = choices("Device", "auto", "cpu", "cuda")
 Precision = choices("Precision", "auto", "fp32", "bf16", "fp16")
 Distributed = choices("Distributed", "auto", "none", "ddp", "fsdp")
+CompileMode = choices("CompileMode", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 OptimizerImplementation = choices("OptimizerImplementation", "auto", "fused", "foreach", "for_loop")
 Backend = choices("Backend", "auto", "nccl", "gloo")
 
@@ -134,6 +135,9 @@ class HardwareConfig:
     # GPUs; on a CPU the compile time rarely comes back. Without a working compiler it falls back to eager with
     # one warning.
     compile: bool = False
+    # torch.compile's mode: default; reduce-overhead replays CUDA graphs (less launch overhead at small batches,
+    # more memory, one recording per input shape); max-autotune also searches matmul kernels (long compiles).
+    compile_mode: CompileMode = CompileMode.default
     # Optimizer kernels: fused (one kernel over all parameters), foreach (batched tensor ops) or for_loop (one
     # parameter at a time); auto = fused where torch has it for the optimizer and device, else foreach.
     optimizer_implementation: OptimizerImplementation = OptimizerImplementation.auto

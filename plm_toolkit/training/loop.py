@@ -257,7 +257,7 @@ class Trainer:
                 self.scaler.scale(loss).backward()
             for table, values in ((stats.loss_sums, out.loss_sums), (stats.metrics, out.metrics)):
                 for k, v in values.items():
-                    v = v.detach().float()
+                    v = v.detach().float().clone()  # a CUDA-graph replay would overwrite the output in place
                     table[k] = table[k] + v if k in table else v
         return stats
 

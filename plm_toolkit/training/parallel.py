@@ -53,7 +53,9 @@ def check_shardable(module: nn.Module) -> None:
         )
 
 
-def apply_fsdp(module: nn.Module, runtime: Runtime, reshard_after_forward: bool, compile_blocks: bool) -> nn.Module:
+def apply_fsdp(
+    module: nn.Module, runtime: Runtime, reshard_after_forward: bool, compile_blocks: bool, mode: str | None = None
+) -> nn.Module:
     """Shard ``module`` in place: every block (compiled first with ``compile_blocks``), then the root."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -68,7 +70,7 @@ def apply_fsdp(module: nn.Module, runtime: Runtime, reshard_after_forward: bool,
     units = shard_units(module)
     for unit in units:
         if compile_blocks:
-            unit.compile()
+            unit.compile(mode=mode)
         fully_shard(unit, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
     fully_shard(module, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
     log.info("FSDP: %d blocks sharded over %d processes", len(units), runtime.process.world_size)
@@ -106,9 +108,9 @@ def _compile_errors() -> tuple[type[BaseException], ...]:
 class CompiledForward:
     """The compiled forward, falling back to the eager module (one warning) when compilation fails."""
 
-    def __init__(self, module: nn.Module):
+    def __init__(self, module: nn.Module, mode: str | None = None):
         self.eager = module
-        self.compiled = torch.compile(module)
+        self.compiled = torch.compile(module, mode=mode)
         self.failed = False
 
     def __call__(self, *args, **kwargs):
@@ -125,13 +127,15 @@ class CompiledForward:
 def prepare_module(module: nn.Module, runtime: Runtime, hw) -> tuple:
     """(what the loop calls forward on, the DDP wrapper or None). FSDP shards ``module`` in place."""
     compile_wanted = bool(hw.compile)
+    mode = getattr(hw.compile_mode, "value", hw.compile_mode)
+    mode = None if mode == "default" else mode
     if compile_wanted:
         problem = compiler_problem(runtime.device)
         if problem:
             log.warning("hardware.compile=true but %s; training continues without torch.compile", problem)
             compile_wanted = False
     if runtime.fsdp:
-        apply_fsdp(module, runtime, bool(hw.reshard_after_forward), compile_wanted)
+        apply_fsdp(module, runtime, bool(hw.reshard_after_forward), compile_wanted, mode)
         return module, None
     forward, ddp = module, None
     if runtime.ddp:
@@ -140,5 +144,5 @@ def prepare_module(module: nn.Module, runtime: Runtime, hw) -> tuple:
         device_ids = [runtime.device.index] if runtime.device.type == "cuda" else None
         forward = ddp = DistributedDataParallel(module, device_ids=device_ids, find_unused_parameters=True)
     if compile_wanted:
-        forward = CompiledForward(forward)
+        forward = CompiledForward(forward, mode)
     return forward, ddp
