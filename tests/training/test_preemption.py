@@ -26,7 +26,7 @@ def args_for(corpus, run_dir, *extra: str) -> list[str]:
         "data=text_files",
         f"data.train_files=[{corpus['train']}]",
         f"data.cache_dir={corpus['cache']}",
-        "trainer.max_steps=300",
+        "trainer.max_steps=120",
         "trainer.save_every=0",
         f"hydra.run.dir={run_dir}",
         *extra,
@@ -54,13 +54,13 @@ def test_sigterm_saves_the_current_step_and_resume_matches_an_uninterrupted_run(
     assert process.returncode == EXIT_REQUEUE, output[-3000:]
     assert "received SIGTERM" in output and f"exiting with status {EXIT_REQUEUE}" in output
     stopped_at = read_metrics(run_dir)[-1]["step"]
-    assert 5 <= stopped_at < 300
+    assert 5 <= stopped_at < 120
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["last", f"step_{stopped_at}"]
 
     resumed = launch(args_for(small_corpus, run_dir), tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     a, b = read_metrics(tmp_path / "straight"), read_metrics(run_dir)
-    assert [r["step"] for r in b] == list(range(1, 301))
+    assert [r["step"] for r in b] == list(range(1, 121))
     assert [r["loss"] for r in a] == [r["loss"] for r in b]
 
 
