@@ -3,8 +3,10 @@ directory in, and expected failures out as one line (``failures.py``)."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import random
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,21 +18,43 @@ from omegaconf import DictConfig, OmegaConf
 from plm_toolkit import failures
 from plm_toolkit.config import setup
 from plm_toolkit.config.validate import validate
-from plm_toolkit.errors import DataError
+from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.training import checkpoint as ckpt
-from plm_toolkit.training.distributed import destroy_process_group, init_process_group, launched_world_size
+from plm_toolkit.training.distributed import (
+    adopt_submitit_environment,
+    destroy_process_group,
+    init_process_group,
+    launched_world_size,
+)
 from plm_toolkit.training.loop import Trainer
 from plm_toolkit.training.precision import Runtime, resolve_runtime
+from plm_toolkit.training.preemption import EXIT_REQUEUE, Preempted
 
 log = logging.getLogger("plm_toolkit")
+
+
+# Hydra launchers that come from an optional extra: the override's prefix -> (package, extra).
+LAUNCHER_EXTRAS = {"hydra/launcher=submitit": ("hydra_plugins.hydra_submitit_launcher", "slurm")}
+
+
+def require_launcher_plugin(argv: list[str]) -> None:
+    """Stop with the extra to install when the command line picks a launcher whose plugin is missing (Hydra alone
+    would only list the launchers it has)."""
+    for arg in argv:
+        for prefix, (module, extra) in LAUNCHER_EXTRAS.items():
+            if arg.startswith(prefix) and importlib.util.find_spec(module) is None:
+                raise ConfigError(
+                    f"{arg} needs the hydra-submitit-launcher package: pip install 'plm_toolkit[{extra}]'"
+                )
 
 
 def start_run(cfg: DictConfig, run_dir: Path) -> tuple[Runtime, ckpt.Checkpoint | None]:
     """Validate, choose the device and precision, join the process group under torchrun, clear half-written
     checkpoints and find the one ``trainer.resume`` names: the first steps of every run."""
     validate(cfg)
+    adopt_submitit_environment()
     runtime = resolve_runtime(cfg.hardware)
-    if launched_world_size() > 1:
+    if launched_world_size() > 1 or runtime.fsdp:
         runtime = resolve_runtime(cfg.hardware, init_process_group(runtime.backend))
     if runtime.process.is_main:
         ckpt.clean_temporary(run_dir)
@@ -97,6 +121,9 @@ def run_command(run: Callable[[DictConfig, Path], dict], cfg: DictConfig) -> flo
     try:
         final = run(cfg, run_dir)
         finished = True
+    except Preempted as stopped:
+        log.warning("%s; exiting with status %d so that the job is requeued", stopped, EXIT_REQUEUE)
+        sys.exit(EXIT_REQUEUE)
     except Exception as err:
         if not failures.report(err):
             raise
@@ -118,4 +145,9 @@ def _log_to_files(message: str) -> None:
 def main(hydra_main: Callable[[], object]) -> None:
     """The console entry point around a ``@hydra.main`` function: expected failures become one line on stderr."""
     setup()
-    failures.guard(hydra_main)
+
+    def checked() -> None:
+        require_launcher_plugin(sys.argv[1:])
+        hydra_main()
+
+    failures.guard(checked)

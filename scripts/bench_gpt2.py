@@ -13,18 +13,31 @@ in a fresh process.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 from bench_pretrain import _memory_kib as memory_kib
-from bench_pretrain import autocast_factory, cpu_memory, make_optimizer, pick_precision, synchronize
+from bench_pretrain import cpu_memory, pick_precision, synchronize
 
 from plm_toolkit.generation import SearchConfig, generate
 from plm_toolkit.models.gpt import GPT, GPT2Config
 from plm_toolkit.objectives.base import normalized_loss
 from plm_toolkit.objectives.clm import CausalLanguageModeling, ClmConfig
+
+
+def make_optimizer(params: list[torch.nn.Parameter], device: torch.device) -> torch.optim.Optimizer:
+    # The same settings for both models; fused kernels exist for CPU and CUDA.
+    return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, fused=True)
+
+
+def autocast_factory(precision: str, device: torch.device):
+    if precision == "bf16":
+        return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
 
 # (layers, hidden, heads, intermediate): a 2-layer GPT-2 and GPT-2 small (124M).
 SIZES = {"tiny": (2, 128, 2, 512), "small": (12, 768, 12, 3072)}
@@ -115,7 +128,7 @@ def training(args, device: torch.device) -> dict:
     config = gpt2_config(args)
     ours, theirs = OursRunner(config, device), TransformersRunner(config, device)
     batches = [{k: v.to(device) for k, v in b.items()} for b in make_batches(args, args.warmup + args.steps)]
-    precision = pick_precision(args.precision, device, ours, batches)
+    precision = pick_precision(args.precision, device)
     autocast = autocast_factory(precision, device)
     seconds = {ours.name: 0.0, theirs.name: 0.0}
     memory = {ours.name: 0, theirs.name: 0}
@@ -231,7 +244,7 @@ def run(args, argv: list[str]) -> dict:
     }
     result.update(training(args, device))
     if device.type == "cpu" and not args.no_memory:
-        for name, peak in cpu_memory(argv, result["precision"]).items():
+        for name, peak in cpu_memory(argv, ["ours", "transformers"], result["precision"]).items():
             result[name]["peak_memory_mb"] = peak
     result["speedup"] = round(result["ours"]["tokens_per_s"] / result["transformers"]["tokens_per_s"], 2)
     ours_memory, their_memory = result["ours"].get("peak_memory_mb"), result["transformers"].get("peak_memory_mb")

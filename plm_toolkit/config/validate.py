@@ -7,6 +7,7 @@ combinations that are each valid alone but impossible together, and names the ke
 
 from __future__ import annotations
 
+import inspect
 import math
 from pathlib import Path
 
@@ -98,6 +99,8 @@ def training_problems(t, opt, d_model_from_backbone: bool = False) -> list[str]:
         out.append(f"optimizer.warmup_steps={opt.warmup_steps}: must be 0 (use warmup_ratio) or positive")
     if _value(opt.schedule) in ("noam", "inverse_sqrt") and opt.warmup_steps < 1:
         out.append(f"optimizer.schedule={_value(opt.schedule)} needs optimizer.warmup_steps >= 1")
+    if t.get("time_budget") is not None:
+        _range(out, "trainer.time_budget", t.time_budget, 0.0, low_open=True)
     _range(out, "optimizer.warmup_ratio", opt.warmup_ratio, 0.0, 1.0, high_open=True)
     _range(out, "optimizer.min_lr_ratio", opt.min_lr_ratio, 0.0, 1.0)
     if opt.total_steps is not None and opt.total_steps < 1:
@@ -122,6 +125,10 @@ def hardware_problems(h) -> list[str]:
     if h.max_overflow_steps < 1:
         out.append(f"hardware.max_overflow_steps={h.max_overflow_steps}: must be at least 1")
     _range(out, "hardware.min_loss_scale", h.min_loss_scale, 0.0, low_open=True)
+    if h.get("num_threads", 0) < 0:
+        out.append(f"hardware.num_threads={h.num_threads}: must be 0 (torch's default) or a positive count")
+    if h.get("peak_tflops") is not None:
+        _range(out, "hardware.peak_tflops", h.peak_tflops, 0.0)
     return out
 
 
@@ -214,6 +221,14 @@ def problems(cfg: DictConfig) -> list[str]:
     if d.tokenizer.path and not Path(d.tokenizer.path).expanduser().is_file():
         out.append(f"data.tokenizer.path={d.tokenizer.path} is not a file (a tokenizer.json or vocab.txt)")
 
+    if cfg.hardware.get("unpad"):
+        accepts_positions = "position_ids" in inspect.signature(model_class(m.name).forward).parameters
+        if o.name != "mlm" or not accepts_positions:
+            out.append(
+                f"hardware.unpad=true packs sequences for objective=mlm on absolute-position models (BERT, RoBERTa, "
+                f"ALBERT, ELECTRA) only; objective={o.name} with model={m.name} keeps padded rows: set "
+                "hardware.unpad=false"
+            )
     out += training_problems(t, opt) + hardware_problems(cfg.hardware)
     return out
 
@@ -244,6 +259,11 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
             out.append(f"data.{key}={d[key]}: must be at least 1 (or null for all)")
     if cfg.model.dropout is not None and not 0.0 <= cfg.model.dropout < 1.0:
         out.append(f"model.dropout={cfg.model.dropout}: expected a probability in [0, 1)")
+    if cfg.hardware.get("unpad"):
+        out.append(
+            "hardware.unpad=true is for pretraining (plm-train objective=mlm); fine-tuning trims each batch to its "
+            "longest row and groups rows by length instead (trainer.group_by_length)"
+        )
     out += training_problems(cfg.trainer, cfg.optimizer, d_model_from_backbone=True)
     return out + hardware_problems(cfg.hardware)
 

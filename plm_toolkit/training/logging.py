@@ -64,8 +64,13 @@ class ProgressBar:
 
     def show(self, record: dict) -> None:
         epoch = f"{record['epoch']:.2f}" + (f"/{self.epochs:g}" if self.epochs else "")
+        extra = {"mfu": f"{record['mfu']:.1%}"} if "mfu" in record else {}
         self.bar.set_postfix(
-            epoch=epoch, loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:.0f}"
+            epoch=epoch,
+            loss=f"{record['loss']:.4f}",
+            lr=f"{record['lr']:.2e}",
+            tok_s=f"{record['tokens_per_s']:.0f}",
+            **extra,
         )
 
     def write(self, text: str) -> None:
