@@ -26,9 +26,13 @@ from typing import Any
 
 import datasets
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 from tokenizers import Tokenizer
 
-from plm_toolkit.data.corpus import cache_root, check_text_file, stable_hash
+from plm_toolkit.data.corpus import Documents, cache_root, check_text_file, stable_hash
+from plm_toolkit.data.token_batches import TokenBatches, token_batches
+from plm_toolkit.data.tokenizer import load_or_train_tokenizer, vocab_from_tokenizer
+from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError, DataError
 
 log = logging.getLogger("plm_toolkit")
@@ -232,7 +236,7 @@ def tokenize_pairs(
     or start token the collator adds) and counted in a warning. Cached next to the text pairs.
     """
     limit = max_seq_len - 1
-    name = stable_hash(pairs._fingerprint, tokenizer.to_str(), limit, FORMAT_VERSION)
+    name = stable_hash(Path(pairs.cache_files[0]["filename"]).stem, tokenizer.to_str(), limit, FORMAT_VERSION)
     path = cache_root(data_cfg) / "parallel" / f"{name}.ids.arrow"
     counts_path = path.with_suffix(".json")
     if not (path.is_file() and counts_path.is_file()):
@@ -267,3 +271,57 @@ def tokenize_pairs(
             max_seq_len,
         )
     return datasets.Dataset.from_file(str(path))
+
+
+@dataclass
+class ParallelData:
+    tokenizer: Tokenizer
+    vocab: Vocab
+    # Token batches of training pairs (rows: index, source_ids, target_ids).
+    train: TokenBatches
+    # Token batches of validation pairs, or None without validation files.
+    validation: TokenBatches | None
+    # The validation pairs' text as read (stripped), by row index: decoding is scored against ``references``.
+    sources: list[str]
+    references: list[str]
+
+
+def batches_of(ids: datasets.Dataset, data_cfg: Any, seed: int) -> TokenBatches:
+    """Token batches over tokenized pairs; lengths count the end or start token each side gets."""
+    lengths = ids.with_format("arrow").select_columns(["source_ids", "target_ids"]).data
+    src = pa.compute.list_value_length(lengths.column("source_ids")).to_numpy() + 1
+    tgt = pa.compute.list_value_length(lengths.column("target_ids")).to_numpy() + 1
+    batches = token_batches(src, tgt, int(data_cfg.max_tokens), seed, int(data_cfg.max_sentences))
+    return TokenBatches(ids, batches)
+
+
+def prepare_parallel_data(data_cfg: Any, seed: int) -> ParallelData:
+    """Text pairs read and checked, a joint vocabulary loaded or trained on both sides of the training pairs,
+    token ids (cut to data.max_seq_len) grouped into batches of about data.max_tokens tokens; all cached."""
+    if int(data_cfg.max_tokens) < int(data_cfg.max_seq_len):
+        raise ConfigError(
+            f"data.max_tokens={data_cfg.max_tokens} is below data.max_seq_len={data_cfg.max_seq_len}: a batch must "
+            "hold at least one sentence of the longest length"
+        )
+    train_pairs = read_parallel(data_cfg, "train")
+    assert train_pairs is not None  # read_parallel raises when there are no training files
+    stem = Path(train_pairs.cache_files[0]["filename"]).stem
+    joint = Documents(joint_text(train_pairs), stable_hash("parallel", stem), ", ".join(data_cfg.train_files))
+    tokenizer = load_or_train_tokenizer(data_cfg, joint)
+    vocab = vocab_from_tokenizer(tokenizer)
+    max_seq_len = int(data_cfg.max_seq_len)
+    train = batches_of(tokenize_pairs(train_pairs, tokenizer, max_seq_len, data_cfg, "train"), data_cfg, seed)
+    validation, sources, references = None, [], []
+    validation_pairs = read_parallel(data_cfg, "validation")
+    if validation_pairs is not None:
+        ids = tokenize_pairs(validation_pairs, tokenizer, max_seq_len, data_cfg, "validation")
+        validation = batches_of(ids, data_cfg, seed)
+        sources, references = validation_pairs["source"], validation_pairs["target"]
+    log.info(
+        "parallel data: %d training pairs in %d batches of <= %d tokens per side; %d validation pairs",
+        train.num_rows(),
+        len(train),
+        int(data_cfg.max_tokens),
+        len(references),
+    )
+    return ParallelData(tokenizer, vocab, train, validation, sources, references)

@@ -54,6 +54,9 @@ def token_batches(
 class TokenBatches:
     """A list of batches over a dataset: item i is the list of rows (dicts) of batch i."""
 
+    # The training loop takes one item per micro-batch instead of trainer.batch_size (training/loop.py).
+    ready_batches = True
+
     def __init__(self, examples, batches: list[list[int]]):
         self.examples, self.batches = examples, batches
 

@@ -94,6 +94,12 @@ def _reduce(window: Window, process) -> Window:
     return out
 
 
+def rows_per_batch(examples, trainer_cfg) -> int:
+    """Items per micro-batch: trainer.batch_size examples, or one item where the examples come in ready-made
+    batches (``ready_batches``: token-count batches of sentence pairs, data/token_batches.py)."""
+    return 1 if getattr(examples, "ready_batches", False) else trainer_cfg.batch_size
+
+
 class Trainer:
     def __init__(
         self,
@@ -136,7 +142,10 @@ class Trainer:
         if hardware_cfg.compile:
             self.forward_module = torch.compile(self.forward_module)
         self.layout = BatchLayout(
-            trainer_cfg.batch_size, trainer_cfg.grad_accum_steps, self.process.world_size, self.process.rank
+            rows_per_batch(train_examples, trainer_cfg),
+            trainer_cfg.grad_accum_steps,
+            self.process.world_size,
+            self.process.rank,
         )
         self.step = 0
         self.samples_seen = 0
@@ -307,7 +316,7 @@ class Trainer:
         window = Window.empty()
         batches = eval_loader(
             self.eval_examples,
-            self.cfg.batch_size,
+            rows_per_batch(self.eval_examples, self.cfg),
             self.process.world_size,
             self.process.rank,
             self.collate,
