@@ -3,6 +3,7 @@ one-line error out."""
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Callable
@@ -30,6 +31,30 @@ def start_run(cfg: DictConfig, run_dir: Path) -> tuple[Runtime, ckpt.Checkpoint 
     if runtime.process.is_main:
         ckpt.clean_temporary(run_dir)
     return runtime, ckpt.find_checkpoint(str(cfg.trainer.resume), run_dir)
+
+
+EVAL_RESULTS = "eval_results.json"
+
+
+def write_json(path: Path, value) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+
+
+def write_results(run_dir: Path, objective) -> None:
+    """The last evaluation's figures (``eval_results.json``) and files (``artifacts``: predictions,
+    translations) of an objective or task that keeps them (``last_metrics``), into the run directory."""
+    metrics = getattr(objective, "last_metrics", None)
+    if not metrics:
+        return
+    for name, value in objective.artifacts.items():
+        if isinstance(value, str):
+            (run_dir / name).write_text(value)
+        else:
+            write_json(run_dir / name, value)
+    write_json(run_dir / EVAL_RESULTS, metrics)
+    log.info("eval results: %s %s", run_dir / EVAL_RESULTS, json.dumps(metrics))
 
 
 def run_command(run: Callable[[DictConfig, Path], dict], cfg: DictConfig) -> float | None:

@@ -11,7 +11,6 @@ checkpoints and resume are the same. The run directory gets eval_results.json an
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit import registry
-from plm_toolkit.cli import run_command, start_run
+from plm_toolkit.cli import run_command, start_run, write_results
 from plm_toolkit.config import register_schemas
 from plm_toolkit.config.validate import task_class
 from plm_toolkit.data.corpus import register_resolvers
@@ -33,14 +32,6 @@ log = logging.getLogger("plm_toolkit")
 register_schemas()
 registry.load_all()
 register_resolvers()
-
-EVAL_RESULTS = "eval_results.json"
-
-
-def write_json(path: Path, value) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
-    tmp.replace(path)
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
@@ -96,11 +87,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     if process.is_main:
         log.info("run directory: %s", run_dir)
         log.info("checkpoint: %s", trainer.last_checkpoint)
-        if task.last_metrics:
-            for name, value in task.artifacts.items():
-                write_json(run_dir / name, value)
-            write_json(run_dir / EVAL_RESULTS, task.last_metrics)
-            log.info("eval results: %s %s", run_dir / EVAL_RESULTS, json.dumps(task.last_metrics))
+        write_results(run_dir, task)
     return final
 
 

@@ -18,12 +18,14 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit import registry
-from plm_toolkit.cli import run_command, start_run
+from plm_toolkit.cli import run_command, start_run, write_results
 from plm_toolkit.config import register_schemas
 from plm_toolkit.config.validate import data_layout, objective_class, tokenizer_kind
 from plm_toolkit.data import prepare_pretraining_data
-from plm_toolkit.data.collate import Collator
+from plm_toolkit.data.collate import Collator, Seq2SeqCollator
 from plm_toolkit.data.corpus import register_resolvers
+from plm_toolkit.data.parallel import prepare_parallel_data
+from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import PlmError
 from plm_toolkit.training import checkpoint as ckpt
 from plm_toolkit.training.distributed import barrier
@@ -42,16 +44,19 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_model(model_cfg: DictConfig, vocab_size: int, pad_id: int | None = None):
+def build_model(model_cfg: DictConfig, vocab_size: int, pad_id: int | None = None, vocab: Vocab | None = None):
     """The backbone from its typed config; ``vocab_size: null`` takes the tokenizer's size, and the padding row is
-    the tokenizer's padding id (``pad_id``) where the config has one."""
+    the tokenizer's padding id (``pad_id``) where the config has one; with ``vocab``, also its start and end ids
+    (``bos_token_id``, ``eos_token_id``) for families that decode."""
     config = OmegaConf.to_object(model_cfg)
     if config.vocab_size is None:
         config = dataclasses.replace(config, vocab_size=vocab_size)
     elif config.vocab_size < vocab_size:
         raise PlmError(f"model.vocab_size={config.vocab_size} is smaller than the tokenizer's {vocab_size} tokens")
-    if pad_id is not None and hasattr(config, "pad_token_id"):
-        config = dataclasses.replace(config, pad_token_id=pad_id)
+    ids = {"pad_token_id": pad_id}
+    if vocab is not None:
+        ids.update(pad_token_id=vocab.pad_id, bos_token_id=vocab.cls_id, eos_token_id=vocab.sep_id)
+    config = dataclasses.replace(config, **{k: v for k, v in ids.items() if v is not None and hasattr(config, k)})
     return registry.MODELS.get(config.name).builder(config), config
 
 
@@ -66,20 +71,28 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     if not process.is_main:
         barrier(process)
     layout = data_layout(cfg)
-    window = objective_class(cfg.objective.name).stream_window(cfg.objective, cfg.data.max_seq_len)
-    data = prepare_pretraining_data(data_cfg, layout, cfg.trainer.seed, window if layout == "streams" else None)
+    if layout == "parallel":
+        data = prepare_parallel_data(data_cfg, cfg.trainer.seed)
+        collate = Seq2SeqCollator(data.vocab.pad_id, data.vocab.sep_id)
+    else:
+        window = objective_class(cfg.objective.name).stream_window(cfg.objective, cfg.data.max_seq_len)
+        data = prepare_pretraining_data(data_cfg, layout, cfg.trainer.seed, window if layout == "streams" else None)
+        collate = Collator(data.vocab)
     if process.is_main:
         barrier(process)
 
     seed_everything(cfg.trainer.seed)
-    model, model_config = build_model(cfg.model, data.vocab.size, data.vocab.pad_id)
+    model, model_config = build_model(cfg.model, data.vocab.size, vocab=data.vocab)
     objective = registry.OBJECTIVES.get(cfg.objective.name).builder(
         OmegaConf.to_object(cfg.objective), model, data.vocab
     )
+    if layout == "parallel":
+        objective.attach_references(data.tokenizer, data.references)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["model"]["vocab_size"] = model_config.vocab_size
-    if "pad_token_id" in resolved["model"]:
-        resolved["model"]["pad_token_id"] = model_config.pad_token_id
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        if key in resolved["model"]:
+            resolved["model"][key] = getattr(model_config, key)
     resolved["data"]["tokenizer"]["kind"] = tokenizer_kind(cfg)
     log.info(
         "model=%s (%.2fM parameters) objective=%s device=%s precision=%s processes=%d train examples=%d",
@@ -96,7 +109,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         objective=objective,
         train_examples=data.train,
         eval_examples=data.validation,
-        collate=Collator(data.vocab),
+        collate=collate,
         runtime=runtime,
         trainer_cfg=cfg.trainer,
         optimizer_cfg=cfg.optimizer,
@@ -114,6 +127,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         log.info("run directory: %s", run_dir)
         log.info("metrics: %s", run_dir / "metrics.jsonl")
         log.info("checkpoint: %s", trainer.last_checkpoint)
+        write_results(run_dir, objective)
     return final
 
 

@@ -20,7 +20,9 @@ def padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
 
 
 class MultiHeadSelfAttention(nn.Module):
-    """Scaled dot-product attention with ``num_heads`` heads (Vaswani et al. 2017, section 3.2.2).
+    """Scaled dot-product attention with ``num_heads`` heads (Vaswani et al. 2017, section 3.2.2): self-attention,
+    or cross-attention over a ``context`` (the encoder-decoder attention of section 3.2.3), with an optional
+    key/value cache for incremental decoding.
 
     ``mask`` is either boolean (True = may attend) or additive (added to the scores, ``-inf`` or a large negative
     number where attention is forbidden), broadcastable to (B, nh, T, T). The output projection is applied here;
@@ -43,19 +45,53 @@ class MultiHeadSelfAttention(nn.Module):
         batch, length, _ = x.shape
         return x.view(batch, length, self.num_heads, self.head_size).transpose(1, 2)  # (B, nh, T, hs)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
-        """(B, T, H) -> (B, T, H)."""
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        context: torch.Tensor | None = None,
+        cache: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """(B, T, H) -> (B, T, H).
+
+        ``context`` (B, S, H): the states keys and values come from (cross-attention, the decoder reading the
+        encoder); None attends over ``x`` itself. ``cache`` (a dict owned by the caller, one per layer and attention)
+        keeps keys and values between incremental decoding calls: self-attention appends this call's to those of
+        the earlier calls, and with ``is_causal`` query i of this call sees every cached key and the new keys up to
+        itself; cross-attention projects ``context`` on the first call and reuses it after.
+        """
         batch, length, hidden = x.shape
         q = self._split_heads(self.query(x))  # (B, nh, T, hs)
-        k = self._split_heads(self.key(x))  # (B, nh, T, hs)
-        v = self._split_heads(self.value(x))  # (B, nh, T, hs)
-        context = F.scaled_dot_product_attention(
+        if context is not None and cache is not None and "key" in cache:
+            k, v = cache["key"], cache["value"]  # (B, nh, S, hs) projected on an earlier call
+        else:
+            source = x if context is None else context
+            k = self._split_heads(self.key(source))  # (B, nh, S, hs)
+            v = self._split_heads(self.value(source))  # (B, nh, S, hs)
+            if cache is not None and context is None and "key" in cache:
+                k = torch.cat([cache["key"], k], dim=2)  # (B, nh, past + T, hs)
+                v = torch.cat([cache["value"], v], dim=2)
+            if cache is not None:
+                cache["key"], cache["value"] = k, v
+        past = k.shape[2] - length if context is None else 0
+        if is_causal and past > 0:
+            # Query i of this call is position past + i: it sees keys 0 .. past + i.
+            keys = torch.arange(past + length, device=x.device)
+            causal = keys[None, :] <= torch.arange(length, device=x.device)[:, None] + past  # (T, past + T)
+            mask = causal if mask is None else mask & causal
+            is_causal = False
+        elif is_causal and mask is not None:
+            causal = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()  # (T, T)
+            mask = mask & causal if mask.dtype == torch.bool else mask.masked_fill(~causal, float("-inf"))
+            is_causal = False
+        context_out = F.scaled_dot_product_attention(
             q,
             k,
             v,
             attn_mask=mask,
             dropout_p=self.dropout if self.training else 0.0,
-            is_causal=is_causal and mask is None,
+            is_causal=is_causal,
         )  # (B, nh, T, hs)
-        context = context.transpose(1, 2).reshape(batch, length, hidden)  # (B, T, H)
-        return self.output(context)
+        context_out = context_out.transpose(1, 2).reshape(batch, length, hidden)  # (B, T, H)
+        return self.output(context_out)
