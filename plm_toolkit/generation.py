@@ -1,8 +1,8 @@
 """Decoding for encoder-decoder backbones: greedy and beam search with the GNMT length penalty, batched, with the
 decoder's key/value cache, and a maximum output length relative to each source's length.
 
-The backbone serves ``encode``, ``decode`` (with a cache from ``new_cache``), ``output_logits`` and
-``decoder_start_token_id`` (``models/transformer.py`` describes the interface). The encoder runs once per batch;
+The backbone serves ``encode``, ``decode`` (with a cache from ``new_cache``), ``logits`` and
+``decoder_start_token_id`` (``models/base.py`` describes the interface). The encoder runs once per batch;
 every step feeds the decoder only the newest token, and its self-attention reads the cached keys and values of the
 earlier ones (the cross-attention's are projected from the encoder states once).
 
@@ -67,7 +67,9 @@ def generate(
         raise ConfigError(f"num_beams={config.num_beams}: the beam needs at least 1 hypothesis (1 = greedy)")
     batch, beams = input_ids.shape[0], config.num_beams
     device = input_ids.device
-    limits = length_limits(attention_mask, config, model.config.max_position_embeddings)  # (B,)
+    # Families with absolute positions cannot go past their table; relative ones (T5) have no such bound.
+    max_positions = getattr(model.config, "max_position_embeddings", None) or 1 << 30
+    limits = length_limits(attention_mask, config, max_positions)  # (B,)
     encoder_hidden = model.encode(input_ids, attention_mask)  # (B, S, H)
     # Every beam of sentence b reads sentence b's encoder states: rows b * K .. b * K + K - 1.
     encoder_hidden = encoder_hidden.repeat_interleave(beams, dim=0)  # (B*K, S, H)
@@ -82,8 +84,8 @@ def generate(
     step = 0
     while not bool(done.all()):
         step += 1
-        hidden = model.decode(tokens[:, -1:], encoder_hidden, memory_mask, cache)  # (B*K, 1, H)
-        log_probs = model.output_logits(hidden[:, -1]).float().log_softmax(dim=-1)  # (B*K, V)
+        hidden = model.decode(tokens[:, -1:], encoder_hidden, memory_mask, cache, step - 1)  # (B*K, 1, H)
+        log_probs = model.logits(hidden[:, -1]).float().log_softmax(dim=-1)  # (B*K, V)
         vocab = log_probs.shape[-1]
         at_limit = step >= limits  # (B,): this step's token is the last one a sentence may take
         if bool(at_limit.any()):

@@ -42,6 +42,13 @@ class Backbone(nn.Module):
 
     Subclasses set ``capabilities`` and keep their typed config in ``self.config``. Objectives that tie an output
     layer to the input embeddings use ``input_embeddings``.
+
+    An ``encoder_decoder`` backbone also serves the calls that teacher forcing, fine-tuning and decoding
+    (``plm_toolkit/generation.py``) make: ``encode(input_ids, attention_mask) -> (B, S, H)``,
+    ``decode(decoder_input_ids, encoder_hidden, attention_mask, cache=None, offset=None) -> (B, T, H)`` (``cache``
+    from ``new_cache()``: one dict per decoder layer, filled by the first call and extended by the next),
+    ``logits(hidden) -> (..., V)`` and ``decoder_start_token_id``; ``forward(input_ids, attention_mask,
+    decoder_input_ids)`` returns the decoder's states.
     """
 
     capabilities: ClassVar[frozenset[str]] = frozenset()
@@ -52,6 +59,12 @@ class Backbone(nn.Module):
     @property
     def input_embeddings(self) -> nn.Embedding:
         raise NotImplementedError
+
+    @property
+    def decoder_start_token_id(self) -> int:
+        """Encoder-decoders: the first decoder input, and what targets are shifted right behind. The padding id by
+        default (T5's convention); a family that starts from <s> overrides it."""
+        return int(self.config.pad_token_id)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

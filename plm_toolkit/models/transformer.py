@@ -14,7 +14,7 @@ adam_noam``, checkpoint averaging to ``plm-average``, beam search to ``plm_toolk
 
 Interface of an encoder-decoder backbone (what the objective, the tasks and generation call):
 ``encode(input_ids, attention_mask) -> (B, S, H)``, ``decode(decoder_input_ids, encoder_hidden, attention_mask,
-cache) -> (B, T, H)``, ``output_logits(hidden) -> (..., V)``, ``decoder_start_token_id``; ``forward`` runs both
+cache) -> (B, T, H)``, ``logits(hidden) -> (..., V)``, ``decoder_start_token_id``; ``forward`` runs both
 stacks for teacher forcing and returns the decoder's states (``extras["encoder_hidden"]`` the encoder's).
 """
 
@@ -156,6 +156,7 @@ class Transformer(Backbone):
 
     @property
     def decoder_start_token_id(self) -> int:
+        """The Transformer starts decoding from <s> (T5 and Hugging Face's encoder-decoders from padding)."""
         return self.config.bos_token_id
 
     def embed(self, ids: torch.Tensor, table: nn.Embedding, offset: int = 0) -> torch.Tensor:
@@ -183,13 +184,14 @@ class Transformer(Backbone):
         encoder_hidden: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         cache: list[dict] | None = None,
+        offset: int | None = None,
     ) -> torch.Tensor:
         """(B, T) decoder inputs over (B, S, H) encoder states -> (B, T, H). With ``cache`` (one dict per decoder
-        layer, empty at the first call) each call continues the earlier ones: its first position is the number of
-        positions decoded before."""
-        offset = 0
-        if cache is not None and cache and "key" in cache[0].get("self", {}):
-            offset = cache[0]["self"]["key"].shape[2]
+        layer, empty at the first call) each call continues the earlier ones: its first position is ``offset``, by
+        default the number of positions decoded before."""
+        if offset is None:
+            cached = cache[0].get("self", {}) if cache else {}
+            offset = cached["key"].shape[2] if "key" in cached else 0
         table = self.shared if self.decoder_embeddings is None else self.decoder_embeddings
         x = self.embed(decoder_input_ids, table, offset)
         context_mask = padding_mask(attention_mask)  # (B, 1, 1, S)
@@ -202,7 +204,7 @@ class Transformer(Backbone):
         """An empty key/value cache for ``decode``: one dict per decoder layer."""
         return [{} for _ in self.decoder]
 
-    def output_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., H) decoder states -> (..., V) scores over the vocabulary (the shared embedding as the pre-softmax
         projection, section 3.4)."""
         if self.output_projection is not None:

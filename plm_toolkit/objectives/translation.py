@@ -113,7 +113,7 @@ class Translation(Objective):
         decoder_input_ids = shift_right(labels, model.decoder_start_token_id, self.pad_id)
         reps = model(batch["input_ids"], batch["attention_mask"], decoder_input_ids)
         keep = labels != IGNORE_INDEX  # (B, T)
-        logits = model.output_logits(reps.hidden[keep])  # (N, V): only the real target positions
+        logits = model.logits(reps.hidden[keep])  # (N, V): only the real target positions
         gold = labels[keep]  # (N,)
         loss_sum, nll_sum = label_smoothed_cross_entropy(logits, gold, self.config.label_smoothing)
         correct = (logits.detach().argmax(dim=-1) == gold).sum()
