@@ -24,6 +24,7 @@ from plm_toolkit.config.validate import task_class
 from plm_toolkit.data.corpus import register_resolvers
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.models.pretrained import load_backbone
+from plm_toolkit.tasks.seq2seq import task_for_backbone
 from plm_toolkit.train import seed_everything
 from plm_toolkit.training.loop import Trainer
 
@@ -44,7 +45,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     vocab = vocab_from_tokenizer(tokenizer, source=loaded.source)
     cfg.optimizer.d_model = int(model.config.hidden_size)
 
-    cls = task_class(cfg.task.name)
+    cls = task_for_backbone(task_class(cfg.task.name), model, cfg.task.name)
     task_config = OmegaConf.to_object(cfg.task)
     data = cls.prepare_data(task_config, cfg.data, tokenizer, vocab)
     if hasattr(task_config, "labels") and data.labels:

@@ -33,6 +33,7 @@ class DecodingConfig:
     # Output length limit per sentence: max_length_a * source length + max_length_b tokens (the paper: 1 and 50),
     # never beyond the model's position table.
     max_length_a: float = 1.0
+    # The b of the length limit: tokens allowed beyond max_length_a * source length.
     max_length_b: int = 50
 
 

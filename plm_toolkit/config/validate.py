@@ -178,7 +178,12 @@ def problems(cfg: DictConfig) -> list[str]:
         if not 0.0 <= d[key] <= 1.0:
             out.append(f"data.{key}={d[key]}: expected a probability in [0, 1]")
 
-    if not d.train_files and not d.dataset_path:
+    if parallel and not d.train_files:
+        out.append(
+            "data.train_files is empty: give data.train_files=[corpus/train] (reads corpus/train.<lang> for "
+            "data.source_lang and data.target_lang) or a .jsonl file with one key per language"
+        )
+    elif not d.train_files and not d.dataset_path:
         out.append("data.train_files is empty and data.dataset_path is not set: give one (or use data=default)")
     out += parallel_problems(d) if parallel else file_problems(d)
     if d.dataset_path and not Path(d.dataset_path).expanduser().is_dir():
@@ -206,9 +211,7 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
     d = cfg.data
     if not d.train_file:
         out.append("data.train_file is not set: give the task's training file")
-    for key in ("train_file", "validation_file"):
-        if d[key] and not Path(d[key]).expanduser().is_file():
-            out.append(f"data.{key}: {d[key]} is not a file")
+    out += task_class(cfg.task.name).file_problems(cfg.task, d)
     if d.max_seq_len < 8:
         out.append(f"data.max_seq_len={d.max_seq_len}: needs at least 8 tokens")
     for key in ("max_train_samples", "max_eval_samples"):

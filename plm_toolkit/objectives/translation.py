@@ -49,6 +49,7 @@ class TranslationConfig:
     length_penalty: float = 0.6
     # Output length limit: max_length_a * source length + max_length_b tokens (the paper: 1 and 50).
     max_length_a: float = 1.0
+    # The b of the length limit: tokens allowed beyond max_length_a * source length.
     max_length_b: int = 50
     # sacrebleu's BLEU tokenizer (13a is its default and WMT's; intl, zh, ja-mecab, ... for other scripts).
     bleu_tokenize: str = "13a"
@@ -76,6 +77,21 @@ def unflatten_outputs(outputs: dict[str, torch.Tensor]) -> dict[int, list[int]]:
     """Row index -> decoded token ids, from what ``flatten_outputs`` returned for every batch."""
     pieces = torch.split(outputs["tokens"], outputs["length"].tolist())
     return {int(i): p.tolist() for i, p in zip(outputs["index"], pieces, strict=True)}
+
+
+def teacher_forced(
+    model: nn.Module, batch: dict[str, torch.Tensor], pad_id: int, epsilon: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(label-smoothed loss sum, NLL sum, correct predictions) of predicting ``labels`` with the decoder fed the
+    labels shifted right behind the model's start token; padded positions are never scored."""
+    labels = batch["labels"]  # (B, T)
+    decoder_input_ids = shift_right(labels, model.decoder_start_token_id, pad_id)
+    reps = model(batch["input_ids"], batch["attention_mask"], decoder_input_ids)
+    keep = labels != IGNORE_INDEX  # (B, T)
+    logits = model.logits(reps.hidden[keep])  # (N, V): only the real target positions
+    gold = labels[keep]  # (N,)
+    loss_sum, nll_sum = label_smoothed_cross_entropy(logits, gold, epsilon)
+    return loss_sum, nll_sum, (logits.detach().argmax(dim=-1) == gold).sum()
 
 
 @OBJECTIVES.register("translation", TranslationConfig)
@@ -109,14 +125,7 @@ class Translation(Objective):
         return {"translation": int((batch["labels"] != IGNORE_INDEX).sum())}
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
-        labels = batch["labels"]  # (B, T)
-        decoder_input_ids = shift_right(labels, model.decoder_start_token_id, self.pad_id)
-        reps = model(batch["input_ids"], batch["attention_mask"], decoder_input_ids)
-        keep = labels != IGNORE_INDEX  # (B, T)
-        logits = model.logits(reps.hidden[keep])  # (N, V): only the real target positions
-        gold = labels[keep]  # (N,)
-        loss_sum, nll_sum = label_smoothed_cross_entropy(logits, gold, self.config.label_smoothing)
-        correct = (logits.detach().argmax(dim=-1) == gold).sum()
+        loss_sum, nll_sum, correct = teacher_forced(model, batch, self.pad_id, self.config.label_smoothing)
         outputs = {}
         if not self.training and self.config.decode and self.tokenizer is not None:
             decoded = generate(model, batch["input_ids"], batch["attention_mask"], self.config, self.eos_id)

@@ -51,6 +51,11 @@ class ClassificationConfig:
     header: bool = True
     # Dropout before the head; null takes the backbone's hidden dropout.
     dropout: float | None = None
+    # Encoder-decoder backbones (T5's text-to-text form): how a row is written as the input text, {text} and {pair}
+    # standing for the two columns; empty: the text, then the pair after a space.
+    input_template: str = ""
+    # Encoder-decoder backbones: the word generated for each label, in task.labels order; empty: the label names.
+    label_words: list[str] = field(default_factory=list)
 
 
 @dataclass
