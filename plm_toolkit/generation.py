@@ -115,6 +115,6 @@ def generate(
         rows = (parent + torch.arange(batch, device=device)[:, None] * beams).flatten()  # (B*K,)
         tokens = torch.cat([tokens[rows], next_tokens.reshape(-1, 1)], dim=1)  # (B*K, step + 1)
         for layer_cache in cache:
-            layer_cache["self"] = {k: v[rows] for k, v in layer_cache["self"].items()}
+            layer_cache.reorder(rows)
         scores = torch.where(done[:, None], torch.full_like(next_scores, float("-inf")), next_scores)
     return [max(hypotheses, key=lambda h: h[0])[1] for hypotheses in finished]

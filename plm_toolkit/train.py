@@ -18,9 +18,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit import registry
+from plm_toolkit.catalog import load_all
 from plm_toolkit.cli import run_command, start_run, write_results
 from plm_toolkit.config import register_schemas
-from plm_toolkit.config.validate import data_layout, objective_class, tokenizer_kind
+from plm_toolkit.config.validate import data_plan, tokenizer_kind
 from plm_toolkit.data import prepare_pretraining_data
 from plm_toolkit.data.collate import Collator, Seq2SeqCollator
 from plm_toolkit.data.corpus import register_resolvers
@@ -34,7 +35,7 @@ from plm_toolkit.training.loop import Trainer
 log = logging.getLogger("plm_toolkit")
 
 register_schemas()
-registry.load_all()
+load_all()
 register_resolvers()
 
 
@@ -55,7 +56,7 @@ def build_model(model_cfg: DictConfig, vocab_size: int, pad_id: int | None = Non
         raise PlmError(f"model.vocab_size={config.vocab_size} is smaller than the tokenizer's {vocab_size} tokens")
     ids = {"pad_token_id": pad_id}
     if vocab is not None:
-        ids.update(pad_token_id=vocab.pad_id, bos_token_id=vocab.cls_id, eos_token_id=vocab.sep_id)
+        ids.update(pad_token_id=vocab.pad_id, bos_token_id=vocab.bos_id, eos_token_id=vocab.eos_id)
     config = dataclasses.replace(config, **{k: v for k, v in ids.items() if v is not None and hasattr(config, k)})
     return registry.MODELS.get(config.name).builder(config), config
 
@@ -70,13 +71,12 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     # Rank 0 trains the tokenizer and tokenizes first; the others then read its cache.
     if not process.is_main:
         barrier(process)
-    layout = data_layout(cfg)
-    if layout == "parallel":
+    plan = data_plan(cfg)
+    if plan.layout == "parallel":
         data = prepare_parallel_data(data_cfg, cfg.trainer.seed)
-        collate = Seq2SeqCollator(data.vocab.pad_id, data.vocab.sep_id)
+        collate = Seq2SeqCollator(data.vocab.padding_id, data.vocab.require("eos_id", "translation"))
     else:
-        window = objective_class(cfg.objective.name).stream_window(cfg.objective, cfg.data.max_seq_len)
-        data = prepare_pretraining_data(data_cfg, layout, cfg.trainer.seed, window if layout == "streams" else None)
+        data = prepare_pretraining_data(data_cfg, plan, cfg.trainer.seed)
         collate = Collator(data.vocab)
     if process.is_main:
         barrier(process)
@@ -86,7 +86,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     objective = registry.OBJECTIVES.get(cfg.objective.name).builder(
         OmegaConf.to_object(cfg.objective), model, data.vocab
     )
-    if layout == "parallel":
+    plan = plan.with_transform(objective.batch_transform())
+    if plan.layout == "parallel":
         objective.attach_references(data.tokenizer, data.references)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["model"]["vocab_size"] = model_config.vocab_size
@@ -118,7 +119,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
         tokenizer_json=data.tokenizer.to_str(),
         num_workers=cfg.data.num_workers,
-        streams=layout == "streams",
+        plan=plan,
     )
     if checkpoint is not None:
         trainer.restore(checkpoint)

@@ -29,11 +29,10 @@ from torch import nn
 
 from plm_toolkit.config.schema import TokenizerKind
 from plm_toolkit.errors import ConfigError
-from plm_toolkit.models.base import ENCODER_DECODER, Backbone, Representations
-from plm_toolkit.nn.attention import padding_mask
+from plm_toolkit.models.base import ENCODER_DECODER, Backbone, Representations, check_heads, check_vocab_size
 from plm_toolkit.nn.feed_forward import HiddenAct
-from plm_toolkit.nn.relative_attention import sinusoid_embedding
-from plm_toolkit.nn.transformer_layer import TransformerLayer
+from plm_toolkit.nn.layers import LayerCache, TransformerLayer
+from plm_toolkit.nn.positions import sinusoid_embedding
 from plm_toolkit.registry import MODELS
 
 
@@ -60,8 +59,6 @@ class TransformerConfig:
     hidden_dropout: float = 0.1
     # Dropout on attention probabilities (not in the paper: 0).
     attention_dropout: float = 0.0
-    # Dropout after the feed-forward activation (not in the paper: 0).
-    activation_dropout: float = 0.0
     # Rows of the sinusoidal position table: the longest source or target sentence in tokens.
     max_position_embeddings: int = 1024
     # Epsilon of every LayerNorm (tensor2tensor: 1e-6).
@@ -93,10 +90,9 @@ def layer_stack(config: TransformerConfig, count: int, cross_attention: bool) ->
             config.hidden_act,
             config.hidden_dropout,
             config.attention_dropout,
-            config.activation_dropout,
             config.layer_norm_eps,
-            config.pre_ln,
-            cross_attention,
+            pre_norm=config.pre_ln,
+            cross_attention=cross_attention,
         )
         for _ in range(count)
     )
@@ -108,7 +104,8 @@ class Transformer(Backbone):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        self.check(config)
+        check_vocab_size(config)
+        self.check_config(config)
         self.config = config
         hidden, vocab = config.hidden_size, config.vocab_size
         self.shared = nn.Embedding(vocab, hidden, padding_idx=config.pad_token_id)
@@ -119,21 +116,16 @@ class Transformer(Backbone):
         self.register_buffer("positions", sinusoid_embedding(positions, hidden), persistent=False)
         self.embed_scale = math.sqrt(hidden) if config.scale_embeddings else 1.0
         self.dropout = nn.Dropout(config.hidden_dropout)
-        self.encoder = layer_stack(config, config.num_layers, cross_attention=False)
-        self.decoder = layer_stack(config, config.num_decoder_layers or config.num_layers, cross_attention=True)
+        self.encoder_layers = layer_stack(config, config.num_layers, cross_attention=False)
+        self.decoder_layers = layer_stack(config, config.num_decoder_layers or config.num_layers, cross_attention=True)
         eps = config.layer_norm_eps
         self.encoder_norm = nn.LayerNorm(hidden, eps=eps) if config.pre_ln else None
         self.decoder_norm = nn.LayerNorm(hidden, eps=eps) if config.pre_ln else None
         self.reset_parameters()
 
-    @staticmethod
-    def check(config: TransformerConfig) -> None:
-        if config.vocab_size is None:
-            raise ConfigError("model.vocab_size is null; set it or let the trainer take it from the tokenizer")
-        if config.hidden_size % config.num_heads:
-            raise ConfigError(
-                f"model.hidden_size {config.hidden_size} is not a multiple of model.num_heads {config.num_heads}"
-            )
+    @classmethod
+    def check_config(cls, config: TransformerConfig) -> None:
+        check_heads(config)
         if config.hidden_size % 2:
             raise ConfigError(f"model.hidden_size={config.hidden_size}: sinusoidal positions need an even width")
 
@@ -172,10 +164,9 @@ class Transformer(Backbone):
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """(B, S) source ids -> (B, S, H) encoder states; ``attention_mask`` 1 on tokens, 0 on padding."""
-        mask = padding_mask(attention_mask)  # (B, 1, 1, S)
         x = self.embed(input_ids, self.shared)
-        for layer in self.encoder:
-            x = layer(x, mask)
+        for layer in self.encoder_layers:
+            x = layer(x, attention_mask)
         return x if self.encoder_norm is None else self.encoder_norm(x)
 
     def decode(
@@ -183,26 +174,24 @@ class Transformer(Backbone):
         decoder_input_ids: torch.Tensor,
         encoder_hidden: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        cache: list[dict] | None = None,
+        cache: list[LayerCache] | None = None,
         offset: int | None = None,
     ) -> torch.Tensor:
-        """(B, T) decoder inputs over (B, S, H) encoder states -> (B, T, H). With ``cache`` (one dict per decoder
-        layer, empty at the first call) each call continues the earlier ones: its first position is ``offset``, by
-        default the number of positions decoded before."""
+        """(B, T) decoder inputs over (B, S, H) encoder states (``attention_mask`` 1 on source tokens) -> (B, T, H).
+        With ``cache`` (``new_cache()``, empty at the first call) each call continues the earlier ones: its first
+        position is ``offset``, by default the number of positions decoded before."""
         if offset is None:
-            cached = cache[0].get("self", {}) if cache else {}
-            offset = cached["key"].shape[2] if "key" in cached else 0
+            offset = cache[0].self_attention.length if cache else 0
         table = self.shared if self.decoder_embeddings is None else self.decoder_embeddings
         x = self.embed(decoder_input_ids, table, offset)
-        context_mask = padding_mask(attention_mask)  # (B, 1, 1, S)
-        for i, layer in enumerate(self.decoder):
+        for i, layer in enumerate(self.decoder_layers):
             layer_cache = cache[i] if cache is not None else None
-            x = layer(x, causal=True, context=encoder_hidden, context_mask=context_mask, cache=layer_cache)
+            x = layer(x, is_causal=True, context=encoder_hidden, context_mask=attention_mask, cache=layer_cache)
         return x if self.decoder_norm is None else self.decoder_norm(x)
 
-    def new_cache(self) -> list[dict]:
-        """An empty key/value cache for ``decode``: one dict per decoder layer."""
-        return [{} for _ in self.decoder]
+    def new_cache(self) -> list[LayerCache]:
+        """An empty key/value cache for ``decode``: one per decoder layer."""
+        return [LayerCache() for _ in self.decoder_layers]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., H) decoder states -> (..., V) scores over the vocabulary (the shared embedding as the pre-softmax

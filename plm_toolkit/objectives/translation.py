@@ -97,14 +97,14 @@ def teacher_forced(
 @OBJECTIVES.register("translation", TranslationConfig)
 class Translation(Objective):
     required_capabilities = frozenset({ENCODER_DECODER})
-    data_layout = "parallel"
+    natural_layout = "parallel"
     metric_denominators = {"translation_nll": "translation", "translation_correct": "translation"}
 
     def __init__(self, config: TranslationConfig, model: nn.Module, vocab: Vocab):
         super().__init__()
         self.config = config
-        self.pad_id = vocab.pad_id
-        self.eos_id = model.config.eos_token_id
+        self.pad_id = vocab.padding_id
+        self.eos_id = vocab.require("eos_id", "objective=translation")
         self.tokenizer: Tokenizer | None = None
         self.references: list[str] = []
         # What the last evaluation produced, for eval_results.json and translations.txt.

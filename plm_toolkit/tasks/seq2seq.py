@@ -150,13 +150,13 @@ class Seq2SeqTask(Task):
         )
 
     def collator(self) -> Seq2SeqCollator:
-        return Seq2SeqCollator(self.vocab.pad_id, self.eos_id)
+        return Seq2SeqCollator(self.vocab.padding_id, self.eos_id)
 
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
         return {"task": int((batch["labels"] >= 0).sum())}
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
-        loss_sum, nll_sum, correct = teacher_forced(model, batch, self.vocab.pad_id, self.config.label_smoothing)
+        loss_sum, nll_sum, correct = teacher_forced(model, batch, self.vocab.padding_id, self.config.label_smoothing)
         outputs = {}
         if not self.training:
             decoded = generate(model, batch["input_ids"], batch["attention_mask"], self.decoding, self.eos_id)
@@ -268,12 +268,12 @@ class TextToTextClassification(Seq2SeqTask):
     def __init__(self, config: ClassificationConfig, model: nn.Module, vocab: Vocab, data: TaskData):
         Task.__init__(self, config, model, vocab, data)
         self.labels = data.labels
-        self.eos_id = vocab.sep_id
+        self.eos_id = vocab.require("eos_id", f"task={config.name} on an encoder-decoder")
         # Label words are short: greedy decoding, at most the longest label word and the end token.
         self.decoding = DecodingConfig(1, 0.0, 0.0, int(self.eval_info["longest"]) + 1)
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
-        loss_sum, nll_sum, correct = teacher_forced(model, batch, self.vocab.pad_id, 0.0)
+        loss_sum, nll_sum, correct = teacher_forced(model, batch, self.vocab.padding_id, 0.0)
         outputs = {}
         if not self.training:
             decoded = generate(model, batch["input_ids"], batch["attention_mask"], self.decoding, self.eos_id)

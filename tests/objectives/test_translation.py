@@ -11,7 +11,7 @@ from plm_toolkit.models.transformer import Transformer, TransformerConfig
 from plm_toolkit.nn.losses import label_smoothed_cross_entropy
 from plm_toolkit.objectives.translation import Translation, TranslationConfig, shift_right
 
-VOCAB = Vocab(size=20, pad_id=1, unk_id=3, cls_id=0, sep_id=2, mask_id=4)
+VOCAB = Vocab(size=20, pad_id=1, unk_id=3, bos_id=0, eos_id=2)
 
 
 def model_and_objective(hidden=36, heads=3, dropout=0.1, smoothing=0.1):
