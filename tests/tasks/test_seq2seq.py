@@ -147,5 +147,7 @@ def test_tasks_the_backbone_cannot_serve_are_refused(config_for, finetune_config
     (tmp_path / "t.de").write_text("b\n")
     with pytest.raises(ConfigError, match="task=translation generates text and needs an encoder-decoder .*bert"):
         run(finetune_config("task=translation", f"data.train_file={tmp_path / 't'}"), tmp_path / "b")
+    with pytest.raises(ConfigError, match="data.max_seq_len=200 exceeds the 128 positions of the backbone"):
+        run(config_for("task=translation", f"data.train_file={tmp_path / 't'}", "data.max_seq_len=200"), tmp_path / "d")
     with pytest.raises(ConfigError, match="task.num_beams=0"):
         run(config_for("task=translation", f"data.train_file={tmp_path / 't'}", "task.num_beams=0"), tmp_path / "c")
