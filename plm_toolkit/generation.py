@@ -1,120 +1,309 @@
-"""Decoding for encoder-decoder backbones: greedy and beam search with the GNMT length penalty, batched, with the
-decoder's key/value cache, and a maximum output length relative to each source's length.
+"""Decoding for every family that generates: greedy search, sampling (temperature, top-k, top-p) and beam search
+with GNMT's length penalty, over a key/value cache (or a recurrent memory).
 
-The backbone serves ``encode``, ``decode`` (with a cache from ``new_cache``), ``logits`` and
-``decoder_start_token_id`` (``models/base.py`` describes the interface). The encoder runs once per batch;
-every step feeds the decoder only the newest token, and its self-attention reads the cached keys and values of the
-earlier ones (the cross-attention's are projected from the encoder states once).
+A family serves generation through a ``Decoder`` (``Backbone.decoder(head)``), three calls over an opaque state:
 
-Beam search (Vaswani et al. 2017, section 6.1: beam 4, alpha 0.6, max length = source length + 50) scores a
-hypothesis Y by log P(Y|X) / lp(Y) with lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016, eq. 14), |Y| counting the
-end token. Every step extends each of the K live beams by every token and keeps the 2K best candidates; those
-among the first K that end a sentence are finished, the K best others live on (fairseq's rule). A sentence is
-done when K hypotheses have finished or its length limit is reached (its live beams are then finished as they are);
-its best finished hypothesis by normalized score wins. With K = 1 this is greedy decoding exactly.
+    prefill(input_ids, attention_mask) -> (logits (B, V) of the first new token, state)
+    step(tokens (B,), state)           -> (logits (B, V) of the next token, state)
+    reorder(state, index (B',))        -> state keeping rows ``index`` in that order (beam search)
+
+A decoder-only family feeds the (left-padded) prompt in ``prefill`` and one token per ``step`` (``CachedDecoder``
+below: GPT); Transformer-XL carries its memory instead of a cache; an encoder-decoder encodes the source in
+``prefill`` and starts its decoder from the start token, its cross-attention keys cached once. Search, sampling,
+stopping and length normalization live here and know nothing of families.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
-from torch import nn
+import torch.nn.functional as F
 
 from plm_toolkit.errors import ConfigError
+from plm_toolkit.nn.positions import position_ids
+
+
+class Decoder(Protocol):
+    # Whether prompts of different lengths may share a batch (left padding); else the caller groups them by length.
+    supports_padding: bool
+
+    def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, Any]: ...
+
+    def step(self, tokens: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]: ...
+
+    def reorder(self, state: Any, index: torch.Tensor) -> Any: ...
 
 
 @dataclass
-class DecodingConfig:
-    # Beam size; 1 decodes greedily (the paper: 4).
-    num_beams: int = 4
-    # GNMT length penalty alpha: scores are log P / ((5 + length) / 6)^alpha; 0 compares raw log-probabilities.
-    length_penalty: float = 0.6
-    # Output length limit per sentence: max_length_a * source length + max_length_b tokens (the paper: 1 and 50),
-    # never beyond the model's position table.
-    max_length_a: float = 1.0
-    # The b of the length limit: tokens allowed beyond max_length_a * source length.
-    max_length_b: int = 50
+class SearchConfig:
+    # Tokens to generate after the prompt, at most (fewer when every row has produced eos_id).
+    max_new_tokens: int = 32
+    # Makes the limit relative to each row's input: max_new_tokens + max_length_a x the row's input length
+    # (fairseq's max_len_a x source length + max_len_b; the Transformer decodes up to the source length + 50).
+    max_length_a: float = 0.0
+    # Sample from the (temperature-scaled, top-k / top-p filtered) distribution; false takes the argmax.
+    do_sample: bool = False
+    # Divide the logits by this before sampling (below 1: sharper, above 1: flatter).
+    temperature: float = 1.0
+    # Sample among the k most likely tokens only; 0 keeps all.
+    top_k: int = 0
+    # Sample among the smallest set of tokens whose probabilities sum to at least top_p (nucleus); 1 keeps all.
+    top_p: float = 1.0
+    # Beams of beam search; 1 is greedy search or sampling.
+    num_beams: int = 1
+    # GNMT's length penalty alpha (Wu et al. 2016, eq. 14): hypotheses are ranked by log p / ((5 + |Y|) / 6)^alpha;
+    # 0 ranks by log p alone.
+    length_penalty: float = 0.0
+    # The token that ends a text (finished rows stop there); None: generate max_new_tokens everywhere.
+    eos_id: int | None = None
 
 
-def check_decoding(config, prefix: str) -> None:
-    """ConfigError naming the key for an impossible decoding setting."""
+def generate(
+    decoder: Decoder,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    config: SearchConfig,
+    generator: torch.Generator | None = None,
+) -> list[list[int]]:
+    """Continue each row of a left-padded (B, T) prompt batch; returns each row's new token ids (up to and
+    including eos_id when it came)."""
     if config.num_beams < 1:
-        raise ConfigError(f"{prefix}.num_beams={config.num_beams}: the beam needs at least 1 hypothesis (1 = greedy)")
-    if config.max_length_a < 0 or config.max_length_b < 0 or config.max_length_a == config.max_length_b == 0:
-        raise ConfigError(
-            f"{prefix}.max_length_a={config.max_length_a}, {prefix}.max_length_b={config.max_length_b}: the output "
-            "length limit a * source length + b must be positive"
-        )
+        raise ConfigError(f"num_beams={config.num_beams}: beam search needs at least 1 beam (1 = greedy or sampling)")
+    if config.num_beams > 1:
+        return beam_search(decoder, input_ids, attention_mask, config)
+    return sample(decoder, input_ids, attention_mask, config, generator)
 
 
-def length_limits(attention_mask: torch.Tensor, config, max_positions: int) -> torch.Tensor:
-    """(B,) most tokens each sentence may generate, end token included."""
-    source_lengths = attention_mask.sum(dim=1).float()  # (B,)
-    limits = (config.max_length_a * source_lengths + config.max_length_b).long().clamp(min=1)
-    return limits.clamp(max=max_positions)
+def row_limits(decoder: Decoder, attention_mask: torch.Tensor, config: SearchConfig) -> list[int]:
+    """How many tokens each row may generate: max_new_tokens + max_length_a x its input length, at least 1 and at
+    most what the decoder's position table leaves (``decoder.max_new_tokens``, where it has one)."""
+    lengths = attention_mask.sum(dim=1).tolist()
+    cap = getattr(decoder, "max_new_tokens", None) or float("inf")
+    return [int(max(1, min(cap, config.max_new_tokens + config.max_length_a * n))) for n in lengths]
 
 
-def gnmt_penalty(length: torch.Tensor | float, alpha: float):
+def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """(B, V) logits with everything outside the top-k and outside the top-p nucleus set to -inf; the most likely
+    token always stays."""
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        ordered, order = logits.sort(dim=-1, descending=True)  # (B, V)
+        probs = ordered.softmax(dim=-1)
+        before = probs.cumsum(dim=-1) - probs  # the mass of the tokens ranked above each one
+        cut = before >= top_p  # never the first: its "before" is 0
+        logits = logits.masked_fill(cut.scatter(-1, order, cut), float("-inf"))
+    return logits
+
+
+def choose(logits: torch.Tensor, config: SearchConfig, generator: torch.Generator | None) -> torch.Tensor:
+    """(B, V) -> (B,) next tokens: the argmax, or a sample of the filtered, temperature-scaled distribution."""
+    if not config.do_sample:
+        return logits.argmax(dim=-1)
+    logits = filter_logits(logits.float() / config.temperature, config.top_k, config.top_p)
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
+
+
+@torch.no_grad()
+def sample(
+    decoder: Decoder,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    config: SearchConfig,
+    generator: torch.Generator | None = None,
+) -> list[list[int]]:
+    """Greedy search or sampling, one token per step for every row; a row stops at eos_id."""
+    rows = input_ids.shape[0]
+    out: list[list[int]] = [[] for _ in range(rows)]
+    done = [False] * rows
+    limits = row_limits(decoder, attention_mask, config)
+    logits, state = decoder.prefill(input_ids, attention_mask)
+    for step in range(max(limits)):
+        tokens = choose(logits, config, generator)  # (B,)
+        for row, token in enumerate(tokens.tolist()):
+            if not done[row]:
+                out[row].append(token)
+                done[row] = token == config.eos_id or step + 1 >= limits[row]
+        if all(done) or step == max(limits) - 1:
+            break
+        logits, state = decoder.step(tokens, state)
+    return out
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's lp(Y) = ((5 + |Y|) / (5 + 1))^alpha."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
 @torch.no_grad()
-def generate(
-    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, config, eos_id: int
+def beam_search(
+    decoder: Decoder, input_ids: torch.Tensor, attention_mask: torch.Tensor, config: SearchConfig
 ) -> list[list[int]]:
-    """The best output of every source sentence, as token ids without the start and the end token."""
-    if config.num_beams < 1:
-        raise ConfigError(f"num_beams={config.num_beams}: the beam needs at least 1 hypothesis (1 = greedy)")
-    batch, beams = input_ids.shape[0], config.num_beams
-    device = input_ids.device
-    # Families with absolute positions cannot go past their table; relative ones (T5) have no such bound.
-    max_positions = getattr(model.config, "max_position_embeddings", None) or 1 << 30
-    limits = length_limits(attention_mask, config, max_positions)  # (B,)
-    encoder_hidden = model.encode(input_ids, attention_mask)  # (B, S, H)
-    # Every beam of sentence b reads sentence b's encoder states: rows b * K .. b * K + K - 1.
-    encoder_hidden = encoder_hidden.repeat_interleave(beams, dim=0)  # (B*K, S, H)
-    memory_mask = attention_mask.repeat_interleave(beams, dim=0)  # (B*K, S)
-    cache = model.new_cache()
-    tokens = torch.full((batch * beams, 1), model.decoder_start_token_id, dtype=torch.long, device=device)
-    # Only beam 0 is live at the start, so the first step does not pick the same token K times.
-    scores = torch.full((batch, beams), float("-inf"), device=device)
+    """Beam search with ``num_beams`` beams per row (Wu et al. 2016, section 7).
+
+    Every step extends each live beam by every token and keeps the 2 x num_beams best continuations by summed
+    log-probability; one ending in eos_id becomes a finished hypothesis (ranked by log p / lp(|Y|)) when it is
+    among the num_beams best, the others continue. A row is done when it holds num_beams hypotheses and none of
+    its live beams can still beat the worst of them; at its length limit (``row_limits``) a row's live beams join
+    the hypotheses. With one beam and alpha = 0 this is greedy search.
+    """
+    beams, alpha = config.num_beams, config.length_penalty
+    rows = input_ids.shape[0]
+    limits = row_limits(decoder, attention_mask, config)
+    logits, state = decoder.prefill(input_ids, attention_mask)
+    vocab = logits.shape[-1]
+    state = decoder.reorder(state, torch.arange(rows, device=logits.device).repeat_interleave(beams))
+    log_probs = logits.float().log_softmax(dim=-1).repeat_interleave(beams, dim=0)  # (B * K, V)
+    # All beams of a row start alike: only the first may expand at step 0, or the row would hold K copies.
+    scores = torch.full((rows, beams), float("-inf"), device=logits.device)
     scores[:, 0] = 0.0
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
-    done = torch.zeros(batch, dtype=torch.bool, device=device)
-    step = 0
-    while not bool(done.all()):
-        step += 1
-        hidden = model.decode(tokens[:, -1:], encoder_hidden, memory_mask, cache, step - 1)  # (B*K, 1, H)
-        log_probs = model.logits(hidden[:, -1]).float().log_softmax(dim=-1)  # (B*K, V)
-        vocab = log_probs.shape[-1]
-        at_limit = step >= limits  # (B,): this step's token is the last one a sentence may take
-        if bool(at_limit.any()):
-            forced = torch.full_like(log_probs, float("-inf"))
-            forced[:, eos_id] = 0.0
-            rows = at_limit.repeat_interleave(beams)  # (B*K,)
-            log_probs = torch.where(rows[:, None], log_probs + forced, log_probs)
-        candidates = (scores[:, :, None] + log_probs.view(batch, beams, vocab)).view(batch, -1)  # (B, K*V)
-        top_scores, top_index = candidates.topk(2 * beams, dim=1)  # (B, 2K)
-        top_beam, top_token = top_index // vocab, top_index % vocab  # (B, 2K)
-        ends = top_token == eos_id  # (B, 2K)
-        history = tokens.view(batch, beams, -1)
-        for b in torch.nonzero(~done).flatten().tolist():
-            for rank in range(beams):  # finish the end tokens among the K best candidates
-                if ends[b, rank] and top_scores[b, rank] > float("-inf") and len(finished[b]) < beams:
-                    output = history[b, top_beam[b, rank], 1:].tolist()
-                    normalized = float(top_scores[b, rank]) / gnmt_penalty(step, config.length_penalty)
-                    finished[b].append((normalized, output))
-            if len(finished[b]) >= beams or bool(at_limit[b]):
-                done[b] = True
-        # The K best candidates that do not end live on (a sentence that is done keeps decoding padding).
-        live_rank = torch.where(ends, torch.full_like(top_scores, float("-inf")), top_scores)
-        next_scores, order = live_rank.topk(beams, dim=1)  # (B, K)
-        parent = top_beam.gather(1, order)  # (B, K)
-        next_tokens = top_token.gather(1, order)  # (B, K)
-        rows = (parent + torch.arange(batch, device=device)[:, None] * beams).flatten()  # (B*K,)
-        tokens = torch.cat([tokens[rows], next_tokens.reshape(-1, 1)], dim=1)  # (B*K, step + 1)
-        for layer_cache in cache:
-            layer_cache.reorder(rows)
-        scores = torch.where(done[:, None], torch.full_like(next_scores, float("-inf")), next_scores)
-    return [max(hypotheses, key=lambda h: h[0])[1] for hypotheses in finished]
+    sequences = torch.zeros(rows * beams, 0, dtype=torch.long, device=logits.device)
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(rows)]
+    done = [False] * rows
+    for step in range(max(limits)):
+        candidates = (scores[:, :, None] + log_probs.view(rows, beams, vocab)).view(rows, beams * vocab)
+        top_scores, top_index = candidates.topk(2 * beams, dim=-1)  # (B, 2K)
+        next_scores = torch.full((rows, beams), float("-inf"), device=logits.device)
+        next_beam = torch.zeros(rows, beams, dtype=torch.long, device=logits.device)
+        next_token = torch.zeros(rows, beams, dtype=torch.long, device=logits.device)
+        for row in range(rows):
+            kept = 0
+            for rank, (value, index) in enumerate(zip(top_scores[row].tolist(), top_index[row].tolist(), strict=True)):
+                beam, token = divmod(index, vocab)
+                if done[row]:
+                    break
+                if token == config.eos_id:
+                    if rank < beams:
+                        tokens = sequences[row * beams + beam].tolist() + [token]
+                        _add(finished[row], value / length_penalty(len(tokens), alpha), tokens, beams)
+                    continue
+                next_scores[row, kept], next_beam[row, kept], next_token[row, kept] = value, beam, token
+                kept += 1
+                if kept == beams:
+                    break
+            best_live = next_scores[row, 0].item()
+            done[row] = done[row] or (
+                len(finished[row]) == beams and finished[row][-1][0] >= best_live / length_penalty(step + 1, alpha)
+            )
+            if not done[row] and step + 1 >= limits[row]:  # the row's last token: its live beams end here
+                for k in range(beams):
+                    if next_scores[row, k] > float("-inf"):
+                        tokens = sequences[row * beams + next_beam[row, k]].tolist() + [int(next_token[row, k])]
+                        _add(
+                            finished[row],
+                            next_scores[row, k].item() / length_penalty(len(tokens), alpha),
+                            tokens,
+                            beams,
+                        )
+                done[row] = True
+        if all(done):
+            break
+        flat = (torch.arange(rows, device=logits.device)[:, None] * beams + next_beam).view(-1)  # (B * K,)
+        sequences = torch.cat([sequences[flat], next_token.view(-1, 1)], dim=1)
+        scores = next_scores
+        if step == max(limits) - 1:
+            break
+        state = decoder.reorder(state, flat)
+        logits, state = decoder.step(next_token.view(-1), state)
+        log_probs = logits.float().log_softmax(dim=-1)
+    for row in range(rows):
+        if done[row]:
+            continue
+        for beam in range(beams):
+            if scores[row, beam] > float("-inf"):
+                tokens = sequences[row * beams + beam].tolist()
+                _add(finished[row], scores[row, beam].item() / length_penalty(len(tokens), alpha), tokens, beams)
+    return [hypotheses[0][1] for hypotheses in finished]
+
+
+def _add(hypotheses: list[tuple[float, list[int]]], score: float, tokens: list[int], beams: int) -> None:
+    """Keep the ``beams`` best finished hypotheses, best first."""
+    hypotheses.append((score, tokens))
+    hypotheses.sort(key=lambda h: -h[0])
+    del hypotheses[beams:]
+
+
+@dataclass
+class CachedState:
+    # One nn.layers.LayerCache per layer (or whatever the backbone's cache is).
+    cache: Any
+    # (B, K) 1 for every real key so far, 0 for left padding.
+    attention_mask: torch.Tensor
+    # (B,) position id of the next token of each row.
+    next_position: torch.Tensor
+
+
+class CachedDecoder:
+    """A decoder-only backbone with a key/value cache: ``model(input_ids, attention_mask=, position_ids=,
+    cache=)`` returning ``hidden`` (B, T, H), ``model.new_cache()``, and an LM head mapping (B, H) to (B, V)."""
+
+    supports_padding = True
+
+    def __init__(self, model, head):
+        self.model, self.head = model, head
+
+    def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, CachedState]:
+        positions = position_ids(attention_mask)  # (B, T): left padding shifts each row back to 0
+        cache = self.model.new_cache()
+        reps = self.model(input_ids, attention_mask=attention_mask, position_ids=positions, cache=cache)
+        # Left padding puts every row's last real token in the last column.
+        return self.head(reps.hidden[:, -1]), CachedState(cache, attention_mask, positions[:, -1] + 1)
+
+    def step(self, tokens: torch.Tensor, state: CachedState) -> tuple[torch.Tensor, CachedState]:
+        mask = F.pad(state.attention_mask, (0, 1), value=1)  # (B, K + 1)
+        reps = self.model(
+            tokens[:, None], attention_mask=mask, position_ids=state.next_position[:, None], cache=state.cache
+        )
+        return self.head(reps.hidden[:, -1]), CachedState(state.cache, mask, state.next_position + 1)
+
+    def reorder(self, state: CachedState, index: torch.Tensor) -> CachedState:
+        for layer in state.cache:
+            layer.reorder(index)
+        return CachedState(state.cache, state.attention_mask[index], state.next_position[index])
+
+
+@dataclass
+class EncoderDecoderState:
+    # One nn.layers.LayerCache per decoder layer: the self-attention's keys so far, the cross-attention's once.
+    cache: Any
+    # (B, S, H) encoder states and the (B, S) source mask the cross-attention reads.
+    encoder_hidden: torch.Tensor
+    attention_mask: torch.Tensor
+    # Position of the next decoder input.
+    offset: int
+
+
+class EncoderDecoderDecoder:
+    """An encoder-decoder backbone (``models/base.py``: ``encode``, ``decode(..., cache, offset)``, ``new_cache()``,
+    ``decoder_start_token_id``): ``prefill`` encodes the right-padded sources once and feeds the decoder its start
+    token; each ``step`` feeds one token over the cache."""
+
+    supports_padding = True
+
+    def __init__(self, model, head):
+        self.model, self.head = model, head
+        # The start token takes position 0, so a family with a position table generates at most that many tokens.
+        self.max_new_tokens = type(model).max_length(model.config)
+
+    def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        encoder_hidden = self.model.encode(input_ids, attention_mask)  # (B, S, H)
+        start = torch.full((input_ids.shape[0], 1), self.model.decoder_start_token_id, device=input_ids.device)
+        state = EncoderDecoderState(self.model.new_cache(), encoder_hidden, attention_mask, 0)
+        return self.step(start[:, 0], state)
+
+    def step(self, tokens: torch.Tensor, state: EncoderDecoderState) -> tuple[torch.Tensor, EncoderDecoderState]:
+        hidden = self.model.decode(
+            tokens[:, None], state.encoder_hidden, state.attention_mask, state.cache, state.offset
+        )
+        return self.head(hidden[:, -1]), dataclasses.replace(state, offset=state.offset + 1)
+
+    def reorder(self, state: EncoderDecoderState, index: torch.Tensor) -> EncoderDecoderState:
+        for layer in state.cache:
+            layer.reorder(index)
+        return dataclasses.replace(
+            state, encoder_hidden=state.encoder_hidden[index], attention_mask=state.attention_mask[index]
+        )

@@ -28,8 +28,9 @@ from hydra import compose, initialize_config_module
 from plm_toolkit.config.schema import TrainerConfig
 from plm_toolkit.data.parallel import ReadCounts, iter_pairs, resolve
 from plm_toolkit.data.token_batches import token_batches
-from plm_toolkit.generation import DecodingConfig, generate
+from plm_toolkit.generation import SearchConfig
 from plm_toolkit.models.pretrained import load_backbone
+from plm_toolkit.objectives.translation import decode
 from plm_toolkit.text_metrics import bleu_chrf
 from plm_toolkit.train import run
 from plm_toolkit.training import checkpoint as ckpt
@@ -111,7 +112,8 @@ def translate(checkpoint: Path, sources: list[str], beams: int, max_tokens: int)
     model, tokenizer = loaded.model.eval(), loaded.tokenizer
     eos = tokenizer.token_to_id("</s>")
     ids = [e.ids[:127] + [eos] for e in tokenizer.encode_batch(sources, add_special_tokens=False)]
-    config = DecodingConfig(num_beams=beams)
+    # The paper's search: beam 4, alpha 0.6, at most the source length + 50 tokens (section 6.1).
+    search = SearchConfig(max_new_tokens=50, max_length_a=1.0, num_beams=beams, length_penalty=0.6, eos_id=eos)
     out: list[str] = [""] * len(sources)
     # Smaller batches than training: every row carries `beams` hypotheses.
     for batch in token_batches([len(i) for i in ids], [1] * len(ids), max(max_tokens // (4 * beams), 128)):
@@ -121,7 +123,8 @@ def translate(checkpoint: Path, sources: list[str], beams: int, max_tokens: int)
         for row, i in enumerate(batch):
             input_ids[row, : len(ids[i])] = torch.tensor(ids[i])
             mask[row, : len(ids[i])] = 1
-        for i, tokens in zip(batch, generate(model, input_ids, mask, config, eos), strict=True):
+        decoded = decode(model, {"input_ids": input_ids, "attention_mask": mask}, search)
+        for i, tokens in zip(batch, decoded, strict=True):
             out[i] = tokenizer.decode(tokens, skip_special_tokens=True).strip()
     return out
 

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from plm_toolkit.errors import ConfigError
+from plm_toolkit.generation import EncoderDecoderDecoder
 
 # The capabilities an objective or task may ask of a backbone (validation matches them before anything is built).
 BIDIRECTIONAL = "bidirectional"  # every position sees the whole sequence (MLM, RTD, NSP)
@@ -104,8 +105,10 @@ class Backbone(nn.Module):
 
     def decoder(self, head):
         """What generation (``plm_toolkit/generation.py``) drives: prefill / step / reorder over a cache, with
-        ``head`` mapping (B, H) hidden states to (B, V) next-token scores. Causal and encoder-decoder families
-        implement it."""
+        ``head`` mapping (B, H) hidden states to (B, V) next-token scores. Causal families implement it; an
+        encoder-decoder serving the calls described above gets ``EncoderDecoderDecoder`` (``head``: its ``logits``)."""
+        if ENCODER_DECODER in self.capabilities:
+            return EncoderDecoderDecoder(self, head)
         raise ConfigError(f"model={self.config.name} is bidirectional: it cannot generate text")
 
     def num_parameters(self) -> int:

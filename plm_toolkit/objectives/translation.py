@@ -23,7 +23,7 @@ from torch import nn
 from plm_toolkit.data.collate import IGNORE_INDEX
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError
-from plm_toolkit.generation import check_decoding, generate
+from plm_toolkit.generation import SearchConfig, generate
 from plm_toolkit.models.base import ENCODER_DECODER
 from plm_toolkit.nn.losses import label_smoothed_cross_entropy
 from plm_toolkit.objectives.base import Objective, ObjectiveOutput
@@ -62,6 +62,34 @@ def shift_right(labels: torch.Tensor, start_id: int, pad_id: int) -> torch.Tenso
     shifted[:, 0] = start_id
     shifted[:, 1:] = labels[:, :-1]
     return shifted.masked_fill(shifted == IGNORE_INDEX, pad_id)
+
+
+def check_decoding(config, prefix: str) -> None:
+    """ConfigError naming the key for an impossible decoding setting (``prefix``: objective or task)."""
+    if config.num_beams < 1:
+        raise ConfigError(f"{prefix}.num_beams={config.num_beams}: beam search needs at least 1 beam (1 = greedy)")
+    if config.max_length_a < 0 or config.max_length_b < 1:
+        raise ConfigError(
+            f"{prefix}.max_length_a={config.max_length_a}, {prefix}.max_length_b={config.max_length_b}: the output "
+            "length limit a x source length + b needs a >= 0 and b >= 1"
+        )
+
+
+def search_config(config, eos_id: int) -> SearchConfig:
+    """Beam search as the config asks: max_length_a x source length + max_length_b tokens at most."""
+    return SearchConfig(
+        max_new_tokens=config.max_length_b,
+        max_length_a=config.max_length_a,
+        num_beams=config.num_beams,
+        length_penalty=config.length_penalty,
+        eos_id=eos_id,
+    )
+
+
+def decode(model: nn.Module, batch: dict[str, torch.Tensor], search: SearchConfig) -> list[list[int]]:
+    """The best output of every source of the batch, as token ids without the end token."""
+    outputs = generate(model.decoder(model.logits), batch["input_ids"], batch["attention_mask"], search)
+    return [o[:-1] if o and o[-1] == search.eos_id else o for o in outputs]
 
 
 def flatten_outputs(outputs: list[list[int]], index: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -104,7 +132,7 @@ class Translation(Objective):
         super().__init__()
         self.config = config
         self.pad_id = vocab.padding_id
-        self.eos_id = vocab.require("eos_id", "objective=translation")
+        self.search = search_config(config, vocab.require("eos_id", "objective=translation"))
         self.tokenizer: Tokenizer | None = None
         self.references: list[str] = []
         # What the last evaluation produced, for eval_results.json and translations.txt.
@@ -128,8 +156,7 @@ class Translation(Objective):
         loss_sum, nll_sum, correct = teacher_forced(model, batch, self.pad_id, self.config.label_smoothing)
         outputs = {}
         if not self.training and self.config.decode and self.tokenizer is not None:
-            decoded = generate(model, batch["input_ids"], batch["attention_mask"], self.config, self.eos_id)
-            outputs = flatten_outputs(decoded, batch["index"])
+            outputs = flatten_outputs(decode(model, batch, self.search), batch["index"])
         return ObjectiveOutput(
             loss_sums={"translation": loss_sum},
             metrics={"translation_nll": nll_sum, "translation_correct": correct},

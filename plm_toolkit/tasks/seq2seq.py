@@ -27,10 +27,17 @@ from plm_toolkit.data.collate import Seq2SeqCollator
 from plm_toolkit.data.parallel import ReadCounts, iter_pairs, resolve
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError, DataError, PlmError
-from plm_toolkit.generation import DecodingConfig, check_decoding, generate
+from plm_toolkit.generation import SearchConfig
 from plm_toolkit.models.base import ENCODER_DECODER
 from plm_toolkit.objectives.base import ObjectiveOutput
-from plm_toolkit.objectives.translation import flatten_outputs, teacher_forced, unflatten_outputs
+from plm_toolkit.objectives.translation import (
+    check_decoding,
+    decode,
+    flatten_outputs,
+    search_config,
+    teacher_forced,
+    unflatten_outputs,
+)
 from plm_toolkit.registry import TASKS
 from plm_toolkit.tasks.base import Task, TaskData, limit
 from plm_toolkit.tasks.glue import ClassificationConfig, SequenceClassification, read_columns, read_rows
@@ -144,10 +151,8 @@ class Seq2SeqTask(Task):
 
     def __init__(self, config, model: nn.Module, vocab: Vocab, data: TaskData):
         super().__init__(config, model, vocab, data)
-        self.eos_id = vocab.sep_id
-        self.decoding = DecodingConfig(
-            config.num_beams, config.length_penalty, config.max_length_a, config.max_length_b
-        )
+        self.eos_id = vocab.require("eos_id", f"task={config.name}")
+        self.search = search_config(config, self.eos_id)
 
     def collator(self) -> Seq2SeqCollator:
         return Seq2SeqCollator(self.vocab.padding_id, self.eos_id)
@@ -159,8 +164,7 @@ class Seq2SeqTask(Task):
         loss_sum, nll_sum, correct = teacher_forced(model, batch, self.vocab.padding_id, self.config.label_smoothing)
         outputs = {}
         if not self.training:
-            decoded = generate(model, batch["input_ids"], batch["attention_mask"], self.decoding, self.eos_id)
-            outputs = flatten_outputs(decoded, batch["index"])
+            outputs = flatten_outputs(decode(model, batch, self.search), batch["index"])
         return ObjectiveOutput({"task": loss_sum}, {"task_nll": nll_sum, "task_correct": correct}, outputs)
 
     def decoded_texts(self, outputs: dict[str, torch.Tensor]) -> tuple[list[int], list[str]]:
@@ -270,14 +274,13 @@ class TextToTextClassification(Seq2SeqTask):
         self.labels = data.labels
         self.eos_id = vocab.require("eos_id", f"task={config.name} on an encoder-decoder")
         # Label words are short: greedy decoding, at most the longest label word and the end token.
-        self.decoding = DecodingConfig(1, 0.0, 0.0, int(self.eval_info["longest"]) + 1)
+        self.search = SearchConfig(max_new_tokens=int(self.eval_info["longest"]) + 1, eos_id=self.eos_id)
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
         loss_sum, nll_sum, correct = teacher_forced(model, batch, self.vocab.padding_id, 0.0)
         outputs = {}
         if not self.training:
-            decoded = generate(model, batch["input_ids"], batch["attention_mask"], self.decoding, self.eos_id)
-            outputs = flatten_outputs(decoded, batch["index"])
+            outputs = flatten_outputs(decode(model, batch, self.search), batch["index"])
         return ObjectiveOutput({"task": loss_sum}, {"task_nll": nll_sum, "task_correct": correct}, outputs)
 
     def finish_evaluation(self, outputs: dict[str, torch.Tensor]) -> dict[str, float]:

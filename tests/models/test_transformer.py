@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from plm_toolkit.errors import ConfigError
-from plm_toolkit.generation import DecodingConfig, generate
+from plm_toolkit.generation import SearchConfig, beam_search, generate, sample
 from plm_toolkit.models.transformer import Transformer, TransformerConfig
 
 PAD, BOS, EOS = 1, 0, 2
@@ -98,20 +98,17 @@ def test_key_value_cache_equals_recomputation():
 
 
 def greedy_by_recomputation(model, ids, mask, limit):
-    """Greedy decoding without a cache: the whole prefix re-decoded at every step."""
+    """Greedy decoding without a cache: the whole prefix re-decoded at every step, at most limit(n) tokens."""
     out = []
     for row in range(ids.shape[0]):
         length = int(mask[row].sum())
         encoder = model.encode(ids[row : row + 1, :length])
         tokens = [BOS]
         while len(tokens) - 1 < limit(length):
-            logits = model.logits(model.decode(torch.tensor([tokens]), encoder))[0, -1]
-            if len(tokens) == limit(length):
-                logits = torch.full_like(logits, float("-inf")).index_fill(0, torch.tensor([EOS]), 0.0)
-            token = int(logits.argmax())
+            token = int(model.logits(model.decode(torch.tensor([tokens]), encoder))[0, -1].argmax())
+            tokens.append(token)
             if token == EOS:
                 break
-            tokens.append(token)
         out.append(tokens[1:])
     return out
 
@@ -120,21 +117,28 @@ def greedy_by_recomputation(model, ids, mask, limit):
 def test_beam_one_equals_greedy_and_wider_beams_score_at_least_as_well():
     model = tiny()
     ids, mask = sources([3, 6, 9, 4], seed=5)
-    config = DecodingConfig(num_beams=1, length_penalty=0.6, max_length_a=1.0, max_length_b=3)
-    greedy = generate(model, ids, mask, config, EOS)
+    decoder = model.decoder(model.logits)
+    # The length limit follows each source: 1 x its length + 3 tokens.
+    greedy = sample(decoder, ids, mask, SearchConfig(max_new_tokens=3, max_length_a=1.0, eos_id=EOS))
     assert greedy == greedy_by_recomputation(model, ids, mask, lambda n: n + 3)
-    assert any(len(g) == n + 3 - 1 for g, n in zip(greedy, [3, 6, 9, 4], strict=True))  # the limit was reached
+    assert any(len(g) == n + 3 for g, n in zip(greedy, [3, 6, 9, 4], strict=True))  # a limit was reached
+    one_beam = SearchConfig(max_new_tokens=3, max_length_a=1.0, num_beams=1, eos_id=EOS)
+    assert beam_search(decoder, ids, mask, one_beam) == greedy
 
     def score(row, output):
         length = int(mask[row].sum())
         encoder = model.encode(ids[row : row + 1, :length])
         tokens = torch.tensor([[BOS, *output]])
-        log_probs = model.logits(model.decode(tokens, encoder)).log_softmax(-1)[0]
-        targets = [*output, EOS]
-        total = sum(float(log_probs[t, token]) for t, token in enumerate(targets))
-        return total / ((5 + len(targets)) / 6) ** 0.6
+        log_probs = model.logits(model.decode(tokens[:, :-1], encoder)).log_softmax(-1)[0]
+        total = sum(float(log_probs[t, token]) for t, token in enumerate(output))
+        return total / ((5 + len(output)) / 6) ** 0.6
 
-    beam = generate(model, ids, mask, DecodingConfig(num_beams=4, max_length_b=3), EOS)
+    beam = generate(
+        decoder,
+        ids,
+        mask,
+        SearchConfig(max_new_tokens=3, max_length_a=1.0, num_beams=4, length_penalty=0.6, eos_id=EOS),
+    )
     for row in range(4):
         assert score(row, beam[row]) >= score(row, greedy[row]) - 1e-5
 
@@ -143,7 +147,7 @@ def test_beam_size_zero_is_refused():
     model = tiny()
     ids, mask = sources([3])
     with pytest.raises(ConfigError, match="num_beams=0"):
-        generate(model, ids, mask, DecodingConfig(num_beams=0), EOS)
+        generate(model.decoder(model.logits), ids, mask, SearchConfig(num_beams=0))
 
 
 def test_positions_beyond_the_table_are_refused():

@@ -6,10 +6,10 @@ import torch
 
 from plm_toolkit.data.collate import IGNORE_INDEX, Seq2SeqCollator
 from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.generation import DecodingConfig, generate
+from plm_toolkit.generation import SearchConfig
 from plm_toolkit.models.transformer import Transformer, TransformerConfig
 from plm_toolkit.nn.losses import label_smoothed_cross_entropy
-from plm_toolkit.objectives.translation import Translation, TranslationConfig, shift_right
+from plm_toolkit.objectives.translation import Translation, TranslationConfig, decode, shift_right
 
 VOCAB = Vocab(size=20, pad_id=1, unk_id=3, bos_id=0, eos_id=2)
 
@@ -104,6 +104,7 @@ def test_copy_task_is_learned_to_99_percent_exact_match(one_thread):
     test = batch(200)
     sources = [[t for t in row.tolist() if t not in (1, 2)] for row in test["input_ids"]]
     for beams in (1, 4):
-        decoded = generate(model, test["input_ids"], test["attention_mask"], DecodingConfig(num_beams=beams), 2)
+        search = SearchConfig(max_new_tokens=50, max_length_a=1.0, num_beams=beams, length_penalty=0.6, eos_id=2)
+        decoded = decode(model, test, search)
         exact = sum(d == s for d, s in zip(decoded, sources, strict=True)) / len(sources)
         assert exact >= 0.99, (beams, exact)
