@@ -152,6 +152,17 @@ def iter_pairs(
         yield a, b
 
 
+def report_counts(where: str, counts: ReadCounts) -> None:
+    """Log the skipped pairs; DataError when nothing is left."""
+    if counts.skipped_empty:
+        total = counts.pairs + counts.skipped_empty
+        log.warning(
+            "%s: skipped %d of %d pairs with an empty source or target line", where, counts.skipped_empty, total
+        )
+    if counts.pairs == 0:
+        raise DataError(f"{where}: no sentence pairs (every pair has an empty side)")
+
+
 def check_languages(source_lang: str, target_lang: str) -> None:
     if not source_lang or not target_lang:
         raise ConfigError("data.source_lang and data.target_lang must be set (e.g. en and de)")
@@ -201,17 +212,7 @@ def read_parallel(data_cfg: Any, split: str) -> datasets.Dataset | None:
 
         _write_arrow(path, pa.schema([("source", pa.string()), ("target", pa.string())]), batches())
         counts_path.write_text(json.dumps(vars(counts)))
-    counts = ReadCounts(**json.loads(counts_path.read_text()))
-    where = ", ".join(specs)
-    if counts.skipped_empty:
-        log.warning(
-            "%s: skipped %d of %d pairs with an empty source or target line",
-            where,
-            counts.skipped_empty,
-            counts.pairs + counts.skipped_empty,
-        )
-    if counts.pairs == 0:
-        raise DataError(f"{where}: no sentence pairs (every pair has an empty side)")
+    report_counts(", ".join(specs), ReadCounts(**json.loads(counts_path.read_text())))
     return datasets.Dataset.from_file(str(path))
 
 

@@ -24,7 +24,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from plm_toolkit.data.collate import Seq2SeqCollator
-from plm_toolkit.data.parallel import ReadCounts, iter_pairs, resolve
+from plm_toolkit.data.parallel import ReadCounts, iter_pairs, report_counts, resolve
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError, DataError, PlmError
 from plm_toolkit.generation import SearchConfig
@@ -196,15 +196,7 @@ class TranslationTask(Seq2SeqTask):
         pairs = [
             (config.source_prefix + s, t) for s, t in iter_pairs(source, config.source_lang, config.target_lang, counts)
         ]
-        if counts.skipped_empty:
-            log.warning(
-                "%s: skipped %d of %d pairs with an empty source or target line",
-                path,
-                counts.skipped_empty,
-                counts.pairs + counts.skipped_empty,
-            )
-        if not pairs:
-            raise DataError(f"{path}: no sentence pairs")
+        report_counts(path, counts)
         return pairs
 
     @classmethod
