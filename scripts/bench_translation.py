@@ -54,6 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--test-limit", type=int, default=0, help="score only the first N test pairs (0 = all)")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch's default)")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--no-train", action="store_true", help="only decode and score the run's last checkpoint")
     return parser.parse_args(argv)
 
 
@@ -134,7 +135,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     run_dir = Path(args.run_dir)
-    trained = train(args, run_dir)
+    if args.no_train:
+        found = ckpt.find_checkpoint("auto", run_dir)
+        trained = {"train_seconds": None, "steps": found.step if found else 0}
+    else:
+        trained = train(args, run_dir)
     pairs = list(iter_pairs(resolve(str(Path(args.data) / "test"), "en", "de"), "en", "de", ReadCounts()))
     if args.test_limit:
         pairs = pairs[: args.test_limit]
