@@ -23,7 +23,6 @@ from plm_toolkit.config import register_schemas
 from plm_toolkit.config.validate import task_class
 from plm_toolkit.data.corpus import register_resolvers
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
-from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.pretrained import load_backbone
 from plm_toolkit.tasks.seq2seq import task_for_backbone
 from plm_toolkit.train import seed_everything
@@ -48,10 +47,15 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
     longest = type(model).max_length(model.config)
     if longest is not None and cfg.data.max_seq_len > longest:
-        raise ConfigError(
-            f"data.max_seq_len={cfg.data.max_seq_len} exceeds the {longest} positions of the backbone in "
-            f"model.checkpoint={cfg.model.checkpoint}; lower data.max_seq_len"
+        # Longer inputs would not fit the position table: they are cut to it, as data.max_seq_len cuts any input.
+        log.warning(
+            "data.max_seq_len=%d exceeds the %d positions of the backbone in %s: inputs are cut to %d tokens",
+            cfg.data.max_seq_len,
+            longest,
+            cfg.model.checkpoint,
+            longest,
         )
+        cfg.data.max_seq_len = longest
     cls = task_for_backbone(task_class(cfg.task.name), model, cfg.task.name)
     task_config = OmegaConf.to_object(cfg.task)
     data = cls.prepare_data(task_config, cfg.data, tokenizer, vocab)

@@ -139,6 +139,22 @@ def test_sst2_on_an_encoder_decoder_generates_label_words(config_for, tmp_path):
     assert len(predictions) == 64 and set(predictions.values()) <= {"0", "1"}
 
 
+def test_inputs_beyond_the_position_table_are_cut_with_a_warning(config_for, tmp_path, caplog):
+    (tmp_path / "t.en").write_text("a b c\n" * 4)
+    (tmp_path / "t.de").write_text("x y z\n" * 4)
+    cfg = config_for(
+        "task=translation",
+        f"data.train_file={tmp_path / 't'}",
+        "data.max_seq_len=200",
+        "trainer.max_steps=1",
+        "trainer.batch_size=4",
+    )
+    with caplog.at_level("WARNING", logger="plm_toolkit"):
+        run(cfg, tmp_path / "run")
+    assert "data.max_seq_len=200 exceeds the 128 positions of the backbone" in caplog.text
+    assert "inputs are cut to 128 tokens" in caplog.text
+
+
 def test_tasks_the_backbone_cannot_serve_are_refused(config_for, finetune_config, tmp_path):
     (tmp_path / "train.conll").write_text("a O\n")
     with pytest.raises(ConfigError, match="task=ner puts a head on an encoder's token states; .*transformer"):
@@ -147,7 +163,5 @@ def test_tasks_the_backbone_cannot_serve_are_refused(config_for, finetune_config
     (tmp_path / "t.de").write_text("b\n")
     with pytest.raises(ConfigError, match="task=translation generates text and needs an encoder-decoder .*bert"):
         run(finetune_config("task=translation", f"data.train_file={tmp_path / 't'}"), tmp_path / "b")
-    with pytest.raises(ConfigError, match="data.max_seq_len=200 exceeds the 128 positions of the backbone"):
-        run(config_for("task=translation", f"data.train_file={tmp_path / 't'}", "data.max_seq_len=200"), tmp_path / "d")
     with pytest.raises(ConfigError, match="task.num_beams=0"):
         run(config_for("task=translation", f"data.train_file={tmp_path / 't'}", "task.num_beams=0"), tmp_path / "c")
