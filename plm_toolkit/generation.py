@@ -38,25 +38,29 @@ class Decoder(Protocol):
 
 
 @dataclass
-class SearchConfig:
-    # Tokens to generate after the prompt, at most (fewer when every row has produced eos_id).
+class DecodingOptions:
+    # Tokens to generate after each prompt, at most (fewer where a row produces the end-of-text token).
     max_new_tokens: int = 32
     # Makes the limit relative to each row's input: max_new_tokens + max_length_a x the row's input length
     # (fairseq's max_len_a x source length + max_len_b; the Transformer decodes up to the source length + 50).
     max_length_a: float = 0.0
-    # Sample from the (temperature-scaled, top-k / top-p filtered) distribution; false takes the argmax.
+    # Sample the next token; false takes the most likely one (greedy search, or beam search with num_beams > 1).
     do_sample: bool = False
-    # Divide the logits by this before sampling (below 1: sharper, above 1: flatter).
+    # Divide the logits by this before sampling (below 1 sharper, above 1 flatter); must be positive.
     temperature: float = 1.0
     # Sample among the k most likely tokens only; 0 keeps all.
     top_k: int = 0
-    # Sample among the smallest set of tokens whose probabilities sum to at least top_p (nucleus); 1 keeps all.
+    # Sample from the smallest set of tokens whose probabilities reach top_p (nucleus sampling); in (0, 1].
     top_p: float = 1.0
-    # Beams of beam search; 1 is greedy search or sampling.
+    # Beams of beam search (1: greedy search or sampling).
     num_beams: int = 1
-    # GNMT's length penalty alpha (Wu et al. 2016, eq. 14): hypotheses are ranked by log p / ((5 + |Y|) / 6)^alpha;
-    # 0 ranks by log p alone.
+    # Beam search's GNMT length penalty alpha (Wu et al. 2016, eq. 14): hypotheses are ranked by
+    # log p / ((5 + length) / 6)^alpha; 0 ranks by log p alone.
     length_penalty: float = 0.0
+
+
+@dataclass
+class SearchConfig(DecodingOptions):
     # The token that ends a text (finished rows stop there); None: generate max_new_tokens everywhere.
     eos_id: int | None = None
 
@@ -77,10 +81,15 @@ def generate(
     return sample(decoder, input_ids, attention_mask, config, generator)
 
 
-def row_limits(decoder: Decoder, attention_mask: torch.Tensor, config: SearchConfig) -> list[int]:
+def row_limits(
+    decoder: Decoder, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, config: SearchConfig
+) -> list[int]:
     """How many tokens each row may generate: max_new_tokens + max_length_a x its input length, at least 1 and at
     most what the decoder's position table leaves (``decoder.max_new_tokens``, where it has one)."""
-    lengths = attention_mask.sum(dim=1).tolist()
+    if attention_mask is None:  # no padding: every row is as long as the batch
+        lengths = [input_ids.shape[1]] * input_ids.shape[0]
+    else:
+        lengths = attention_mask.sum(dim=1).tolist()
     cap = getattr(decoder, "max_new_tokens", None) or float("inf")
     return [int(max(1, min(cap, config.max_new_tokens + config.max_length_a * n))) for n in lengths]
 
@@ -120,7 +129,7 @@ def sample(
     rows = input_ids.shape[0]
     out: list[list[int]] = [[] for _ in range(rows)]
     done = [False] * rows
-    limits = row_limits(decoder, attention_mask, config)
+    limits = row_limits(decoder, input_ids, attention_mask, config)
     logits, state = decoder.prefill(input_ids, attention_mask)
     for step in range(max(limits)):
         tokens = choose(logits, config, generator)  # (B,)
@@ -153,7 +162,7 @@ def beam_search(
     """
     beams, alpha = config.num_beams, config.length_penalty
     rows = input_ids.shape[0]
-    limits = row_limits(decoder, attention_mask, config)
+    limits = row_limits(decoder, input_ids, attention_mask, config)
     logits, state = decoder.prefill(input_ids, attention_mask)
     vocab = logits.shape[-1]
     state = decoder.reorder(state, torch.arange(rows, device=logits.device).repeat_interleave(beams))
@@ -231,8 +240,8 @@ def _add(hypotheses: list[tuple[float, list[int]]], score: float, tokens: list[i
 class CachedState:
     # One nn.layers.LayerCache per layer (or whatever the backbone's cache is).
     cache: Any
-    # (B, K) 1 for every real key so far, 0 for left padding.
-    attention_mask: torch.Tensor
+    # (B, K) 1 for every real key so far, 0 for left padding; None when no row is padded.
+    attention_mask: torch.Tensor | None
     # (B,) position id of the next token of each row.
     next_position: torch.Tensor
 
@@ -249,12 +258,13 @@ class CachedDecoder:
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, CachedState]:
         positions = position_ids(attention_mask)  # (B, T): left padding shifts each row back to 0
         cache = self.model.new_cache()
-        reps = self.model(input_ids, attention_mask=attention_mask, position_ids=positions, cache=cache)
+        mask = None if bool(attention_mask.all()) else attention_mask  # no padding: attention needs no mask
+        reps = self.model(input_ids, attention_mask=mask, position_ids=positions, cache=cache)
         # Left padding puts every row's last real token in the last column.
-        return self.head(reps.hidden[:, -1]), CachedState(cache, attention_mask, positions[:, -1] + 1)
+        return self.head(reps.hidden[:, -1]), CachedState(cache, mask, positions[:, -1] + 1)
 
     def step(self, tokens: torch.Tensor, state: CachedState) -> tuple[torch.Tensor, CachedState]:
-        mask = F.pad(state.attention_mask, (0, 1), value=1)  # (B, K + 1)
+        mask = None if state.attention_mask is None else F.pad(state.attention_mask, (0, 1), value=1)  # (B, K + 1)
         reps = self.model(
             tokens[:, None], attention_mask=mask, position_ids=state.next_position[:, None], cache=state.cache
         )
@@ -263,7 +273,8 @@ class CachedDecoder:
     def reorder(self, state: CachedState, index: torch.Tensor) -> CachedState:
         for layer in state.cache:
             layer.reorder(index)
-        return CachedState(state.cache, state.attention_mask[index], state.next_position[index])
+        mask = None if state.attention_mask is None else state.attention_mask[index]
+        return CachedState(state.cache, mask, state.next_position[index])
 
 
 @dataclass

@@ -1,35 +1,58 @@
-"""Label smoothing: the loss equals the formula of the convention we name, and PyTorch's implementation of it."""
+"""The chunked linear cross-entropy gives plain cross-entropy's loss, argmax count and gradients."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
-from plm_toolkit.nn.losses import label_smoothed_cross_entropy
+from plm_toolkit.nn.losses import chunk_rows, linear_cross_entropy
 
 
-def test_label_smoothed_loss_equals_the_formula():
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("chunk", [5, 16, 1000])
+def test_same_loss_and_gradients_as_plain_cross_entropy(with_bias, chunk):
     torch.manual_seed(0)
-    logits, gold, eps = torch.randn(7, 11) * 3, torch.randint(0, 11, (7,)), 0.1
-    loss, nll = label_smoothed_cross_entropy(logits, gold, eps)
-    # Written out: q = (1 - eps) onehot + eps / V; loss = -sum_k q_k log p_k, summed over the targets.
-    log_p = logits.log_softmax(-1)
-    q = torch.full((7, 11), eps / 11)
-    q[torch.arange(7), gold] += 1 - eps
-    assert torch.allclose(loss, -(q * log_p).sum(), atol=1e-5)
-    assert torch.allclose(nll, -log_p[torch.arange(7), gold].sum(), atol=1e-5)
-    assert torch.allclose(loss, F.cross_entropy(logits, gold, reduction="sum", label_smoothing=eps), atol=1e-5)
-    # The smoothed loss never reaches 0: a confident, correct model pays for the eps mass it puts nowhere else.
-    sure = torch.full((1, 11), -30.0)
-    sure[0, 3] = 30.0
-    smoothed, plain = label_smoothed_cross_entropy(sure, torch.tensor([3]), eps)
-    assert plain < 1e-6 and smoothed > 5.0
-    zero_eps, _ = label_smoothed_cross_entropy(logits, gold, 0.0)
-    assert torch.allclose(zero_eps, nll)
+    hidden = torch.randn(37, 13, requires_grad=True)
+    weight = torch.randn(101, 13, requires_grad=True)
+    bias = torch.randn(101, requires_grad=True) if with_bias else None
+    targets = torch.randint(0, 101, (37,))
+    params = [hidden, weight] + ([bias] if with_bias else [])
+
+    loss, correct = linear_cross_entropy(hidden, weight, bias, targets, chunk)
+    (0.7 * loss).backward()
+    ours = [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+    logits = F.linear(hidden, weight, bias)
+    reference = F.cross_entropy(logits, targets, reduction="sum")
+    (0.7 * reference).backward()
+    torch.testing.assert_close(loss, reference, rtol=1e-6, atol=1e-4)
+    assert correct.item() == (logits.argmax(-1) == targets).sum().item()
+    for mine, theirs in zip(ours, (p.grad for p in params), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        evaluated, _ = linear_cross_entropy(hidden, weight, bias, targets, chunk)
+    torch.testing.assert_close(evaluated, reference, rtol=1e-6, atol=1e-4)
 
 
-def test_gradient_flows_through_the_smoothed_loss_only():
-    logits = torch.randn(4, 5, requires_grad=True)
-    loss, nll = label_smoothed_cross_entropy(logits, torch.tensor([0, 1, 2, 3]), 0.1)
-    assert not nll.requires_grad
+def test_chunks_hold_at_least_a_thousand_rows():
+    assert chunk_rows(50257) == 1335 and chunk_rows(600) == (1 << 26) // 600 and chunk_rows(10**8) == 1024
+
+
+@pytest.mark.gpu
+def test_cuda_autocast_keeps_the_projection_in_bf16_and_matches_plain():
+    torch.manual_seed(0)
+    hidden = torch.randn(300, 64, device="cuda", requires_grad=True)
+    weight = torch.randn(5000, 64, device="cuda", requires_grad=True)
+    targets = torch.randint(0, 5000, (300,), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss, _ = linear_cross_entropy(hidden, weight, None, targets, chunk=128)
     loss.backward()
-    # d loss / d logits = p - q per row: rows sum to zero.
-    assert torch.allclose(logits.grad.sum(-1), torch.zeros(4), atol=1e-6)
+    ours = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        reference = F.cross_entropy(F.linear(hidden, weight).float(), targets, reduction="sum")
+    reference.backward()
+    torch.testing.assert_close(loss, reference, rtol=1e-3, atol=1e-2)
+    torch.testing.assert_close(ours[0], hidden.grad, rtol=5e-2, atol=5e-2)
+    torch.testing.assert_close(ours[1], weight.grad, rtol=5e-2, atol=5e-2)
+    assert ours[1].dtype == torch.float32
