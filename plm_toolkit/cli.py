@@ -4,6 +4,7 @@ directory in, and expected failures out as one line (``failures.py``)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import random
 import sys
@@ -108,6 +109,30 @@ def fit(
         log.info("run directory: %s", run_dir)
         log.info("checkpoint: %s", trainer.last_checkpoint)
     return trainer, final
+
+
+EVAL_RESULTS = "eval_results.json"
+
+
+def write_json(path: Path, value) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+
+
+def write_results(run_dir: Path, objective) -> None:
+    """The last evaluation's figures (``eval_results.json``) and files (``artifacts``: predictions,
+    translations) of an objective or task that keeps them (``last_metrics``), into the run directory."""
+    metrics = getattr(objective, "last_metrics", None)
+    if not metrics:
+        return
+    for name, value in objective.artifacts.items():
+        if isinstance(value, str):
+            (run_dir / name).write_text(value)
+        else:
+            write_json(run_dir / name, value)
+    write_json(run_dir / EVAL_RESULTS, metrics)
+    log.info("eval results: %s %s", run_dir / EVAL_RESULTS, json.dumps(metrics))
 
 
 def run_command(run: Callable[[DictConfig, Path], dict], cfg: DictConfig) -> float | None:

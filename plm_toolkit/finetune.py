@@ -11,7 +11,6 @@ checkpoints and resume are the same. The run directory gets eval_results.json an
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -19,20 +18,13 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit import cli
-from plm_toolkit.cli import run_command, start_run
+from plm_toolkit.cli import run_command, start_run, write_results
 from plm_toolkit.config.validate import task_class
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.models.pretrained import load_backbone
+from plm_toolkit.tasks.seq2seq import task_for_backbone
 
 log = logging.getLogger("plm_toolkit")
-
-EVAL_RESULTS = "eval_results.json"
-
-
-def write_json(path: Path, value) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
-    tmp.replace(path)
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
@@ -48,7 +40,18 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     if not cfg.optimizer.d_model:
         optimizer_cfg = OmegaConf.merge(cfg.optimizer, {"d_model": int(model.config.hidden_size)})
 
-    cls = task_class(cfg.task.name)
+    longest = type(model).max_length(model.config)
+    if longest is not None and cfg.data.max_seq_len > longest:
+        # Longer inputs would not fit the position table: they are cut to it, as data.max_seq_len cuts any input.
+        log.warning(
+            "data.max_seq_len=%d exceeds the %d positions of the backbone in %s: inputs are cut to %d tokens",
+            cfg.data.max_seq_len,
+            longest,
+            cfg.model.checkpoint,
+            longest,
+        )
+        cfg.data.max_seq_len = longest
+    cls = task_for_backbone(task_class(cfg.task.name), model, cfg.task.name)
     task_config = OmegaConf.to_object(cfg.task)
     data = cls.prepare_data(task_config, cfg.data, tokenizer, vocab)
     if hasattr(task_config, "labels") and data.labels:
@@ -85,11 +88,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         eval_examples=data.validation,
         collate=task.collator(),
     )
-    if process.is_main and task.last_metrics:
-        for name, value in task.artifacts.items():
-            write_json(run_dir / name, value)
-        write_json(run_dir / EVAL_RESULTS, task.last_metrics)
-        log.info("eval results: %s %s", run_dir / EVAL_RESULTS, json.dumps(task.last_metrics))
+    if process.is_main:
+        write_results(run_dir, task)
     return final
 
 

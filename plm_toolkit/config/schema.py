@@ -82,6 +82,24 @@ class DataConfig:
 
 
 @dataclass
+class ParallelDataConfig(DataConfig):
+    """``data=parallel``: sentence pairs for translation. train_files / validation_files name a prefix per corpus
+    (``corpus/train`` reads ``corpus/train.<source_lang>`` and ``corpus/train.<target_lang>``, line-aligned) or a
+    ``.jsonl`` file with one key per language; max_seq_len is the longest sentence in tokens, end token included."""
+
+    # Language of the input side: the suffix of its file, or its key in a JSONL row.
+    source_lang: str = "en"
+    # Language of the output side.
+    target_lang: str = "de"
+    # Padded tokens per batch on each side: sentence pairs of similar length are grouped until rows x longest
+    # sentence reaches this on the source or the target side (the Transformer: about 25,000 per side per step, e.g.
+    # 25000 on one device or 3125 on each of 8). trainer.batch_size is not used with parallel data.
+    max_tokens: int = 4096
+    # At most this many sentence pairs per batch (0: no limit beyond max_tokens).
+    max_sentences: int = 0
+
+
+@dataclass
 class OptimizerConfig:
     # Update rule.
     name: OptimizerName = OptimizerName.adamw
@@ -245,5 +263,6 @@ def register_schemas() -> None:
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="finetune_schema", node=FinetuneConfig)
     cs.store(group="schema/data", name="data", node=DataConfig)
+    cs.store(group="schema/data", name="parallel", node=ParallelDataConfig)
     cs.store(group="schema/optimizer", name="optimizer", node=OptimizerConfig)
     cs.store(group="schema/hardware", name="hardware", node=HardwareConfig)

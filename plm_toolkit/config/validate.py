@@ -13,8 +13,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from plm_toolkit.data.parallel import resolve
 from plm_toolkit.data.plan import DataPlan
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.errors import ConfigError, PlmError
 from plm_toolkit.failures import did_you_mean, key_names
 from plm_toolkit.models.base import SEGMENTS
 from plm_toolkit.registry import MODELS, OBJECTIVES, TASKS
@@ -153,6 +154,36 @@ def unknown_keys(cfg: DictConfig) -> list[str]:
     return out
 
 
+def file_problems(d) -> list[str]:
+    return [
+        f"data.{key}: {f} is not a file"
+        for key in ("train_files", "validation_files")
+        for f in d[key]
+        if not Path(f).expanduser().is_file()
+    ]
+
+
+def parallel_problems(d) -> list[str]:
+    """data=parallel: every entry names a prefix of two language files or a JSONL file; batches hold a sentence."""
+    out: list[str] = []
+    for key in ("train_files", "validation_files"):
+        for spec in d[key]:
+            try:
+                resolve(spec, d.source_lang, d.target_lang, f"data.{key}")
+            except PlmError as err:
+                out.append(str(err))
+    if d.source_lang == d.target_lang:
+        out.append(f"data.source_lang and data.target_lang are both {d.source_lang!r}; give two languages")
+    if d.max_tokens < d.max_seq_len:
+        out.append(
+            f"data.max_tokens={d.max_tokens} is below data.max_seq_len={d.max_seq_len}: a batch must hold at "
+            "least one sentence of the longest length"
+        )
+    if d.max_sentences < 0:
+        out.append(f"data.max_sentences={d.max_sentences}: must be 0 (no limit) or positive")
+    return out
+
+
 def problems(cfg: DictConfig) -> list[str]:
     """Every impossible setting found, one message each."""
     out: list[str] = []
@@ -186,6 +217,15 @@ def problems(cfg: DictConfig) -> list[str]:
             check()
         except ConfigError as err:
             out.append(str(err))
+    wanted = objective_class(o.name).natural_layout
+    parallel = "source_lang" in d
+    if wanted == "parallel" and not parallel:
+        out.append(f"objective={o.name} trains on sentence pairs: set data=parallel (data.train_files=[corpus/train])")
+    elif parallel and wanted != "parallel":
+        out.append(
+            f"data=parallel holds sentence pairs, which objective={o.name} does not read; pick "
+            "objective=translation or another data preset"
+        )
 
     longest = model_class(m.name).max_length(m)
     if longest is not None and d.max_seq_len > longest:
@@ -210,12 +250,14 @@ def problems(cfg: DictConfig) -> list[str]:
         if not 0.0 <= d[key] <= 1.0:
             out.append(f"data.{key}={d[key]}: expected a probability in [0, 1]")
 
-    if not d.train_files and not d.dataset_path:
+    if parallel and not d.train_files:
+        out.append(
+            "data.train_files is empty: give data.train_files=[corpus/train] (reads corpus/train.<lang> for "
+            "data.source_lang and data.target_lang) or a .jsonl file with one key per language"
+        )
+    elif not d.train_files and not d.dataset_path:
         out.append("data.train_files is empty and data.dataset_path is not set: give one (or use data=default)")
-    for key in ("train_files", "validation_files"):
-        for f in d[key]:
-            if not Path(f).expanduser().is_file():
-                out.append(f"data.{key}: {f} is not a file")
+    out += parallel_problems(d) if parallel else file_problems(d)
     if d.dataset_path and not Path(d.dataset_path).expanduser().is_dir():
         out.append(f"data.dataset_path={d.dataset_path} is not a directory written by datasets' save_to_disk")
     if d.tokenizer.path and not Path(d.tokenizer.path).expanduser().is_file():
@@ -249,9 +291,7 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
     d = cfg.data
     if not d.train_file:
         out.append("data.train_file is not set: give the task's training file")
-    for key in ("train_file", "validation_file"):
-        if d[key] and not Path(d[key]).expanduser().is_file():
-            out.append(f"data.{key}: {d[key]} is not a file")
+    out += task_class(cfg.task.name).file_problems(cfg.task, d)
     if d.max_seq_len < 8:
         out.append(f"data.max_seq_len={d.max_seq_len}: needs at least 8 tokens")
     for key in ("max_train_samples", "max_eval_samples"):

@@ -139,3 +139,46 @@ class PackingTransform:
 
     def __call__(self, batch: dict[str, torch.Tensor], seeds) -> dict[str, torch.Tensor]:
         return pack_rows(self.inner(batch, seeds) if self.inner is not None else batch)
+
+
+# Label of padding positions: cross-entropy's default ignore_index.
+IGNORE_INDEX = -100
+
+
+class Seq2SeqCollator:
+    """Sentence pairs -> an encoder-decoder batch. Rows hold ``source_ids`` and ``target_ids`` (no special tokens)
+    and an ``index``; a row may also be a list of rows (a token batch, ``data/token_batches.py``), flattened here.
+
+    Returns, with B rows, S the longest source and T the longest target (each with its end token):
+      input_ids       (B, S) the source followed by eos, right-padded with pad
+      attention_mask  (B, S) 1 on source tokens, 0 on padding
+      labels          (B, T) the target followed by eos, IGNORE_INDEX on padding; the objective shifts it right
+                      behind the model's decoder start token to feed the decoder (teacher forcing)
+      index           (B,) row numbers, to match decoded output with references
+    """
+
+    def __init__(self, pad_id: int, eos_id: int):
+        self.pad_id, self.eos_id = pad_id, eos_id
+
+    def __call__(self, rows: Sequence[Any]) -> dict[str, torch.Tensor]:
+        rows = [r for item in rows for r in (item if isinstance(item, list) else [item])]
+        sources = [[*r["source_ids"], self.eos_id] for r in rows]
+        targets = [[*r["target_ids"], self.eos_id] for r in rows]
+        input_ids = _pad(sources, self.pad_id)  # (B, S)
+        return {
+            "input_ids": input_ids,
+            "attention_mask": (_pad([[1] * len(s) for s in sources], 0)),  # (B, S)
+            "labels": _pad(targets, IGNORE_INDEX),  # (B, T)
+            "index": torch.tensor([int(r["index"]) for r in rows], dtype=torch.long),  # (B,)
+        }
+
+    def __repr__(self) -> str:
+        return f"Seq2SeqCollator(pad_id={self.pad_id}, eos_id={self.eos_id})"
+
+
+def _pad(sequences: Sequence[Sequence[int]], fill: int) -> torch.Tensor:
+    width = max(len(s) for s in sequences)
+    out = torch.full((len(sequences), width), fill, dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        out[row, : len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)
+    return out

@@ -52,6 +52,11 @@ class ClassificationConfig:
     header: bool = True
     # Dropout before the head; null takes the backbone's hidden dropout.
     dropout: float | None = None
+    # Encoder-decoder backbones (T5's text-to-text form): how a row is written as the input text, {text} and {pair}
+    # standing for the two columns; empty: the text, then the pair after a space.
+    input_template: str = ""
+    # Encoder-decoder backbones: the word generated for each label, in task.labels order; empty: the label names.
+    label_words: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -100,21 +105,19 @@ def _column(spec: str, names: list[str] | None, path: Path, key: str, keys: bool
     raise DataError(f"{path}:1: no column {spec!r} (task.{key}); the columns are {', '.join(map(str, names))}")
 
 
-def read_rows(path: str | Path, config: ClassificationConfig) -> list[Row]:
-    """The rows of a classification file; a missing column or a short line is a DataError naming file:line."""
+def read_columns(path: str | Path, specs: dict[str, str], header: bool = True) -> list[tuple[int, dict[str, str]]]:
+    """(line number, {key: value}) for every row of a TSV, CSV or JSONL file, reading the columns that ``specs``
+    names (config key -> column spec, see ``ClassificationConfig.text_column``); a missing column or a short line
+    is a DataError naming file:line and the config key."""
     path = Path(path)
-    rows = _rows(path)
-    specs = {"text_column": config.text_column, "label_column": config.label_column}
-    if config.text_pair_column:
-        specs["text_pair_column"] = config.text_pair_column
-    out: list[Row] = []
+    out: list[tuple[int, dict[str, str]]] = []
     where: dict[str, Any] | None = None
     width = 0
-    for number, fields in rows:
+    for number, fields in _rows(path):
         if where is None:
             if isinstance(fields, dict):
                 where = {k: _column(s, list(fields), path, k, keys=True) for k, s in specs.items()}
-            elif config.header:
+            elif header:
                 where = {k: _column(s, fields, path, k) for k, s in specs.items()}
                 width = len(fields)
                 continue
@@ -134,15 +137,26 @@ def read_rows(path: str | Path, config: ClassificationConfig) -> list[Row]:
                 )
             if len(fields) > width:
                 # The extra fields would be dropped unseen; usually a tab inside a text.
-                what = "the header's" if config.header else "the first line's"
+                what = "the header's" if header else "the first line's"
                 raise DataError(
                     f"{path}:{number}: {len(fields)} fields, more than {what} {width} (a tab inside a text?)"
                 )
             values = {k: fields[where[k]] for k in specs}
-        out.append(Row(number, values["text_column"], values.get("text_pair_column"), values["label_column"]))
+        out.append((number, values))
     if not out:
         raise DataError(f"{path}: no rows")
     return out
+
+
+def read_rows(path: str | Path, config: ClassificationConfig) -> list[Row]:
+    """The rows of a classification file; a missing column or a short line is a DataError naming file:line."""
+    specs = {"text_column": config.text_column, "label_column": config.label_column}
+    if config.text_pair_column:
+        specs["text_pair_column"] = config.text_pair_column
+    return [
+        Row(number, values["text_column"], values.get("text_pair_column"), values["label_column"])
+        for number, values in read_columns(path, specs, config.header)
+    ]
 
 
 def _targets(rows: list[Row], labels: list[str], regression: bool, path) -> list:

@@ -59,6 +59,12 @@ class PretrainingModule(nn.Module):
         return self.objective(self.model, batch)
 
 
+def rows_per_batch(examples, trainer_cfg) -> int:
+    """Items per micro-batch: trainer.batch_size examples, or one item where the examples come in ready-made
+    batches (``ready_batches``: token-count batches of sentence pairs, data/token_batches.py)."""
+    return 1 if getattr(examples, "ready_batches", False) else trainer_cfg.batch_size
+
+
 class Trainer:
     def __init__(
         self,
@@ -88,7 +94,10 @@ class Trainer:
         # How batches are read and transformed (order, static copies, the objective's batch transform).
         self.plan = plan if plan is not None else DataPlan(transform=objective.batch_transform())
         self.layout = BatchLayout(
-            trainer_cfg.batch_size, trainer_cfg.grad_accum_steps, self.process.world_size, self.process.rank
+            rows_per_batch(train_examples, trainer_cfg),
+            trainer_cfg.grad_accum_steps,
+            self.process.world_size,
+            self.process.rank,
         )
         self.max_steps = run_length(trainer_cfg, len(train_examples), self.layout.global_batch)
         self.flops = ModelFlops(self.module, model)
@@ -306,7 +315,7 @@ class Trainer:
         window = Window.empty()
         batches = eval_loader(
             self.eval_examples,
-            self.cfg.batch_size,
+            rows_per_batch(self.eval_examples, self.cfg),
             self.process.world_size,
             self.process.rank,
             self.collate,

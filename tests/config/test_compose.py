@@ -31,7 +31,10 @@ def composed(*overrides, config_name="train"):
 
 
 def serving_model(group: str, option: str) -> list[str]:
-    """An objective that the default BERT cannot serve is composed with the first tiny preset that can."""
+    """An objective that the default BERT cannot serve is composed with the first tiny preset that can; sentence
+    pairs (data=parallel) with the tiny Transformer."""
+    if (group, option) == ("data", "parallel"):
+        return ["model=transformer_tiny", "data=parallel"]
     if group != "objective":
         return []
     needed = objective_class(composed(f"objective={option}").objective.name).required_capabilities
@@ -48,6 +51,8 @@ def serving_model(group: str, option: str) -> list[str]:
 def test_every_option_composes_and_validates(group, option, tmp_path):
     if group in FINETUNE_GROUPS:  # a task needs the user's checkpoint and data: give stand-ins
         (tmp_path / "train").write_text("")
+        for lang in ("en", "de"):  # task=translation reads a prefix of two language files
+            (tmp_path / f"train.{lang}").write_text("")
         user = [f"model.checkpoint={tmp_path}", f"data.train_file={tmp_path / 'train'}"]
         cfg = composed(f"{group}={option}", *user, config_name="finetune")
         OmegaConf.to_container(cfg, resolve=True)
@@ -55,7 +60,8 @@ def test_every_option_composes_and_validates(group, option, tmp_path):
         return
     cfg = composed(f"{group}={option}", *serving_model(group, option))
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
-    needs = NEEDS_USER_INPUT.get((group, option))
+    # Parallel data (chosen by the Transformer's presets too) names no corpus of its own.
+    needs = NEEDS_USER_INPUT.get((group, option)) or ("data.train_files" if cfg.data.name == "parallel" else None)
     if needs is None:
         assert problems(cfg) == []
     else:  # a preset for the user's own data: refused until the key that names the data is given
