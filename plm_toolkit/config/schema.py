@@ -19,7 +19,7 @@ def choices(name: str, *values: str) -> type[Enum]:
     return Enum(name, {v: v for v in values}, type=str)
 
 
-TokenizerKind = choices("TokenizerKind", "auto", "wordpiece", "bpe", "unigram", "character")
+TokenizerKind = choices("TokenizerKind", "auto", "wordpiece", "bpe", "unigram", "character", "word")
 Packing = choices("Packing", "auto", "sentence_pairs", "segment_pairs", "full_sentences", "streams")
 OptimizerName = choices("OptimizerName", "adamw", "adam", "sgd")
 Schedule = choices("Schedule", "linear", "cosine", "constant", "noam", "inverse_sqrt")

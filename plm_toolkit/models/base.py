@@ -19,7 +19,8 @@ SEGMENTS = "segments"  # takes token_type_ids for sentence A / B
 POOLER = "pooler"  # returns a pooled summary vector (NSP, sequence classification)
 TWO_STREAM = "two_stream"  # content + query streams (XLNet's permutation LM)
 ENCODER_DECODER = "encoder_decoder"  # separate encoder and decoder stacks (T5, Transformer)
-RECURRENT_MEMORY = "recurrent_memory"  # cached hidden states of earlier segments (Transformer-XL, XLNet)
+RECURRENT_MEMORY = "recurrent_memory"  # state carried from one batch to the next (Transformer-XL, XLNet, ELMo)
+CHARACTERS = "characters"  # reads each word as character ids (``char_ids``, data/characters.py) instead of token ids
 
 
 @dataclass
@@ -52,6 +53,11 @@ class Backbone(nn.Module):
     @property
     def input_embeddings(self) -> nn.Embedding:
         raise NotImplementedError
+
+    @property
+    def representation_size(self) -> int:
+        """Width of ``Representations.hidden`` and of every ``all_hidden`` layer (what task heads read)."""
+        return int(self.config.hidden_size)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
