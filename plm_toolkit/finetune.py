@@ -25,6 +25,7 @@ from plm_toolkit.config.validate import task_class
 from plm_toolkit.data.corpus import register_resolvers
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.models.pretrained import load_backbone
+from plm_toolkit.tasks.base import character_width
 from plm_toolkit.train import seed_everything
 from plm_toolkit.training.loop import Trainer
 
@@ -55,10 +56,10 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
     cls = task_class(cfg.task.name)
     task_config = OmegaConf.to_object(cfg.task)
-    data = cls.prepare_data(task_config, cfg.data, tokenizer, vocab)
+    data = cls.prepare_data(task_config, cfg.data, tokenizer, vocab, characters=character_width(model))
     if hasattr(task_config, "labels") and data.labels:
         task_config.labels = list(data.labels)
-    task = cls(task_config, model, vocab, data)
+    task = cls(task_config, model, vocab, data, finetune=OmegaConf.to_object(cfg.finetune))
 
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["task"] = OmegaConf.to_container(OmegaConf.structured(task_config), resolve=True)

@@ -27,6 +27,7 @@ Device = choices("Device", "auto", "cpu", "cuda")
 Precision = choices("Precision", "auto", "fp32", "bf16", "fp16")
 Distributed = choices("Distributed", "auto", "none", "ddp")
 Backend = choices("Backend", "auto", "nccl", "gloo")
+FinetuneMode = choices("FinetuneMode", "full", "features")
 
 
 @dataclass
@@ -195,9 +196,24 @@ class TaskDataConfig:
 
 
 @dataclass
+class FinetuneModeConfig:
+    # full: train the whole backbone with the task's head (BERT's fine-tuning); features: freeze the backbone and
+    # train a scalar mix of its layers, a biLSTM task encoder and the head (ELMo's use, BERT section 5.3).
+    mode: FinetuneMode = FinetuneMode.full
+    # features only: width of each direction of the task biLSTM (BERT section 5.3: 768, two layers).
+    encoder_hidden_size: int = 256
+    # features only: layers of the task biLSTM.
+    encoder_layers: int = 2
+    # features only: dropout on the mixed features and between the biLSTM's layers (allennlp's ELMo: 0.5).
+    dropout: float = 0.5
+
+
+@dataclass
 class FinetuneConfig:
     model: BackboneSourceConfig = field(default_factory=BackboneSourceConfig)
     task: Any = MISSING
+    # How much of the model trains: all of it, or a task encoder over the frozen backbone's layers.
+    finetune: FinetuneModeConfig = field(default_factory=FinetuneModeConfig)
     data: TaskDataConfig = field(default_factory=TaskDataConfig)
     optimizer: OptimizerConfig = MISSING
     hardware: HardwareConfig = MISSING

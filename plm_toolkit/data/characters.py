@@ -56,3 +56,29 @@ def character_table(words: Sequence[str], max_characters: int = MAX_CHARACTERS) 
     if not words:
         return torch.zeros((0, max_characters), dtype=torch.int16)
     return torch.tensor([word_character_ids(w, max_characters) for w in words], dtype=torch.int16)
+
+
+def token_strings(encoding, texts: Sequence[str] = (), words: Sequence[str] | None = None) -> list[str]:
+    """The text of every token of a ``tokenizers`` Encoding: its span of the source (``texts[sequence]`` for raw
+    text, ``words[word]`` for pretokenized input), or the token itself for special tokens. A word-level vocabulary
+    maps unknown words to <UNK>; this keeps their spelling for a character-reading backbone."""
+    out = []
+    for token, sequence, word, (start, end) in zip(
+        encoding.tokens, encoding.sequence_ids, encoding.word_ids, encoding.offsets, strict=True
+    ):
+        if sequence is None:
+            out.append(token)
+        elif words is not None:
+            out.append(words[word][start:end])
+        else:
+            out.append(texts[sequence][start:end])
+    return out
+
+
+def template_character_ids(pieces, id_to_token, a: Sequence[str], b: Sequence[str] = (), max_characters: int = 50):
+    """Character ids of a sequence assembled by a task ``Template`` from the token strings of its segments (the
+    template's special tokens spelled by ``id_to_token``), position for position with ``Template.assemble``."""
+    strings: list[str] = []
+    for piece, _ in pieces:
+        strings += list(a) if piece == "A" else list(b) if piece == "B" else [id_to_token(piece)]
+    return [word_character_ids(s, max_characters) for s in strings]

@@ -59,5 +59,10 @@ class Backbone(nn.Module):
         """Width of ``Representations.hidden`` and of every ``all_hidden`` layer (what task heads read)."""
         return int(self.config.hidden_size)
 
+    @property
+    def representation_layers(self) -> int:
+        """How many tensors ``all_hidden`` holds: the embedding output and every layer's output."""
+        return int(self.config.num_layers) + 1
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

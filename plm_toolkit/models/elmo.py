@@ -251,7 +251,8 @@ class Elmo(Backbone):
         ``memories`` are the states ``memories`` of the previous call (row b continues row b). The backward LSTMs
         read each row right to left; with ``backward_char_ids`` (B, T, C) they instead read those tokens in the order
         given (a stream whose sentences are already reversed, as bilm-tf trains) and their outputs keep that order.
-        ``extras`` holds the top layer of each direction; ``all_hidden`` every layer as described above.
+        ``extras`` holds the top layer of each direction; ``all_hidden`` every layer as described above; ``pooled``
+        (B, 2H) the forward top layer at each row's last token and the backward one at its first.
         """
         mask = (char_ids > 0).any(dim=-1) if attention_mask is None else attention_mask.bool()  # (B, T)
         states = memories or self.zero_states(char_ids.shape[0], self.token_encoder.projection.weight)
@@ -272,6 +273,10 @@ class Elmo(Backbone):
                 self.backward_layers, backward_tokens, mask, states[half:]
             )
         hidden = torch.cat([forward_outputs[-1], backward_outputs[-1]], dim=-1)  # (B, T, 2H)
+        # The sentence summary: the forward LSTM after the last token, the backward one after the first.
+        last = (mask.sum(dim=1) - 1).clamp(min=0)  # (B,)
+        rows = torch.arange(hidden.shape[0], device=hidden.device)
+        pooled = torch.cat([forward_outputs[-1][rows, last], backward_outputs[-1][:, 0]], dim=-1)  # (B, 2H)
         all_hidden = None
         if output_all_hidden:
             keep = mask[..., None]
@@ -279,6 +284,7 @@ class Elmo(Backbone):
             all_hidden += [torch.cat(pair, dim=-1) for pair in zip(forward_outputs, backward_outputs, strict=True)]
         return Representations(
             hidden=hidden,
+            pooled=pooled,
             all_hidden=all_hidden,
             memories=forward_states + backward_states,
             extras={"forward": forward_outputs[-1], "backward": backward_outputs[-1]},
