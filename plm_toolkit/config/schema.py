@@ -28,6 +28,7 @@ Precision = choices("Precision", "auto", "fp32", "bf16", "fp16")
 Distributed = choices("Distributed", "auto", "none", "ddp")
 Backend = choices("Backend", "auto", "nccl", "gloo")
 FinetuneMode = choices("FinetuneMode", "full", "features")
+EmbedLayers = choices("EmbedLayers", "all", "top", "average")
 
 
 @dataclass
@@ -220,10 +221,30 @@ class FinetuneConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
 
+@dataclass
+class EmbedConfig:
+    # The model: a plm-train checkpoint or run directory, a local Hugging Face folder, or a bilm-tf folder
+    # (*options.json + *weights*.hdf5, a released ELMo).
+    checkpoint: str = MISSING
+    # UTF-8 text, one whitespace-tokenized sentence per line (no blank lines).
+    input_file: str = MISSING
+    # Where to write: .hdf5 / .h5 (allennlp's elmo layout, written as it goes) or .safetensors (held in memory).
+    output_file: str = MISSING
+    # all: every layer, (layers, words, dim) per line; top: the last layer, (words, dim); average: their mean.
+    layers: EmbedLayers = EmbedLayers.all
+    # Sentences per forward pass (ELMo carries its LSTM states from one batch to the next, as the original does).
+    batch_size: int = 64
+    # Where to run: auto picks cuda when a GPU is visible, else cpu.
+    device: Device = Device.auto
+    # Show a tqdm progress bar over the lines.
+    progress_bar: bool = True
+
+
 def register_schemas() -> None:
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="finetune_schema", node=FinetuneConfig)
+    cs.store(name="embed_schema", node=EmbedConfig)
     cs.store(group="schema/data", name="data", node=DataConfig)
     cs.store(group="schema/optimizer", name="optimizer", node=OptimizerConfig)
     cs.store(group="schema/hardware", name="hardware", node=HardwareConfig)

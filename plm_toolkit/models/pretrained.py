@@ -23,7 +23,9 @@ from torch import nn
 
 from plm_toolkit import registry
 from plm_toolkit.data.tokenizer import load_tokenizer
+from plm_toolkit.data.word_vocabulary import read_bilm_vocab, word_tokenizer
 from plm_toolkit.errors import CheckpointError
+from plm_toolkit.models.elmo_bilm_tf import find_bilm_tf, import_bilm_tf
 from plm_toolkit.training import checkpoint as ckpt
 
 
@@ -86,6 +88,14 @@ def import_hf(folder: Path) -> tuple[nn.Module, Path]:
     return HF_IMPORTERS[model_type](folder)
 
 
+def bilm_tf_tokenizer(path: Path) -> Tokenizer:
+    """The word tokenizer of a bilm-tf folder: its vocabulary file (*vocab*.txt) when there is one, else the sentence
+    markers alone (ELMo reads every word as characters; the word ids serve only the softmax)."""
+    folder = path if path.is_dir() else path.parent
+    vocabularies = sorted(folder.glob("*vocab*.txt"))
+    return read_bilm_vocab(vocabularies[0]) if len(vocabularies) == 1 else word_tokenizer([])
+
+
 def plm_checkpoint_dir(path: Path) -> Path | None:
     """The step directory a plm-train path names (a step_N folder, ``last``, or a run directory), or None."""
     for candidate in (path, path / "last", path / "checkpoints" / "last"):
@@ -138,19 +148,24 @@ def load_backbone(path: str | Path, dropout: float | None = None) -> LoadedBackb
     if not path.exists():
         raise CheckpointError(f"model.checkpoint={path}: no such file or directory")
     step_dir = plm_checkpoint_dir(path)
+    tokenizer = None
     if step_dir is not None:
         model, tokenizer_file, source, kind = *_load_plm(step_dir), step_dir, "plm_train"
-    elif (path / "config.json").is_file():
+    elif path.is_dir() and (path / "config.json").is_file():
         model, tokenizer_file = import_hf(path)
         source, kind = path, f"hf:{json.loads((path / 'config.json').read_text()).get('model_type')}"
+    elif find_bilm_tf(path) is not None:
+        model, tokenizer = import_bilm_tf(path), bilm_tf_tokenizer(path)
+        source, kind = path, "bilm_tf"
     else:
         raise CheckpointError(
-            f"model.checkpoint={path}: neither a plm-train checkpoint ({ckpt.MODEL_FILE} + {ckpt.CONFIG_FILE}) nor "
-            "a Hugging Face folder (config.json)"
+            f"model.checkpoint={path}: neither a plm-train checkpoint ({ckpt.MODEL_FILE} + {ckpt.CONFIG_FILE}), "
+            "a Hugging Face folder (config.json) nor a bilm-tf folder (*options.json + *weights*.hdf5)"
         )
     if dropout is not None:
         with_dropout(model, dropout)
-    tokenizer = load_tokenizer(tokenizer_file)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(tokenizer_file)
     # A tokenizer.json may carry the truncation and padding its creator used; tasks build their own windows.
     tokenizer.no_truncation()
     tokenizer.no_padding()

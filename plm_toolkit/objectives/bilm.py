@@ -29,13 +29,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from plm_toolkit.data.characters import BOS_TOKEN, EOS_TOKEN, character_table
+from plm_toolkit.data.word_vocabulary import UNK_TOKEN
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.models.base import CHARACTERS, RECURRENT_MEMORY
 from plm_toolkit.nn.sampled_softmax import sample_log_uniform, sampled_softmax_loss
 from plm_toolkit.objectives.base import MemoryObjective, ObjectiveOutput
 from plm_toolkit.registry import OBJECTIVES
-
-UNK_TOKEN = "<UNK>"
 
 
 @dataclass
