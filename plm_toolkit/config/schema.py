@@ -135,6 +135,9 @@ class HardwareConfig:
 class TrainerConfig:
     # Optimizer steps to train for.
     max_steps: int = 300
+    # Stop earlier once this many minutes of training have passed (0: no limit); evaluation and the final
+    # checkpoint follow as at max_steps. The learning-rate schedule still spans max_steps.
+    max_minutes: float = 0.0
     # Sequences per micro-batch per process.
     batch_size: int = 32
     # Micro-batches per optimizer step; the global batch is batch_size * grad_accum_steps * processes.

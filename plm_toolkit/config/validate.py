@@ -52,7 +52,7 @@ def training_problems(t, opt) -> list[str]:
     for key in ("max_steps", "batch_size", "grad_accum_steps", "log_every"):
         if t[key] < 1:
             out.append(f"trainer.{key}={t[key]}: must be at least 1")
-    for key in ("eval_every", "save_every", "keep_last", "eval_batches"):
+    for key in ("eval_every", "save_every", "keep_last", "eval_batches", "max_minutes"):
         if t[key] < 0:
             out.append(f"trainer.{key}={t[key]}: must be 0 (off) or positive")
     if opt.lr <= 0:

@@ -215,7 +215,8 @@ class Trainer:
         bar = ProgressBar(cfg.max_steps, self.step, enabled=cfg.progress_bar and self.process.is_main)
         window, tick = Window.empty(), time.perf_counter()
         record: dict = {}
-        while self.step < cfg.max_steps:
+        started = time.perf_counter()
+        while self.step < cfg.max_steps and not self._out_of_time(started):
             micro = [next(batches) for _ in range(cfg.grad_accum_steps)]
             lr = self.optimizer.param_groups[0]["lr"]
             stats = self.train_step(micro)
@@ -247,6 +248,16 @@ class Trainer:
         bar.close()
         self.metrics.close()
         return record
+
+    def _out_of_time(self, started: float) -> bool:
+        """trainer.max_minutes reached (any process's clock: they stop at the same step)."""
+        if not self.cfg.max_minutes:
+            return False
+        late = float(time.perf_counter() - started >= 60.0 * self.cfg.max_minutes)
+        if bool(all_reduce_sum(torch.tensor([late], dtype=torch.float64), self.process)[0] > 0):
+            log.info("trainer.max_minutes=%s reached at step %d", self.cfg.max_minutes, self.step)
+            return True
+        return False
 
     def train_step(self, micro: list[dict[str, torch.Tensor]]) -> Window:
         """One optimizer step over the micro-batches of an accumulation window."""
