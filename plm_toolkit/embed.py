@@ -30,19 +30,20 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from plm_toolkit import registry
+from plm_toolkit.catalog import load_all
 from plm_toolkit.cli import run_command
 from plm_toolkit.config import register_schemas
 from plm_toolkit.data.characters import BOS_TOKEN, EOS_TOKEN, character_ids
+from plm_toolkit.data.template import template_of
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.models.pretrained import LoadedBackbone, load_backbone
-from plm_toolkit.tasks.base import character_width, template_of
+from plm_toolkit.tasks.base import character_width
 
 log = logging.getLogger("plm_toolkit")
 
 register_schemas()
-registry.load_all()
+load_all()
 
 HDF5_SUFFIXES, SAFETENSORS_SUFFIXES = (".hdf5", ".h5"), (".safetensors",)
 
@@ -98,7 +99,7 @@ class SubwordEmbedder:
     def __init__(self, loaded: LoadedBackbone, device: torch.device):
         self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, device
         self.template = template_of(self.tokenizer, pair=False)
-        self.padding = vocab_from_tokenizer(self.tokenizer, source=loaded.source).pad_id  # TODO(issue-9): padding_id
+        self.padding = vocab_from_tokenizer(self.tokenizer, source=loaded.source).padding_id
         config = self.model.config
         positions = getattr(config, "max_position_embeddings", None)
         positions = positions - getattr(config, "position_offset", 0) if positions else 512

@@ -18,9 +18,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit import registry
+from plm_toolkit.catalog import load_all
 from plm_toolkit.cli import run_command, start_run
 from plm_toolkit.config import register_schemas
-from plm_toolkit.config.validate import data_layout, objective_class, tokenizer_kind
+from plm_toolkit.config.validate import data_plan, tokenizer_kind
 from plm_toolkit.data import prepare_pretraining_data
 from plm_toolkit.data.collate import Collator
 from plm_toolkit.data.corpus import register_resolvers
@@ -32,7 +33,7 @@ from plm_toolkit.training.loop import Trainer
 log = logging.getLogger("plm_toolkit")
 
 register_schemas()
-registry.load_all()
+load_all()
 register_resolvers()
 
 
@@ -46,7 +47,9 @@ def build_model(model_cfg: DictConfig, vocab_size: int, pad_id: int | None = Non
     """The backbone from its typed config; ``vocab_size: null`` takes the tokenizer's size, and the padding row is
     the tokenizer's padding id (``pad_id``) where the config has one."""
     config = OmegaConf.to_object(model_cfg)
-    if config.vocab_size is None:
+    if not hasattr(config, "vocab_size"):  # a family without a token embedding (ELMo reads characters)
+        pass
+    elif config.vocab_size is None:
         config = dataclasses.replace(config, vocab_size=vocab_size)
     elif config.vocab_size < vocab_size:
         raise PlmError(f"model.vocab_size={config.vocab_size} is smaller than the tokenizer's {vocab_size} tokens")
@@ -65,9 +68,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     # Rank 0 trains the tokenizer and tokenizes first; the others then read its cache.
     if not process.is_main:
         barrier(process)
-    layout = data_layout(cfg)
-    window = objective_class(cfg.objective.name).stream_window(cfg.objective, cfg.data.max_seq_len)
-    data = prepare_pretraining_data(data_cfg, layout, cfg.trainer.seed, window if layout == "streams" else None)
+    plan = data_plan(cfg)
+    data = prepare_pretraining_data(data_cfg, plan, cfg.trainer.seed)
     if process.is_main:
         barrier(process)
 
@@ -76,8 +78,10 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     objective = registry.OBJECTIVES.get(cfg.objective.name).builder(
         OmegaConf.to_object(cfg.objective), model, data.vocab
     )
+    plan = plan.with_transform(objective.batch_transform())
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    resolved["model"]["vocab_size"] = model_config.vocab_size
+    if "vocab_size" in resolved["model"]:
+        resolved["model"]["vocab_size"] = model_config.vocab_size
     if "pad_token_id" in resolved["model"]:
         resolved["model"]["pad_token_id"] = model_config.pad_token_id
     resolved["data"]["tokenizer"]["kind"] = tokenizer_kind(cfg)
@@ -105,7 +109,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
         tokenizer_json=data.tokenizer.to_str(),
         num_workers=cfg.data.num_workers,
-        streams=layout == "streams",
+        plan=plan,
     )
     if checkpoint is not None:
         trainer.restore(checkpoint)

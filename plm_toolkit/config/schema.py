@@ -19,8 +19,8 @@ def choices(name: str, *values: str) -> type[Enum]:
     return Enum(name, {v: v for v in values}, type=str)
 
 
-TokenizerKind = choices("TokenizerKind", "auto", "wordpiece", "bpe", "unigram", "character", "word")
-Packing = choices("Packing", "auto", "sentence_pairs", "segment_pairs", "full_sentences", "streams")
+TokenizerKind = choices("TokenizerKind", "auto", "wordpiece", "bpe", "gpt2_bpe", "unigram", "character", "word")
+Packing = choices("Packing", "auto", "sentence_pairs", "segment_pairs", "full_sentences", "streams", "sentence_streams")
 OptimizerName = choices("OptimizerName", "adamw", "adam", "sgd")
 Schedule = choices("Schedule", "linear", "cosine", "constant", "noam", "inverse_sqrt")
 Device = choices("Device", "auto", "cpu", "cuda")
@@ -37,9 +37,9 @@ class TokenizerConfig:
     # null trains a vocabulary on the training files.
     path: str | None = None
     # Algorithm of a trained vocabulary: wordpiece (BERT), bpe (byte-level BPE with <s> </s> <pad> <mask> <unk>,
-    # RoBERTa), unigram (SentencePiece-style unigram LM, XLNet), character (one token per character, for
-    # character-level LMs, where clm's bits per token are bits per character), or auto: the model preset's choice
-    # (model.tokenizer).
+    # RoBERTa), gpt2_bpe (byte-level BPE with <|endoftext|> alone, GPT-2), unigram (SentencePiece-style unigram LM,
+    # XLNet), character (one token per character, for character-level LMs, where clm's bits per token are bits per
+    # character), or auto: the model preset's choice (model.tokenizer).
     kind: TokenizerKind = TokenizerKind.auto
     # Size of a trained vocabulary (special tokens included).
     vocab_size: int = 8000

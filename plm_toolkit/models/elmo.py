@@ -26,7 +26,7 @@ from torch import nn
 from plm_toolkit.config.schema import TokenizerKind, choices
 from plm_toolkit.data.characters import MAX_CHARACTERS, NUM_CHARACTER_IDS
 from plm_toolkit.errors import ConfigError
-from plm_toolkit.models.base import BIDIRECTIONAL, CAUSAL, CHARACTERS, RECURRENT_MEMORY, Backbone, Representations
+from plm_toolkit.models.base import BIDIRECTIONAL, CHARACTERS, RECURRENT_MEMORY, Backbone, Representations
 from plm_toolkit.registry import MODELS
 
 CnnActivation = choices("CnnActivation", "relu", "tanh")
@@ -153,12 +153,13 @@ def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 @MODELS.register("elmo", ElmoConfig, paper_objective="bilm")
 class Elmo(Backbone):
-    # Causal in each direction; bidirectional as a whole (a task sees both); reads characters; carries LSTM states.
-    capabilities = frozenset({BIDIRECTIONAL, CAUSAL, CHARACTERS, RECURRENT_MEMORY})
+    # Bidirectional as a whole (a task sees both directions; each alone is causal); reads characters; carries its
+    # LSTM states from one batch to the next.
+    capabilities = frozenset({BIDIRECTIONAL, CHARACTERS, RECURRENT_MEMORY})
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
-        self.check(config)
+        self.check_config(config)
         self.config = config
         self.token_encoder = CharacterEncoder(config)
         self.forward_layers = nn.ModuleList(ProjectedLSTM(config.hidden_size, config) for _ in range(config.num_layers))
@@ -168,8 +169,8 @@ class Elmo(Backbone):
         self.dropout = nn.Dropout(config.dropout)
         self.reset_parameters()
 
-    @staticmethod
-    def check(config: ElmoConfig) -> None:
+    @classmethod
+    def check_config(cls, config: ElmoConfig) -> None:
         if not config.filters or any(len(f) != 2 or min(f) < 1 for f in config.filters):
             raise ConfigError(f"model.filters={config.filters}: expected a list of [width, number] pairs")
         if max(width for width, _ in config.filters) > config.max_characters:

@@ -23,10 +23,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from tokenizers import Tokenizer
 
 from plm_toolkit.data.characters import NUM_CHARACTER_IDS
+from plm_toolkit.data.word_vocabulary import read_bilm_vocab, word_tokenizer
 from plm_toolkit.errors import CheckpointError, ConfigError
 from plm_toolkit.models.elmo import CnnActivation, Elmo, ElmoConfig
+from plm_toolkit.models.pretrained import CheckpointFormat, register_format
 
 OPTIONS_FILE, WEIGHTS_FILE = "options.json", "weights.hdf5"
 # TF's LSTMCell adds this to the forget gate's pre-activation; PyTorch-style cells keep it in the bias.
@@ -207,6 +210,24 @@ def import_bilm_tf(path: str | Path) -> Elmo:
     state = read_weights(weights, config)
     model.load_state_dict(state)
     return model
+
+
+def bilm_tf_tokenizer(path: Path) -> Tokenizer:
+    """The word tokenizer of a bilm-tf folder: its vocabulary file (*vocab*.txt) when there is one, else the sentence
+    markers alone (ELMo reads every word as characters; word ids serve only a softmax)."""
+    folder = path if path.is_dir() else path.parent
+    vocabularies = sorted(folder.glob("*vocab*.txt"))
+    return read_bilm_vocab(vocabularies[0]) if len(vocabularies) == 1 else word_tokenizer([])
+
+
+register_format(
+    CheckpointFormat(
+        name="bilm_tf",
+        description="a bilm-tf folder (*options.json + *weights*.hdf5)",
+        detect=lambda path: find_bilm_tf(path) is not None,
+        load=lambda path: (import_bilm_tf(path), bilm_tf_tokenizer(path)),
+    )
+)
 
 
 def write_options(config: ElmoConfig) -> dict:

@@ -1,12 +1,13 @@
-"""Load a pretrained backbone for fine-tuning: a ``plm-train`` checkpoint or a local Hugging Face folder.
+"""Load a pretrained model: a ``plm-train`` checkpoint, a local Hugging Face folder, or another format a family
+registers (``register_format``: ELMo's bilm-tf folders).
 
     loaded = load_backbone("runs/demo/checkpoints/step_300")      # plm-train: config.yaml + model.safetensors
     loaded = load_backbone("/models/all-MiniLM-L6-v2")           # Hugging Face: config.json + weights
 
 A ``plm-train`` checkpoint is rebuilt through the model registry from the ``model`` section of its
 ``config.yaml`` (a fine-tuned checkpoint keeps the backbone's under ``backbone``). A Hugging Face folder goes
-through ``import_hf``, which dispatches on ``config.json``'s ``model_type``: a family with an import adapter adds
-one line to ``HF_IMPORTERS``.
+through ``models/hf.py``'s ``import_hf``, which dispatches on ``config.json``'s ``model_type`` to the family's
+adapter; nothing here names a family.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from plm_toolkit import registry
+from plm_toolkit.catalog import load_all
 from plm_toolkit.data.tokenizer import load_tokenizer
-from plm_toolkit.data.word_vocabulary import read_bilm_vocab, word_tokenizer
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.models.elmo_bilm_tf import find_bilm_tf, import_bilm_tf
+from plm_toolkit.models.hf import HFImport, import_hf
 from plm_toolkit.training import checkpoint as ckpt
 
 
@@ -33,67 +34,44 @@ from plm_toolkit.training import checkpoint as ckpt
 class LoadedBackbone:
     model: nn.Module
     tokenizer: Tokenizer
-    # The folder the weights came from, and its kind ("plm_train" or "hf:<model_type>").
+    # The folder the weights came from, and its kind ("plm_train", "hf:<model_type>" or a format's name).
     source: Path
     kind: str
 
 
-def _import_encoder(folder: Path) -> tuple[nn.Module, Path]:
-    """BERT, RoBERTa, ALBERT and ELECTRA (the discriminator) through ``models/hf.py``'s adapter table."""
-    from plm_toolkit.models.hf import import_hf as import_encoder
-
-    imported = import_encoder(folder)
-    config = imported.model_config
-    model = registry.MODELS.get(config.name).builder(config)
-    model.load_state_dict(imported.model_state)
-    return model, imported.tokenizer_file
-
-
-def _import_xlnet(folder: Path) -> tuple[nn.Module, Path]:
-    from plm_toolkit.models.hf_xlnet import import_hf_xlnet
-    from plm_toolkit.models.xlnet import XLNet
-
-    imported = import_hf_xlnet(folder)
+def import_hf_backbone(folder: Path) -> tuple[nn.Module, Path, HFImport]:
+    """The backbone of a local Hugging Face folder with its weights, its tokenizer file and the import."""
+    imported = import_hf(folder)
     if imported.tokenizer_file is None:
         raise CheckpointError(
             f"{folder}: no tokenizer.json (a released XLNet folder may hold only spiece.model); save one with "
-            "transformers' XLNetTokenizerFast(...).save_pretrained(folder)"
+            "transformers' <Family>TokenizerFast(...).save_pretrained(folder)"
         )
-    model = XLNet(imported.model_config)
+    config = imported.model_config
+    model = registry.MODELS.get(config.name).builder(config)
     model.load_state_dict(imported.model_state)
-    return model, imported.tokenizer_file
+    return model, imported.tokenizer_file, imported
 
 
-# config.json model_type -> importer returning (backbone with weights loaded, tokenizer file).
-HF_IMPORTERS: dict[str, Callable[[Path], tuple[nn.Module, Path]]] = {
-    "bert": _import_encoder,
-    "roberta": _import_encoder,
-    "albert": _import_encoder,
-    "electra": _import_encoder,
-    "xlnet": _import_xlnet,
-}
+@dataclass(frozen=True)
+class CheckpointFormat:
+    """A checkpoint format other than plm-train's and Hugging Face's (bilm-tf's ELMo), registered by its family's
+    adapter module with ``register_format``."""
+
+    name: str
+    # What a folder of this format holds, for messages.
+    description: str
+    # Whether ``path`` holds this format.
+    detect: Callable[[Path], bool]
+    # The backbone with its weights, and its tokenizer.
+    load: Callable[[Path], tuple[nn.Module, Tokenizer]]
 
 
-def import_hf(folder: Path) -> tuple[nn.Module, Path]:
-    """The backbone of a local Hugging Face folder, by ``config.json``'s ``model_type``."""
-    path = folder / "config.json"
-    try:
-        model_type = json.loads(path.read_text()).get("model_type")
-    except (OSError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path}: not readable JSON ({err})") from err
-    if model_type not in HF_IMPORTERS:
-        raise CheckpointError(
-            f"{path}: model_type {model_type!r} has no import adapter; supported: {', '.join(sorted(HF_IMPORTERS))}"
-        )
-    return HF_IMPORTERS[model_type](folder)
+FORMATS: list[CheckpointFormat] = []
 
 
-def bilm_tf_tokenizer(path: Path) -> Tokenizer:
-    """The word tokenizer of a bilm-tf folder: its vocabulary file (*vocab*.txt) when there is one, else the sentence
-    markers alone (ELMo reads every word as characters; the word ids serve only the softmax)."""
-    folder = path if path.is_dir() else path.parent
-    vocabularies = sorted(folder.glob("*vocab*.txt"))
-    return read_bilm_vocab(vocabularies[0]) if len(vocabularies) == 1 else word_tokenizer([])
+def register_format(fmt: CheckpointFormat) -> None:
+    FORMATS.append(fmt)
 
 
 def plm_checkpoint_dir(path: Path) -> Path | None:
@@ -107,6 +85,7 @@ def plm_checkpoint_dir(path: Path) -> Path | None:
 
 def model_config_of(checkpoint_dir: Path):
     """The typed backbone config saved in a checkpoint's config.yaml."""
+    load_all()
     path = checkpoint_dir / ckpt.CONFIG_FILE
     saved = OmegaConf.load(path)
     section = saved.get("backbone") or saved.get("model")
@@ -143,25 +122,29 @@ def with_dropout(model: nn.Module, dropout: float) -> nn.Module:
 
 
 def load_backbone(path: str | Path, dropout: float | None = None) -> LoadedBackbone:
-    """A backbone with its weights and tokenizer from a plm-train checkpoint or a Hugging Face folder."""
+    """A backbone with its weights and tokenizer from a plm-train checkpoint, a Hugging Face folder or a registered
+    format."""
     path = Path(path).expanduser()
     if not path.exists():
         raise CheckpointError(f"model.checkpoint={path}: no such file or directory")
+    load_all()  # the families' adapters register their formats
     step_dir = plm_checkpoint_dir(path)
     tokenizer = None
+    other = next((fmt for fmt in FORMATS if fmt.detect(path)), None)
     if step_dir is not None:
         model, tokenizer_file, source, kind = *_load_plm(step_dir), step_dir, "plm_train"
-    elif path.is_dir() and (path / "config.json").is_file():
-        model, tokenizer_file = import_hf(path)
+    elif (path / "config.json").is_file():
+        model, tokenizer_file, _ = import_hf_backbone(path)
         source, kind = path, f"hf:{json.loads((path / 'config.json').read_text()).get('model_type')}"
-    elif find_bilm_tf(path) is not None:
-        model, tokenizer = import_bilm_tf(path), bilm_tf_tokenizer(path)
-        source, kind = path, "bilm_tf"
+    elif other is not None:
+        (model, tokenizer), source, kind = other.load(path), path, other.name
     else:
-        raise CheckpointError(
-            f"model.checkpoint={path}: neither a plm-train checkpoint ({ckpt.MODEL_FILE} + {ckpt.CONFIG_FILE}), "
-            "a Hugging Face folder (config.json) nor a bilm-tf folder (*options.json + *weights*.hdf5)"
-        )
+        kinds = [
+            f"a plm-train checkpoint ({ckpt.MODEL_FILE} + {ckpt.CONFIG_FILE})",
+            "a Hugging Face folder (config.json)",
+        ]
+        kinds += [fmt.description for fmt in FORMATS]
+        raise CheckpointError(f"model.checkpoint={path}: not {', '.join(kinds[:-1])} or {kinds[-1]}")
     if dropout is not None:
         with_dropout(model, dropout)
     if tokenizer is None:

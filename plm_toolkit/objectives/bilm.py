@@ -29,6 +29,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from plm_toolkit.data.characters import BOS_TOKEN, EOS_TOKEN, character_table
+from plm_toolkit.data.plan import DataPlan, choose_layout
+from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.data.word_vocabulary import UNK_TOKEN
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.models.base import CHARACTERS, RECURRENT_MEMORY
@@ -65,12 +67,13 @@ class CharacterLookup:
 @OBJECTIVES.register("bilm", BilmConfig)
 class BidirectionalLanguageModeling(MemoryObjective):
     required_capabilities = frozenset({CHARACTERS, RECURRENT_MEMORY})
-    data_layout = "streams"
+    natural_layout = "sentence_streams"
     perplexity_components = frozenset({"bilm", "bilm_forward", "bilm_backward"})
     metric_denominators = {"bilm_forward_loss": "forward", "bilm_backward_loss": "backward"}
 
-    def __init__(self, config: BilmConfig, model: nn.Module, words: Sequence[str]):
+    def __init__(self, config: BilmConfig, model: nn.Module, vocab: Vocab):
         super().__init__()
+        words = vocab.tokens
         index = {w: i for i, w in enumerate(words)}
         missing = [t for t in (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN) if t not in index]
         if missing:
@@ -88,6 +91,22 @@ class BidirectionalLanguageModeling(MemoryObjective):
         # bilm-tf: W ~ N(0, 1 / hidden), b = 0; shared by both directions.
         self.softmax_weight = nn.Parameter(torch.randn(self.softmax_size, hidden) / math.sqrt(hidden))
         self.softmax_bias = nn.Parameter(torch.zeros(self.softmax_size))
+
+    @classmethod
+    def data_plan(cls, config, data_cfg, model_config) -> DataPlan:
+        """Windows of data.max_seq_len + 1 tokens of both sentence streams (inputs and next-word targets), one
+        after the other, read in stream order: every row continues its text, as the carried LSTM states assume."""
+        layout = choose_layout(data_cfg, cls.natural_layout, config.name)
+        length = int(data_cfg.max_seq_len)
+        return DataPlan(layout, window=length + 1, stride=length, order="stream")
+
+    @classmethod
+    def check_data(cls, config, data_cfg) -> None:
+        kind = getattr(data_cfg.tokenizer.kind, "value", data_cfg.tokenizer.kind)
+        if kind not in ("auto", "word") and not data_cfg.tokenizer.path:
+            raise ConfigError(
+                f"data.tokenizer.kind={kind}: objective=bilm predicts whole words; set data.tokenizer.kind=word"
+            )
 
     @classmethod
     def check_config(cls, config) -> None:

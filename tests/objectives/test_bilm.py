@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from plm_toolkit.data.sentence_streams import sentence_streams
+from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.word_vocabulary import word_tokenizer
 from plm_toolkit.models.elmo import Elmo, ElmoConfig
 from plm_toolkit.objectives.bilm import BidirectionalLanguageModeling, BilmConfig
@@ -24,10 +25,10 @@ def setup(softmax_size: int = 12, num_negatives: int = 0):
             dropout=0.0,
         )
     )
-    vocab = word_tokenizer(WORDS).get_vocab()
-    words = sorted(vocab, key=vocab.get)
+    vocab = vocab_from_tokenizer(word_tokenizer(WORDS))
+    words = list(vocab.tokens)
     objective = BidirectionalLanguageModeling(
-        BilmConfig(softmax_size=softmax_size, num_negatives=num_negatives), model, words
+        BilmConfig(softmax_size=softmax_size, num_negatives=num_negatives), model, vocab
     )
     return model, objective, words
 
