@@ -68,3 +68,65 @@ def test_features_mode_reads_every_layer_without_gradients(finetune_config, tiny
     out.loss_sums["task"].backward()
     assert model.training  # the backbone's mode is restored after it ran in eval mode
     assert task.features.mix.weights.grad is not None and task.head.linear.weight.shape == (2, 16)
+
+
+@pytest.fixture(scope="module")
+def tiny_elmo_folder(tmp_path_factory):
+    """A random tiny ELMo in bilm-tf's format (options.json + weights.hdf5), as released ELMo models come."""
+    pytest.importorskip("h5py")
+    from plm_toolkit.models.elmo import Elmo, ElmoConfig
+    from plm_toolkit.models.elmo_bilm_tf import export_bilm_tf
+
+    torch.manual_seed(0)
+    config = ElmoConfig(
+        char_embedding_size=4, filters=[[1, 8], [2, 8], [3, 8]], num_highway=1, hidden_size=12, cell_size=20
+    )
+    return export_bilm_tf(tmp_path_factory.mktemp("elmo"), Elmo(config))
+
+
+def test_elmo_features_carry_the_spelling_of_unknown_words(tiny_elmo_folder, tmp_path):
+    from omegaconf import OmegaConf
+
+    from plm_toolkit.data.characters import word_character_ids
+    from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+    from plm_toolkit.tasks.ner import NerConfig, TokenClassification
+
+    (tmp_path / "train.conll").write_text("Zyzzyva\tB-PER\nran\tO\n")
+    data_cfg = OmegaConf.create(
+        {"train_file": str(tmp_path / "train.conll"), "validation_file": None, "max_seq_len": 16}
+        | {"max_train_samples": None, "max_eval_samples": None}
+    )
+    loaded = load_backbone(tiny_elmo_folder)
+    vocab = vocab_from_tokenizer(loaded.tokenizer)
+    data = TokenClassification.prepare_data(NerConfig(), data_cfg, loaded.tokenizer, vocab, characters=50)
+    feature = data.train[0]
+    assert feature["input_ids"] == [vocab.bos_id, vocab.unk_id, vocab.unk_id, vocab.eos_id]  # no word is known
+    assert feature["char_ids"] == [word_character_ids(w) for w in ("<S>", "Zyzzyva", "ran", "</S>")]
+    assert feature["labels"][1] == 1 and feature["labels"][0] == -100  # B-PER on the word, none on <S>
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["full", "features"])
+def test_elmo_fine_tunes_on_ner_fully_and_as_features(finetune_config, tiny_elmo_folder, tmp_path, mode):
+    sentence = "EU\tB-ORG\nrejects\tO\nGerman\tB-MISC\ncall\tO\n\nPeter\tB-PER\nBlackburn\tI-PER\nwent\tO\n\n"
+    (tmp_path / "train.conll").write_text(sentence * 12)
+    (tmp_path / "dev.conll").write_text(sentence)
+    cfg = finetune_config(
+        f"model.checkpoint={tiny_elmo_folder}",
+        f"data.train_file={tmp_path / 'train.conll'}",
+        f"data.validation_file={tmp_path / 'dev.conll'}",
+        "task=ner",
+        "model.dropout=0",
+        "trainer.max_steps=60",
+        "trainer.batch_size=8",
+        "optimizer.lr=2e-2",
+        "optimizer.warmup_ratio=0",
+        f"finetune.mode={mode}",
+        "finetune.encoder_hidden_size=16",
+        "finetune.encoder_layers=1",
+        "finetune.dropout=0",
+    )
+    final = run(cfg, tmp_path / "run")
+    values = losses(tmp_path / "run")
+    assert sum(values[-5:]) / 5 < sum(values[:5]) / 5 - 0.5, values
+    assert final["eval_accuracy"] > 3 / 7  # above tagging every word O
