@@ -50,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def run(command: list[str], log: list[str]) -> float:
     log.append(" ".join(command))
     start = time.perf_counter()
-    subprocess.run(command, check=True)
+    subprocess.run(command, check=True, stdout=sys.stderr)  # stdout is the JSON alone
     return time.perf_counter() - start
 
 
@@ -79,7 +79,7 @@ def pretrain(args, commands: list[str]) -> dict:
             f"trainer.batch_size={args.pretrain_batch_size}",
             f"trainer.max_minutes={args.minutes}",
             "trainer.max_steps=1000000",
-            "trainer.eval_every=0",
+            "trainer.eval_every=1000000000",  # once, at the end
             "trainer.eval_batches=0",
             "trainer.save_every=0",
             "trainer.log_every=50",
@@ -97,7 +97,7 @@ def pretrain(args, commands: list[str]) -> dict:
     return {
         "run_dir": str(run_dir),
         "seconds": round(seconds, 1),
-        "steps": last(records, "lr").get("step"),
+        "steps": final.get("step"),
         "eval_forward_perplexity": final.get("eval_bilm_forward_perplexity"),
         "eval_backward_perplexity": final.get("eval_bilm_backward_perplexity"),
         "eval_perplexity": final.get("eval_bilm_perplexity"),

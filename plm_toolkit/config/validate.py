@@ -179,6 +179,12 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
             out.append(f"data.{key}={d[key]}: must be at least 1 (or null for all)")
     if cfg.model.dropout is not None and not 0.0 <= cfg.model.dropout < 1.0:
         out.append(f"model.dropout={cfg.model.dropout}: expected a probability in [0, 1)")
+    f = cfg.finetune
+    for key in ("encoder_hidden_size", "encoder_layers"):
+        if f[key] < 1:
+            out.append(f"finetune.{key}={f[key]}: must be at least 1")
+    if not 0.0 <= f.dropout < 1.0:
+        out.append(f"finetune.dropout={f.dropout}: expected a probability in [0, 1)")
     return out + training_problems(cfg.trainer, cfg.optimizer)
 
 

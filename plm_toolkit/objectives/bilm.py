@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from plm_toolkit.data.characters import BOS_TOKEN, EOS_TOKEN, character_table
@@ -34,6 +33,7 @@ from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.data.word_vocabulary import UNK_TOKEN
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.models.base import CHARACTERS, RECURRENT_MEMORY
+from plm_toolkit.nn.losses import linear_cross_entropy
 from plm_toolkit.nn.sampled_softmax import sample_log_uniform, sampled_softmax_loss
 from plm_toolkit.objectives.base import MemoryObjective, ObjectiveOutput
 from plm_toolkit.registry import OBJECTIVES
@@ -132,12 +132,13 @@ class BidirectionalLanguageModeling(MemoryObjective):
         return {"bilm": forward + backward, "forward": forward, "backward": backward}
 
     def _nll(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Per-target negative log-likelihood (N,) of hidden (N, H)."""
+        """Summed negative log-likelihood of targets (N,) given hidden (N, H): sampled while training a softmax
+        larger than num_negatives, else in full (in chunks: never all N x V logits at once)."""
         weight, bias = self.softmax_weight, self.softmax_bias
         if self.training and 0 < self.num_negatives < self.softmax_size:
             candidates = sample_log_uniform(self.num_negatives, self.softmax_size)
-            return sampled_softmax_loss(hidden.float(), targets, weight.float(), bias.float(), candidates)
-        return F.cross_entropy(F.linear(hidden, weight, bias).float(), targets, reduction="none")
+            return sampled_softmax_loss(hidden.float(), targets, weight.float(), bias.float(), candidates).sum()
+        return linear_cross_entropy(hidden, weight, bias, targets)[0]
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
         mask = batch["attention_mask"][:, :-1]  # (B, T)
@@ -153,7 +154,7 @@ class BidirectionalLanguageModeling(MemoryObjective):
         for name, key, boundary in (("forward", "input_ids", self.eos_id), ("backward", "reverse_ids", self.bos_id)):
             targets, keep = self._targets(batch, key, boundary)
             hidden = self.dropout(reps.extras[name])[keep]  # (N, H)
-            sums[name] = self._nll(hidden, targets[keep]).sum()
+            sums[name] = self._nll(hidden, targets[keep])
         return ObjectiveOutput(
             loss_sums={"bilm": sums["forward"] + sums["backward"]},
             metrics={f"bilm_{k}_loss": v.detach() for k, v in sums.items()},

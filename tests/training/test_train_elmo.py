@@ -76,3 +76,17 @@ def test_resume_with_carried_lstm_states_continues_exactly(make_config, tmp_path
     torch.save(state, forgetful / "checkpoints" / "step_4" / "trainer_state.pt")
     run(make_config(*common, "trainer.max_steps=5", "trainer.resume=auto", tiny=False), forgetful)
     assert read_metrics(forgetful)[-1]["loss"] != b[4]["loss"]
+
+
+def test_impossible_elmo_combinations_name_the_keys(make_config):
+    from plm_toolkit.config.validate import validate
+    from plm_toolkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model=elmo reads words as characters; objective=mlm feeds token ids"):
+        validate(make_config(*ELMO, "objective=mlm", tiny=False))
+    with pytest.raises(ConfigError, match="data.tokenizer.kind=wordpiece: objective=bilm predicts whole words"):
+        validate(make_config(*ELMO, "data.tokenizer.kind=wordpiece", tiny=False))
+    with pytest.raises(ConfigError, match="objective=bilm needs a model that is characters, recurrent_memory"):
+        validate(make_config("objective=bilm", "data.tokenizer.kind=word"))
+    with pytest.raises(ConfigError, match="data.packing=streams: objective=bilm needs sentence streams"):
+        validate(make_config(*ELMO, "data.packing=streams", tiny=False))
