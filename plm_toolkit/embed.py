@@ -165,7 +165,7 @@ class Hdf5Writer:
 
     def write(self, index: int, sentence: list[str], vectors: np.ndarray) -> None:
         self.file.create_dataset(str(index), data=vectors.astype(np.float32))
-        self.sentence_to_index.setdefault(" ".join(sentence), str(index))
+        self.sentence_to_index[" ".join(sentence)] = str(index)  # a repeated sentence names its last line, as allennlp
 
     def close(self) -> None:
         dataset = self.file.create_dataset("sentence_to_index", (1,), dtype=self.h5py.string_dtype())
