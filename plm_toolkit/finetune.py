@@ -22,6 +22,7 @@ from plm_toolkit.cli import run_command, start_run, write_results
 from plm_toolkit.config.validate import task_class
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.models.pretrained import load_backbone
+from plm_toolkit.tasks.base import character_width
 from plm_toolkit.tasks.seq2seq import task_for_backbone
 
 log = logging.getLogger("plm_toolkit")
@@ -53,10 +54,10 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         cfg.data.max_seq_len = longest
     cls = task_for_backbone(task_class(cfg.task.name), model, cfg.task.name)
     task_config = OmegaConf.to_object(cfg.task)
-    data = cls.prepare_data(task_config, cfg.data, tokenizer, vocab)
+    data = cls.prepare_data(task_config, cfg.data, tokenizer, vocab, characters=character_width(model))
     if hasattr(task_config, "labels") and data.labels:
         task_config.labels = list(data.labels)
-    task = cls(task_config, model, vocab, data)
+    task = cls(task_config, model, vocab, data, finetune=OmegaConf.to_object(cfg.finetune))
 
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["optimizer"] = OmegaConf.to_container(optimizer_cfg, resolve=True)

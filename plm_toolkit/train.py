@@ -33,7 +33,9 @@ def build_model(model_cfg: DictConfig, vocab_size: int, pad_id: int | None = Non
     the tokenizer's padding id (``pad_id``) where the config has one; with ``vocab``, also its start and end ids
     (``bos_token_id``, ``eos_token_id``) for families that decode."""
     config = OmegaConf.to_object(model_cfg)
-    if config.vocab_size is None:
+    if not hasattr(config, "vocab_size"):  # a family without a token embedding (ELMo reads characters)
+        pass
+    elif config.vocab_size is None:
         config = dataclasses.replace(config, vocab_size=vocab_size)
     elif config.vocab_size < vocab_size:
         raise PlmError(f"model.vocab_size={config.vocab_size} is smaller than the tokenizer's {vocab_size} tokens")
@@ -73,8 +75,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     if plan.layout == "parallel":
         objective.attach_references(data.tokenizer, data.references)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    resolved["model"]["vocab_size"] = model_config.vocab_size
-    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+    for key in ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id"):
         if key in resolved["model"]:
             resolved["model"][key] = getattr(model_config, key)
     resolved["data"]["tokenizer"]["kind"] = tokenizer_kind(cfg)

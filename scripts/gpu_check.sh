@@ -29,7 +29,7 @@ fi
 
 if [[ $part == all || $part == fsdp ]]; then
   echo "== FSDP on NCCL, 1 process, bf16, compiled blocks, then a resume"
-  run="$out/fsdp/run"
+  run="$out/fsdp/run"; mkdir -p "$out/fsdp"
   common=(hardware=fsdp hardware.device=cuda hardware.precision=bf16 hardware.compile=true
           trainer.save_every=10 trainer.log_every=5 trainer.progress_bar=false "hydra.run.dir=$run")
   timeout 300 "$py" -m torch.distributed.run --standalone --nproc_per_node 1 -m plm_toolkit.train \

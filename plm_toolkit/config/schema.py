@@ -19,8 +19,8 @@ def choices(name: str, *values: str) -> type[Enum]:
     return Enum(name, {v: v for v in values}, type=str)
 
 
-TokenizerKind = choices("TokenizerKind", "auto", "wordpiece", "bpe", "gpt2_bpe", "unigram", "character")
-Packing = choices("Packing", "auto", "sentence_pairs", "segment_pairs", "full_sentences", "streams")
+TokenizerKind = choices("TokenizerKind", "auto", "wordpiece", "bpe", "gpt2_bpe", "unigram", "character", "word")
+Packing = choices("Packing", "auto", "sentence_pairs", "segment_pairs", "full_sentences", "streams", "sentence_streams")
 OptimizerName = choices("OptimizerName", "adamw", "adam", "sgd")
 Schedule = choices("Schedule", "linear", "cosine", "constant", "noam", "inverse_sqrt")
 Device = choices("Device", "auto", "cpu", "cuda")
@@ -29,6 +29,8 @@ Distributed = choices("Distributed", "auto", "none", "ddp", "fsdp")
 CompileMode = choices("CompileMode", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 OptimizerImplementation = choices("OptimizerImplementation", "auto", "fused", "foreach", "for_loop")
 Backend = choices("Backend", "auto", "nccl", "gloo")
+FinetuneMode = choices("FinetuneMode", "full", "features")
+EmbedLayers = choices("EmbedLayers", "all", "top", "average")
 
 
 @dataclass
@@ -249,19 +251,54 @@ class TaskDataConfig:
 
 
 @dataclass
+class FinetuneModeConfig:
+    # full: train the whole backbone with the task's head (BERT's fine-tuning); features: freeze the backbone and
+    # train a scalar mix of its layers, a biLSTM task encoder and the head (ELMo's use, BERT section 5.3).
+    mode: FinetuneMode = FinetuneMode.full
+    # features only: width of each direction of the task biLSTM (BERT section 5.3: 768, two layers).
+    encoder_hidden_size: int = 256
+    # features only: layers of the task biLSTM.
+    encoder_layers: int = 2
+    # features only: dropout on the mixed features and between the biLSTM's layers (allennlp's ELMo: 0.5).
+    dropout: float = 0.5
+
+
+@dataclass
 class FinetuneConfig:
     model: BackboneSourceConfig = field(default_factory=BackboneSourceConfig)
     task: Any = MISSING
+    # How much of the model trains: all of it, or a task encoder over the frozen backbone's layers.
+    finetune: FinetuneModeConfig = field(default_factory=FinetuneModeConfig)
     data: TaskDataConfig = field(default_factory=TaskDataConfig)
     optimizer: OptimizerConfig = MISSING
     hardware: HardwareConfig = MISSING
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
 
+@dataclass
+class EmbedConfig:
+    # The model: a plm-train checkpoint or run directory, a local Hugging Face folder, or a bilm-tf folder
+    # (*options.json + *weights*.hdf5, a released ELMo).
+    checkpoint: str = MISSING
+    # UTF-8 text, one whitespace-tokenized sentence per line (no blank lines).
+    input_file: str = MISSING
+    # Where to write: .hdf5 / .h5 (allennlp's elmo layout, written as it goes) or .safetensors (held in memory).
+    output_file: str = MISSING
+    # all: every layer, (layers, words, dim) per line; top: the last layer, (words, dim); average: their mean.
+    layers: EmbedLayers = EmbedLayers.all
+    # Sentences per forward pass (ELMo carries its LSTM states from one batch to the next, as the original does).
+    batch_size: int = 64
+    # Where to run: auto picks cuda when a GPU is visible, else cpu.
+    device: Device = Device.auto
+    # Show a tqdm progress bar over the lines.
+    progress_bar: bool = True
+
+
 def register_schemas() -> None:
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="finetune_schema", node=FinetuneConfig)
+    cs.store(name="embed_schema", node=EmbedConfig)
     cs.store(group="schema/data", name="data", node=DataConfig)
     cs.store(group="schema/data", name="parallel", node=ParallelDataConfig)
     cs.store(group="schema/optimizer", name="optimizer", node=OptimizerConfig)

@@ -17,7 +17,7 @@ from plm_toolkit.data.parallel import resolve
 from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.errors import ConfigError, PlmError
 from plm_toolkit.failures import did_you_mean, key_names
-from plm_toolkit.models.base import SEGMENTS
+from plm_toolkit.models.base import CHARACTERS, SEGMENTS
 from plm_toolkit.registry import MODELS, OBJECTIVES, TASKS
 
 
@@ -202,6 +202,11 @@ def problems(cfg: DictConfig) -> list[str]:
             f"objective={o.name} needs a model that is {lacking}; model={m.name} is not. "
             f"Models that can serve it: {', '.join(able) or 'none yet'}"
         )
+    if CHARACTERS in provided and CHARACTERS not in needed:
+        out.append(
+            f"model={m.name} reads words as characters; objective={o.name} feeds token ids. Objectives for it: "
+            + ", ".join(n for n in OBJECTIVES.names() if CHARACTERS in objective_class(n).required_capabilities)
+        )
     if SEGMENTS in needed and m.get("type_vocab_size", 2) < 2:
         out.append(
             f"objective={o.name} feeds two segments (token types 0 and 1); model.type_vocab_size="
@@ -304,6 +309,12 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
             "hardware.unpad=true is for pretraining (plm-train objective=mlm); fine-tuning trims each batch to its "
             "longest row and groups rows by length instead (trainer.group_by_length)"
         )
+    f = cfg.finetune
+    for key in ("encoder_hidden_size", "encoder_layers"):
+        if f[key] < 1:
+            out.append(f"finetune.{key}={f[key]}: must be at least 1")
+    if not 0.0 <= f.dropout < 1.0:
+        out.append(f"finetune.dropout={f.dropout}: expected a probability in [0, 1)")
     out += training_problems(cfg.trainer, cfg.optimizer, d_model_from_backbone=True)
     return out + hardware_problems(cfg.hardware)
 

@@ -23,6 +23,8 @@ def collate(examples: Sequence[dict[str, Any]], vocab: Vocab) -> dict[str, torch
                            of the candidates. [UNK] stays False: the reference treats it as an ordinary token
                            that can be masked and predicted.
       next_sentence_label  (B,) long, when the examples have one
+      reverse_ids          (B, T) long, when the examples have one (ELMo's reversed-sentence stream), padded as
+                           input_ids
     """
     lengths = [len(e["input_ids"]) for e in examples]
     batch_size, width = len(examples), max(lengths)
@@ -43,6 +45,11 @@ def collate(examples: Sequence[dict[str, Any]], vocab: Vocab) -> dict[str, torch
         "attention_mask": attention_mask,
         "special_tokens_mask": special_tokens_mask,
     }
+    if "reverse_ids" in examples[0]:
+        reverse_ids = torch.full((batch_size, width), vocab.padding_id, dtype=torch.long)
+        for row, (example, length) in enumerate(zip(examples, lengths, strict=True)):
+            reverse_ids[row, :length] = torch.as_tensor(example["reverse_ids"], dtype=torch.long)
+        batch["reverse_ids"] = reverse_ids
     if "next_sentence_label" in examples[0]:
         batch["next_sentence_label"] = torch.tensor([int(e["next_sentence_label"]) for e in examples], dtype=torch.long)
     return batch

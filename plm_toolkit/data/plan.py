@@ -26,7 +26,9 @@ BatchTransform = Callable[[dict[str, torch.Tensor], Sequence[int]], dict[str, to
 # sentence_pairs: BERT's, B random half the time (NSP); segment_pairs: two consecutive segments of one document,
 # in order (SOP swaps them per batch); full_sentences: RoBERTa's packing; streams: windows of one token stream;
 # parallel: source-target sentence pairs (data=parallel, data/parallel.py), read in token-count batches.
-LAYOUTS = ("sentence_pairs", "segment_pairs", "full_sentences", "streams", "parallel")
+# sentence_streams: ELMo's, windows of a stream of <S> ... </S> sentences and of the same sentences reversed.
+LAYOUTS = ("sentence_pairs", "segment_pairs", "full_sentences", "streams", "parallel", "sentence_streams")
+STREAM_LAYOUTS = ("streams", "sentence_streams")
 # shuffled: a seeded permutation of the examples per epoch; stream: consecutive windows dealt out in order over
 # batch_size sub-streams, so that a carried memory continues each row's text (Transformer-XL section 3.2).
 ORDERS = ("shuffled", "stream")
@@ -37,6 +39,7 @@ _LAYOUT_WORDS = {
     "sentence_pairs": "sentence pairs",
     "segment_pairs": "in-order segment pairs",
     "streams": "streams",
+    "sentence_streams": "sentence streams",
     "full_sentences": "full sentences or pairs",
     "parallel": "sentence pairs (data=parallel)",
 }
@@ -46,7 +49,7 @@ _LAYOUT_WORDS = {
 class DataPlan:
     # How examples are cut from the corpus (LAYOUTS).
     layout: str = "full_sentences"
-    # streams: tokens per window and the distance between consecutive window starts.
+    # Stream layouts: tokens per window and the distance between consecutive window starts.
     window: int | None = None
     stride: int | None = None
     # How the loader reads the examples (ORDERS).
@@ -70,7 +73,7 @@ class DataPlan:
 
     @property
     def stream_window(self) -> tuple[int, int] | None:
-        return (self.window, self.stride) if self.layout == "streams" else None
+        return (self.window, self.stride) if self.layout in STREAM_LAYOUTS else None
 
     def with_transform(self, transform: BatchTransform | None) -> DataPlan:
         return dataclasses.replace(self, transform=transform)
@@ -94,7 +97,7 @@ def choose_layout(data_cfg, wanted: str, objective: str) -> str:
     packing = getattr(data_cfg.packing, "value", data_cfg.packing)
     if packing == "auto":
         return wanted
-    if packing == wanted or (wanted == "full_sentences" and packing != "streams"):
+    if packing == wanted or (wanted == "full_sentences" and packing not in STREAM_LAYOUTS):
         return packing
     raise ConfigError(
         f"data.packing={packing}: objective={objective} needs {_LAYOUT_WORDS.get(wanted, wanted)}; "

@@ -30,7 +30,8 @@ from plm_toolkit.data.corpus import (
     split_documents,
     stable_hash,
 )
-from plm_toolkit.data.plan import LAYOUTS
+from plm_toolkit.data.plan import LAYOUTS, STREAM_LAYOUTS
+from plm_toolkit.data.sentence_streams import sentence_stream_windows
 from plm_toolkit.data.template import Template, template_of
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import DataError
@@ -56,7 +57,7 @@ def build_pretraining_examples(
 ) -> datasets.Dataset | None:
     """The examples of `split` in `layout`, or None when the split has no source. Deterministic given `seed`.
 
-    ``window`` = (length, stride) of the "streams" layout; default (max_seq_len + 1, max_seq_len): inputs and
+    ``window`` = (length, stride) of the stream layouts; default (max_seq_len + 1, max_seq_len): inputs and
     next-token targets of consecutive segments.
     """
     layout = choice(layout)
@@ -71,7 +72,7 @@ def build_pretraining_examples(
     settings = (layout, int(data_cfg.max_seq_len), FORMAT_VERSION, int(seed))
     if layout in PAIR_LAYOUTS:
         settings += (float(data_cfg.short_seq_prob), float(data_cfg.random_next_prob))
-    if layout == "streams":
+    if layout in STREAM_LAYOUTS:
         window = window or (int(data_cfg.max_seq_len) + 1, int(data_cfg.max_seq_len))
         settings += tuple(window)
     path = cache_root(data_cfg) / "examples" / f"{stable_hash(tokenized._fingerprint, settings)}.arrow"
@@ -87,6 +88,12 @@ def build_pretraining_examples(
         return _sentence_pairs(tokenized, vocab, data_cfg, seed, path)
     if layout == "streams":
         return _stream_windows(tokenized, vocab, window[0], window[1], path)
+    if layout == "sentence_streams":
+        markers = (
+            vocab.require("bos_id", "ELMo's sentence streams"),
+            vocab.require("eos_id", "ELMo's sentence streams"),
+        )
+        return sentence_stream_windows(_iter_documents(tokenized), *markers, window[0], window[1], path)
     single = template_of(tokenizer, pair=False)
     return _full_sentences(tokenized, single, vocab.document_separator, int(data_cfg.max_seq_len), path)
 

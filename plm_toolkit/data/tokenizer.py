@@ -1,6 +1,6 @@
 """Tokenizers: load a tokenizer.json, a WordPiece vocab.txt or a byte-level BPE vocab.json + merges.txt, or train a
-WordPiece (BERT), byte-level BPE (RoBERTa's or GPT-2's special tokens), SentencePiece-style unigram (XLNet) or
-character vocabulary on the corpus.
+WordPiece (BERT), byte-level BPE (RoBERTa's or GPT-2's special tokens), SentencePiece-style unigram (XLNet),
+character or word (ELMo's, ``data/word_vocabulary.py``) vocabulary on the corpus.
 
 Each tokenizer carries its family's template (its post-processor): how one text or a pair is wrapped in special
 tokens. The roles of the special tokens (pad, unk, cls, sep, mask, bos, eos, sentinels) are read from it by
@@ -25,6 +25,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 
 from plm_toolkit.data.corpus import cache_root, choice, read_documents, stable_hash
 from plm_toolkit.data.vocab import ROLE_TOKENS, Vocab
+from plm_toolkit.data.word_vocabulary import WORD_SPECIAL_TOKENS, train_word_tokenizer
 from plm_toolkit.errors import DataError
 
 # The special tokens of a trained vocabulary, in id order: [PAD] is 0 so that zero-filled tensors are padding.
@@ -43,7 +44,7 @@ BPE_VOCAB_FILE, BPE_MERGES_FILE = "vocab.json", "merges.txt"
 
 
 def tokenizer_kind(data_cfg: Any) -> str:
-    """wordpiece, bpe, gpt2_bpe, unigram or character; ``auto`` (left unresolved by a caller that knows no model)
+    """wordpiece, bpe, gpt2_bpe, unigram, character or word; ``auto`` (left unresolved by a caller that knows no model)
     means wordpiece."""
     kind = choice(data_cfg.tokenizer.kind)
     return "wordpiece" if kind == "auto" else kind
@@ -243,13 +244,16 @@ def tokenizer_cache_path(data_cfg: Any, corpus_fingerprint: str) -> Path:
     """Where the tokenizer trained on this corpus with these settings is cached."""
     t = data_cfg.tokenizer
     kind = tokenizer_kind(data_cfg)
-    specials = {"wordpiece": SPECIAL_TOKENS, "gpt2_bpe": GPT2_SPECIAL_TOKENS}.get(kind, BPE_SPECIAL_TOKENS)
+    specials = {"wordpiece": SPECIAL_TOKENS, "gpt2_bpe": GPT2_SPECIAL_TOKENS, "word": WORD_SPECIAL_TOKENS}.get(
+        kind, BPE_SPECIAL_TOKENS
+    )
+    word = kind == "word"  # keeps every word, whatever the size settings (they cut the bilm softmax instead)
     key = stable_hash(
         corpus_fingerprint,
         kind,
-        int(t.vocab_size),
+        0 if word else int(t.vocab_size),
         bool(t.lowercase) if kind == "wordpiece" else False,
-        int(t.min_frequency),
+        0 if word else int(t.min_frequency),
         specials,
         tokenizers.__version__,
     )
@@ -266,6 +270,11 @@ def train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
         return load_tokenizer(path)
     t = data_cfg.tokenizer
     kind = tokenizer_kind(data_cfg)
+    if kind == "word":
+        texts = (text for batch in documents.dataset.iter(batch_size=1000) for text in batch["text"])
+        tokenizer = train_word_tokenizer(texts)
+        _atomic_save(tokenizer, path)
+        return tokenizer
     if kind == "character":
         tokenizer = character_tokenizer(documents.dataset, int(t.vocab_size), bool(t.lowercase))
         _add_specials(tokenizer)
@@ -333,9 +342,11 @@ def vocab_from_tokenizer(tokenizer: Tokenizer, source: str | Path | None = None)
     sentinels = []
     while (sentinel := tokenizer.token_to_id(f"<extra_id_{len(sentinels)}>")) is not None:
         sentinels.append(sentinel)
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
     return Vocab(
         size=tokenizer.get_vocab_size(with_added_tokens=True),
         sentinel_ids=tuple(sentinels),
+        tokens=tuple(sorted(vocab, key=vocab.__getitem__)),
         continuation_ids=continuation_ids(tokenizer),
         **ids,
     )

@@ -14,12 +14,12 @@ from plm_toolkit.errors import DataError
 # Role -> the token strings that fill it in the vocabularies we read, in order of preference.
 ROLE_TOKENS: dict[str, tuple[str, ...]] = {
     "pad_id": ("[PAD]", "<pad>"),
-    "unk_id": ("[UNK]", "<unk>", "<|endoftext|>"),
+    "unk_id": ("[UNK]", "<UNK>", "<unk>", "<|endoftext|>"),
     "cls_id": ("[CLS]", "<cls>", "<s>"),
     "sep_id": ("[SEP]", "<sep>", "</s>"),
     "mask_id": ("[MASK]", "<mask>"),
-    "bos_id": ("<s>", "<|endoftext|>"),
-    "eos_id": ("</s>", "<|endoftext|>"),
+    "bos_id": ("<s>", "<|endoftext|>", "<S>"),
+    "eos_id": ("</s>", "<|endoftext|>", "</S>"),
 }
 
 
@@ -37,6 +37,8 @@ class Vocab:
     eos_id: int | None = None
     # T5's <extra_id_0>, <extra_id_1>, ...: span-corruption sentinels, in order.
     sentinel_ids: tuple[int, ...] = ()
+    # Every token's string, by id: how a character-reading objective (ELMo's bilm) spells the words it reads.
+    tokens: tuple[str, ...] = field(default=(), repr=False, compare=False)
     # Ids of the pieces that continue a word rather than start one (WordPiece "##x", byte-level BPE pieces without
     # a leading space): what whole-word and n-gram masking group by. Empty: every piece is a word.
     continuation_ids: frozenset[int] = field(default=frozenset(), repr=False, compare=False)

@@ -22,7 +22,8 @@ SEGMENTS = "segments"  # takes token_type_ids for sentence A / B
 POOLER = "pooler"  # returns a pooled summary vector (NSP, sequence classification)
 TWO_STREAM = "two_stream"  # content + query streams (XLNet's permutation LM)
 ENCODER_DECODER = "encoder_decoder"  # separate encoder and decoder stacks (T5, Transformer)
-RECURRENT_MEMORY = "recurrent_memory"  # cached hidden states of earlier segments (Transformer-XL, XLNet)
+RECURRENT_MEMORY = "recurrent_memory"  # state carried from one batch to the next (Transformer-XL, XLNet, ELMo)
+CHARACTERS = "characters"  # reads each word as character ids (``char_ids``, data/characters.py) instead of token ids
 # A family with either can continue a text (plm-generate) through ``Backbone.decoder``.
 GENERATIVE = frozenset({CAUSAL, ENCODER_DECODER})
 
@@ -102,6 +103,16 @@ class Backbone(nn.Module):
         """Encoder-decoders: the first decoder input, and what targets are shifted right behind. The padding id by
         default (T5's convention); a family that starts from <s> overrides it."""
         return int(self.config.pad_token_id)
+
+    @property
+    def representation_size(self) -> int:
+        """Width of ``Representations.hidden`` and of every ``all_hidden`` layer (what task heads read)."""
+        return int(self.config.hidden_size)
+
+    @property
+    def representation_layers(self) -> int:
+        """How many tensors ``all_hidden`` holds: the embedding output and every layer's output."""
+        return int(self.config.num_layers) + 1
 
     def decoder(self, head):
         """What generation (``plm_toolkit/generation.py``) drives: prefill / step / reorder over a cache, with

@@ -1,4 +1,5 @@
-"""Load a pretrained model: a ``plm-train`` checkpoint or a local Hugging Face folder.
+"""Load a pretrained model: a ``plm-train`` checkpoint, a local Hugging Face folder, or another format a family
+registers (``register_format``: ELMo's bilm-tf folders).
 
     loaded = load_backbone("runs/demo/checkpoints/step_300")      # plm-train: config.yaml + model.safetensors
     loaded = load_backbone("/models/all-MiniLM-L6-v2")           # Hugging Face: config.json + weights
@@ -39,7 +40,7 @@ from plm_toolkit.training import checkpoint as ckpt
 class LoadedBackbone:
     model: nn.Module
     tokenizer: Tokenizer
-    # The folder the weights came from, and its kind ("plm_train" or "hf:<model_type>").
+    # The folder the weights came from, and its kind ("plm_train", "hf:<model_type>" or a format's name).
     source: Path
     kind: str
 
@@ -73,6 +74,27 @@ def _inconsistent(path: Path):
         detail = " ".join(str(err).split("\n")[0].split())
         key = getattr(err, "full_key", None)
         raise CheckpointError(f"{path}: inconsistent config ({f'{key}: ' if key else ''}{detail})") from None
+
+
+@dataclass(frozen=True)
+class CheckpointFormat:
+    """A checkpoint format other than plm-train's and Hugging Face's (bilm-tf's ELMo), registered by its family's
+    adapter module with ``register_format``."""
+
+    name: str
+    # What a folder of this format holds, for messages.
+    description: str
+    # Whether ``path`` holds this format.
+    detect: Callable[[Path], bool]
+    # The backbone with its weights, and its tokenizer.
+    load: Callable[[Path], tuple[nn.Module, Tokenizer]]
+
+
+FORMATS: list[CheckpointFormat] = []
+
+
+def register_format(fmt: CheckpointFormat) -> None:
+    FORMATS.append(fmt)
 
 
 def plm_checkpoint_dir(path: Path) -> Path | None:
@@ -143,24 +165,33 @@ def with_dropout(model: nn.Module, dropout: float) -> nn.Module:
 
 
 def load_backbone(path: str | Path, dropout: float | None = None) -> LoadedBackbone:
-    """A backbone with its weights and tokenizer from a plm-train checkpoint or a Hugging Face folder."""
+    """A backbone with its weights and tokenizer from a plm-train checkpoint, a Hugging Face folder or a registered
+    format."""
     path = Path(path).expanduser()
     if not path.exists():
         raise CheckpointError(f"model.checkpoint={path}: no such file or directory")
+    load_all()  # the families' adapters register their formats
     step_dir = plm_checkpoint_dir(path)
+    tokenizer = None
+    other = next((fmt for fmt in FORMATS if fmt.detect(path)), None)
     if step_dir is not None:
         model, tokenizer_file, source, kind = *load_plm_checkpoint(step_dir), step_dir, "plm_train"
     elif (path / "config.json").is_file():
         model, tokenizer_file, _ = import_hf_backbone(path)
         source, kind = path, f"hf:{json.loads((path / 'config.json').read_text()).get('model_type')}"
+    elif other is not None:
+        (model, tokenizer), source, kind = other.load(path), path, other.name
     else:
-        raise CheckpointError(
-            f"model.checkpoint={path}: neither a plm-train checkpoint ({ckpt.MODEL_FILE} + {ckpt.CONFIG_FILE}) nor "
-            "a Hugging Face folder (config.json)"
-        )
+        kinds = [
+            f"a plm-train checkpoint ({ckpt.MODEL_FILE} + {ckpt.CONFIG_FILE})",
+            "a Hugging Face folder (config.json)",
+        ]
+        kinds += [fmt.description for fmt in FORMATS]
+        raise CheckpointError(f"model.checkpoint={path}: not {', '.join(kinds[:-1])} or {kinds[-1]}")
     if dropout is not None:
         with_dropout(model, dropout)
-    tokenizer = load_tokenizer(tokenizer_file)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(tokenizer_file)
     # A tokenizer.json may carry the truncation and padding its creator used; tasks build their own windows.
     tokenizer.no_truncation()
     tokenizer.no_padding()

@@ -137,9 +137,11 @@ class TransformerXL(Backbone):
         memories: list[torch.Tensor] | None = None,
         attention_mask: torch.Tensor | None = None,
         mem_len: int | None = None,
+        output_all_hidden: bool = False,
         **_: torch.Tensor,
     ) -> Representations:
-        """(B, T) ids and per-layer (B, M, H) memories -> (B, T, H) hidden states and the next memories.
+        """(B, T) ids and per-layer (B, M, H) memories -> (B, T, H) hidden states and the next memories; with
+        ``output_all_hidden`` also every layer's input and the last output (``all_hidden``).
 
         Streams have no padding; ``attention_mask`` is accepted for the shared batch format and ignored.
         """
@@ -155,13 +157,16 @@ class TransformerXL(Backbone):
         positions = positions.to(hidden.dtype)
         may_attend = causal_memory_mask(query_len, memory_len, input_ids.device)[None]  # (1, T, M + T)
         next_memories = []
+        all_hidden = [hidden] if output_all_hidden else None
         for i, layer in enumerate(self.layers):
             memory = memories[i] if memories else None
             # Each layer caches its own input (the previous layer's output), section 3.2.
             next_memories.append(update_memory(memory, hidden, mem_len))
             hidden = layer(hidden, memory, positions, may_attend)
+            if all_hidden is not None:
+                all_hidden.append(hidden)
         hidden = self.dropout(hidden)
-        return Representations(hidden=hidden, memories=next_memories if mem_len > 0 else None)
+        return Representations(hidden=hidden, memories=next_memories if mem_len > 0 else None, all_hidden=all_hidden)
 
 
 class MemoryDecoder:

@@ -176,10 +176,12 @@ class XLNet(Backbone):
         target_mapping: torch.Tensor | None = None,
         mem_len: int | None = None,
         reuse_len: int | None = None,
+        output_all_hidden: bool = False,
         **_: torch.Tensor,
     ) -> Representations:
         """(B, T) ids -> content stream (B, T, H) as ``hidden``; with ``target_mapping`` (B, P, T) also the query
-        stream (B, P, H) as ``extras["query"]``; the next memories from the first ``reuse_len`` positions.
+        stream (B, P, H) as ``extras["query"]``; the next memories from the first ``reuse_len`` positions. With
+        ``output_all_hidden``, ``all_hidden`` holds the content stream's input and every layer's output.
 
         ``perm_mask[b, i, j]`` = 1 forbids position i to see position j (transformers' convention); memory is
         always visible. Without perm_mask every token sees every non-padding token.
@@ -216,9 +218,17 @@ class XLNet(Backbone):
             g = self.dropout(self.mask_embedding.expand(batch, target_mapping.shape[1], -1))  # (B, P, H)
         positions = self.dropout(self.positions(query_len, key_len, batch, device).to(h.dtype))
         next_memories = []
+        all_hidden = [h] if output_all_hidden else None
         for i, layer in enumerate(self.layers):
             memory = memories[i] if memories else None
             next_memories.append(update_memory(memory, h, mem_len, reuse_len))
             h, g = layer(h, g, memory, positions, content_mask, query_mask, segment_differs, target_mapping)
+            if all_hidden is not None:
+                all_hidden.append(h)
         extras = {} if g is None else {"query": self.dropout(g)}
-        return Representations(hidden=self.dropout(h), memories=next_memories if mem_len > 0 else None, extras=extras)
+        return Representations(
+            hidden=self.dropout(h),
+            memories=next_memories if mem_len > 0 else None,
+            extras=extras,
+            all_hidden=all_hidden,
+        )

@@ -19,10 +19,12 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
+from plm_toolkit.config.schema import FinetuneMode, FinetuneModeConfig
 from plm_toolkit.data.template import Template, template_of  # noqa: F401  (the tasks' import path)
 from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.models.base import Representations
+from plm_toolkit.models.base import CHARACTERS, Representations
 from plm_toolkit.objectives.base import Objective
+from plm_toolkit.tasks.features import FeatureEncoder, frozen_layers
 
 log = logging.getLogger("plm_toolkit")
 
@@ -44,7 +46,8 @@ class TaskData:
 
 class PadCollator:
     """Pad list-valued fields to the longest row (``input_ids`` with the pad id, labels with IGNORE, the rest
-    with 0), stack scalars, and add ``attention_mask``. Picklable for data-loader workers."""
+    with 0; a list of lists such as ``char_ids`` to (B, T, C) with 0), stack scalars, and add ``attention_mask``.
+    Picklable for data-loader workers."""
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
@@ -53,7 +56,13 @@ class PadCollator:
         width = max(len(r["input_ids"]) for r in rows)
         batch: dict[str, torch.Tensor] = {}
         for key, first in rows[0].items():
-            if isinstance(first, list):
+            if isinstance(first, list) and first and isinstance(first[0], list):
+                out = torch.zeros((len(rows), width, len(first[0])), dtype=torch.long)
+                for i, r in enumerate(rows):
+                    if r[key]:
+                        out[i, : len(r[key])] = torch.as_tensor(r[key], dtype=torch.long)
+                batch[key] = out  # (B, T, C)
+            elif isinstance(first, list):
                 fill = self.pad_id if key == "input_ids" else IGNORE if key == "labels" else 0
                 out = torch.full((len(rows), width), fill, dtype=torch.long)
                 for i, r in enumerate(rows):
@@ -69,11 +78,21 @@ class PadCollator:
         return batch
 
 
-def encode(model: nn.Module, batch: dict[str, torch.Tensor]) -> Representations:
-    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+def encode(model: nn.Module, batch: dict[str, torch.Tensor], **options) -> Representations:
+    """The backbone over a task batch: token ids, or character ids for a backbone that reads characters (ELMo)."""
+    inputs = {"attention_mask": batch["attention_mask"]}
+    if "char_ids" in batch:
+        inputs["char_ids"] = batch["char_ids"]
+    else:
+        inputs["input_ids"] = batch["input_ids"]
     if "token_type_ids" in batch:
         inputs["token_type_ids"] = batch["token_type_ids"]
-    return model(**inputs)
+    return model(**inputs, **options)
+
+
+def character_width(model: nn.Module) -> int:
+    """Characters per token when the backbone reads characters (its features need ``char_ids``), else 0."""
+    return int(model.config.max_characters) if CHARACTERS in getattr(model, "capabilities", ()) else 0
 
 
 def summary_vector(model: nn.Module, reps: Representations, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -88,7 +107,8 @@ def summary_vector(model: nn.Module, reps: Representations, attention_mask: torc
 
 
 def hidden_size(model: nn.Module) -> int:
-    return int(model.config.hidden_size)
+    """Width of the representations a head reads (ELMo: forward and backward concatenated)."""
+    return int(getattr(model, "representation_size", model.config.hidden_size))
 
 
 def head_dropout(model: nn.Module, configured: float | None) -> float:
@@ -110,18 +130,29 @@ class Task(Objective):
 
     metric_denominators = {}
 
-    def __init__(self, config, model: nn.Module, vocab: Vocab, data: TaskData):
+    def __init__(
+        self, config, model: nn.Module, vocab: Vocab, data: TaskData, finetune: FinetuneModeConfig | None = None
+    ):
         super().__init__()
         self.config = config
         self.vocab = vocab
         self.eval_info = data.eval_info
+        # finetune.mode=features: a scalar mix + biLSTM over the frozen backbone's layers (tasks/features.py).
+        self.features = None
+        if finetune is not None and finetune.mode == FinetuneMode.features:
+            model.requires_grad_(False)
+            self.features = FeatureEncoder(model.representation_layers, hidden_size(model), finetune)
+        # Width of what the task's head reads.
+        self.width = self.features.output_size if self.features is not None else hidden_size(model)
         # Files the last evaluation produced: name -> JSON-serialisable value.
         self.artifacts: dict[str, Any] = {}
         # Metrics of the last evaluation, unprefixed (what eval_results.json holds).
         self.last_metrics: dict[str, float] = {}
 
     @classmethod
-    def prepare_data(cls, config, data_cfg, tokenizer: Tokenizer, vocab: Vocab) -> TaskData:
+    def prepare_data(cls, config, data_cfg, tokenizer: Tokenizer, vocab: Vocab, characters: int = 0) -> TaskData:
+        """The task's features; with ``characters`` > 0 each also gets ``char_ids`` (T, characters), for a backbone
+        that reads words as characters."""
         raise NotImplementedError
 
     @classmethod
@@ -129,6 +160,13 @@ class Task(Objective):
         """The data files that are not there, one message each (validation calls it before any work)."""
         keys = ("train_file", "validation_file")
         return [f"data.{k}: {data_cfg[k]} is not a file" for k in keys if data_cfg[k] and not _is_file(data_cfg[k])]
+
+    def encode(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> Representations:
+        """What the head reads: the backbone's representations, or in features mode the task encoder's over the
+        frozen backbone's layers."""
+        if self.features is None:
+            return encode(model, batch)
+        return self.features(frozen_layers(model, batch, encode), batch["attention_mask"])
 
     def collator(self) -> PadCollator:
         return PadCollator(self.vocab.padding_id)

@@ -20,11 +20,12 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
 
+from plm_toolkit.data.characters import token_strings, word_character_ids
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.objectives.base import ObjectiveOutput
 from plm_toolkit.registry import TASKS
-from plm_toolkit.tasks.base import Task, TaskData, encode, limit, summary_vector
+from plm_toolkit.tasks.base import Task, TaskData, limit, summary_vector
 from plm_toolkit.tasks.heads import LinearHead
 from plm_toolkit.tasks.metrics import METRICS
 
@@ -177,7 +178,9 @@ def _targets(rows: list[Row], labels: list[str], regression: bool, path) -> list
     return out
 
 
-def _features(rows: list[Row], targets: list, tokenizer: Tokenizer, max_seq_len: int, with_index: bool):
+def _features(
+    rows: list[Row], targets: list, tokenizer: Tokenizer, max_seq_len: int, with_index: bool, characters: int = 0
+):
     tokenizer.enable_truncation(max_length=max_seq_len, strategy="longest_first")
     try:
         inputs = [(r.text, r.pair) if r.pair is not None else r.text for r in rows]
@@ -187,6 +190,10 @@ def _features(rows: list[Row], targets: list, tokenizer: Tokenizer, max_seq_len:
     features = []
     for i, (encoding, target) in enumerate(zip(encodings, targets, strict=True)):
         feature = {"input_ids": encoding.ids, "token_type_ids": encoding.type_ids, "labels": target}
+        if characters:
+            row = rows[i]
+            texts = (row.text, row.pair) if row.pair is not None else (row.text,)
+            feature["char_ids"] = [word_character_ids(t, characters) for t in token_strings(encoding, texts)]
         if with_index:
             feature["index"] = i
         features.append(feature)
@@ -207,7 +214,9 @@ class SequenceClassification(Task):
             raise ConfigError("task.regression=true reports pearson and spearman only; fix task.metrics")
 
     @classmethod
-    def prepare_data(cls, config: ClassificationConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab) -> TaskData:
+    def prepare_data(
+        cls, config: ClassificationConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab, characters: int = 0
+    ) -> TaskData:
         train_rows = read_rows(data_cfg.train_file, config)
         labels = list(config.labels)
         if not config.regression and not labels:  # from the whole file, also when max_train_samples cuts it
@@ -219,24 +228,25 @@ class SequenceClassification(Task):
             tokenizer,
             data_cfg.max_seq_len,
             with_index=False,
+            characters=characters,
         )
         validation, gold = None, None
         if data_cfg.validation_file:
             rows = limit(read_rows(data_cfg.validation_file, config), data_cfg.max_eval_samples, "evaluation rows")
             gold = _targets(rows, labels, config.regression, data_cfg.validation_file)
-            validation = _features(rows, gold, tokenizer, data_cfg.max_seq_len, with_index=True)
+            validation = _features(rows, gold, tokenizer, data_cfg.max_seq_len, True, characters)
         return TaskData(train, validation, eval_info={"gold": gold}, labels=labels)
 
-    def __init__(self, config: ClassificationConfig, model: nn.Module, vocab: Vocab, data: TaskData):
-        super().__init__(config, model, vocab, data)
+    def __init__(self, config: ClassificationConfig, model: nn.Module, vocab: Vocab, data: TaskData, **options):
+        super().__init__(config, model, vocab, data, **options)
         self.labels = data.labels
-        self.head = LinearHead(model, 1 if config.regression else len(self.labels), config.dropout)
+        self.head = LinearHead(model, 1 if config.regression else len(self.labels), config.dropout, self.width)
 
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
         return {"task": int(batch["labels"].shape[0])}
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
-        reps = encode(model, batch)
+        reps = self.encode(model, batch)
         logits = self.head(summary_vector(model, reps, batch["attention_mask"])).float()  # (B, C)
         gold = batch["labels"]  # (B,)
         metrics, outputs = {}, {}

@@ -11,10 +11,10 @@ from plm_toolkit.tasks.base import head_dropout, hidden_size, init_linear
 class LinearHead(nn.Module):
     """dropout -> linear: BERT's classifier over the pooled summary (section 4.1) or over every token (NER)."""
 
-    def __init__(self, model: nn.Module, num_outputs: int, dropout: float | None = None):
+    def __init__(self, model: nn.Module, num_outputs: int, dropout: float | None = None, width: int | None = None):
         super().__init__()
         self.dropout = nn.Dropout(head_dropout(model, dropout))
-        self.linear = init_linear(nn.Linear(hidden_size(model), num_outputs), model)
+        self.linear = init_linear(nn.Linear(width or hidden_size(model), num_outputs), model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear(self.dropout(x))  # (..., num_outputs)
@@ -23,9 +23,9 @@ class LinearHead(nn.Module):
 class SpanHead(nn.Module):
     """Start and end scores per token: BERT's S and E vectors (section 4.2) as one (hidden -> 2) projection."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, width: int | None = None):
         super().__init__()
-        self.linear = init_linear(nn.Linear(hidden_size(model), 2), model)
+        self.linear = init_linear(nn.Linear(width or hidden_size(model), 2), model)
 
     def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         start, end = self.linear(hidden).unbind(dim=-1)  # (B, T, 2) -> 2 x (B, T)

@@ -18,11 +18,12 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
 
+from plm_toolkit.data.characters import template_character_ids, token_strings
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import DataError
 from plm_toolkit.objectives.base import ObjectiveOutput
 from plm_toolkit.registry import TASKS
-from plm_toolkit.tasks.base import IGNORE, Task, TaskData, encode, limit, template_of
+from plm_toolkit.tasks.base import IGNORE, Task, TaskData, limit, template_of
 from plm_toolkit.tasks.heads import LinearHead
 
 log = logging.getLogger("plm_toolkit")
@@ -113,7 +114,7 @@ def entity_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[str
     return {"precision": precision, "recall": recall, "f1": f1, "accuracy": right / words if words else 0.0}
 
 
-def _features(sentences, label_ids, tokenizer, max_seq_len, path, with_index):
+def _features(sentences, label_ids, tokenizer, max_seq_len, path, with_index, characters=0):
     template = template_of(tokenizer, pair=False)
     budget = max_seq_len - template.num_special
     encodings = tokenizer.encode_batch([s.words for s in sentences], is_pretokenized=True, add_special_tokens=False)
@@ -137,6 +138,11 @@ def _features(sentences, label_ids, tokenizer, max_seq_len, path, with_index):
         padded = [IGNORE] * len(ids)
         padded[starts["A"] : starts["A"] + len(labels)] = labels
         feature = {"input_ids": ids, "token_type_ids": types, "labels": padded}
+        if characters:
+            strings = token_strings(encoding, words=sentence.words)[:budget]
+            feature["char_ids"] = template_character_ids(
+                template.pieces, tokenizer.id_to_token, strings, (), characters
+            )
         if with_index:
             feature["index"] = index
         features.append(feature)
@@ -153,7 +159,9 @@ class TokenClassification(Task):
     metric_denominators = {"task_correct": "task"}
 
     @classmethod
-    def prepare_data(cls, config: NerConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab) -> TaskData:
+    def prepare_data(
+        cls, config: NerConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab, characters: int = 0
+    ) -> TaskData:
         train = read_conll(data_cfg.train_file)
         # The label set comes from the whole training file, also when max_train_samples uses part of it.
         found = {t for s in train for t in s.tags}
@@ -161,26 +169,28 @@ class TokenClassification(Task):
         # O first, then the types in order with B before I: a stable, readable id order.
         labels = sorted(found, key=lambda t: (t != "O", t[2:], t[:1]))
         label_ids = {t: i for i, t in enumerate(labels)}
-        features, _ = _features(train, label_ids, tokenizer, data_cfg.max_seq_len, data_cfg.train_file, False)
+        features, _ = _features(
+            train, label_ids, tokenizer, data_cfg.max_seq_len, data_cfg.train_file, False, characters
+        )
         validation, info = None, None
         if data_cfg.validation_file:
             gold = limit(read_conll(data_cfg.validation_file), data_cfg.max_eval_samples, "evaluation sentences")
             validation, words = _features(
-                gold, label_ids, tokenizer, data_cfg.max_seq_len, data_cfg.validation_file, True
+                gold, label_ids, tokenizer, data_cfg.max_seq_len, data_cfg.validation_file, True, characters
             )
             info = list(zip(gold, words, strict=True))
         return TaskData(features, validation, eval_info=info, labels=labels)
 
-    def __init__(self, config: NerConfig, model: nn.Module, vocab: Vocab, data: TaskData):
-        super().__init__(config, model, vocab, data)
+    def __init__(self, config: NerConfig, model: nn.Module, vocab: Vocab, data: TaskData, **options):
+        super().__init__(config, model, vocab, data, **options)
         self.labels = data.labels
-        self.head = LinearHead(model, len(self.labels), config.dropout)
+        self.head = LinearHead(model, len(self.labels), config.dropout, self.width)
 
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
         return {"task": int((batch["labels"] != IGNORE).sum())}
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
-        logits = self.head(encode(model, batch).hidden).float()  # (B, T, C)
+        logits = self.head(self.encode(model, batch).hidden).float()  # (B, T, C)
         gold = batch["labels"]  # (B, T)
         loss_sum = F.cross_entropy(logits.flatten(0, 1), gold.flatten(), ignore_index=IGNORE, reduction="sum")
         predicted = logits.detach().argmax(dim=-1).masked_fill(gold == IGNORE, IGNORE)  # (B, T)

@@ -23,6 +23,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
+from plm_toolkit.config.schema import FinetuneMode
 from plm_toolkit.data.collate import Seq2SeqCollator
 from plm_toolkit.data.parallel import ReadCounts, iter_pairs, report_counts, resolve
 from plm_toolkit.data.vocab import Vocab
@@ -89,6 +90,12 @@ class TranslationTaskConfig(Seq2SeqConfig):
     metrics: list[str] = field(default_factory=lambda: ["bleu", "chrf"])
 
 
+def refuse_features(finetune, task: str) -> None:
+    """finetune.mode=features reads an encoder's layers; an encoder-decoder trains in full."""
+    if finetune is not None and finetune.mode != FinetuneMode.full:
+        raise ConfigError(f"finetune.mode={finetune.mode.name}: task={task} on an encoder-decoder trains in full mode")
+
+
 def encode_pairs(pairs: list[tuple[str, str]], tokenizer: Tokenizer, max_seq_len: int, what: str) -> list[dict]:
     """Features {source_ids, target_ids, index}; a side longer than max_seq_len - 1 tokens is cut (counted)."""
     most = max_seq_len - 1  # the collator adds the end token
@@ -133,7 +140,7 @@ class Seq2SeqTask(Task):
         return [(config.source_prefix + r["source_column"], r["target_column"]) for _, r in rows]
 
     @classmethod
-    def prepare_data(cls, config, data_cfg, tokenizer: Tokenizer, vocab: Vocab) -> TaskData:
+    def prepare_data(cls, config, data_cfg, tokenizer: Tokenizer, vocab: Vocab, characters: int = 0) -> TaskData:
         pairs = limit(
             cls.read_pairs(config, data_cfg.train_file, "data.train_file"), data_cfg.max_train_samples, "training pairs"
         )
@@ -149,7 +156,8 @@ class Seq2SeqTask(Task):
             references = [t for _, t in pairs]
         return TaskData(train, validation, eval_info={"tokenizer": tokenizer, "references": references})
 
-    def __init__(self, config, model: nn.Module, vocab: Vocab, data: TaskData):
+    def __init__(self, config, model: nn.Module, vocab: Vocab, data: TaskData, finetune=None):
+        refuse_features(finetune, config.name)
         super().__init__(config, model, vocab, data)
         self.eos_id = vocab.require("eos_id", f"task={config.name}")
         self.search = search_config(config, self.eos_id)
@@ -229,7 +237,9 @@ class TextToTextClassification(Seq2SeqTask):
             )
 
     @classmethod
-    def prepare_data(cls, config: ClassificationConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab) -> TaskData:
+    def prepare_data(
+        cls, config: ClassificationConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab, characters: int = 0
+    ) -> TaskData:
         train_rows = read_rows(data_cfg.train_file, config)
         labels = [] if config.regression else list(config.labels) or sorted({r.label for r in train_rows})
         words = dict(zip(labels, config.label_words or labels, strict=True))
@@ -261,7 +271,8 @@ class TextToTextClassification(Seq2SeqTask):
         info = {"tokenizer": tokenizer, "gold": gold, "words": [words[label] for label in labels], "longest": longest}
         return TaskData(train, validation, eval_info=info, labels=labels)
 
-    def __init__(self, config: ClassificationConfig, model: nn.Module, vocab: Vocab, data: TaskData):
+    def __init__(self, config: ClassificationConfig, model: nn.Module, vocab: Vocab, data: TaskData, finetune=None):
+        refuse_features(finetune, config.name)
         Task.__init__(self, config, model, vocab, data)
         self.labels = data.labels
         self.eos_id = vocab.require("eos_id", f"task={config.name} on an encoder-decoder")

@@ -26,11 +26,12 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
 
+from plm_toolkit.data.characters import template_character_ids, token_strings
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.objectives.base import ObjectiveOutput
 from plm_toolkit.registry import TASKS
-from plm_toolkit.tasks.base import Task, TaskData, Template, encode, limit, template_of
+from plm_toolkit.tasks.base import Task, TaskData, Template, limit, template_of
 from plm_toolkit.tasks.heads import SpanHead
 from plm_toolkit.tasks.squad_metric import span_threshold_search, squad_evaluate
 
@@ -193,10 +194,11 @@ def build_features(
     max_seq_len: int,
     training: bool,
     source: str = "",
+    characters: int = 0,
 ) -> tuple[list[dict], list[Window], list[list[tuple[int, int]]]]:
     """Features (input_ids, token_type_ids, start/end positions, feature_index), their windows, and each
     context's token offsets. Training questions whose answer_start does not match their text are skipped and
-    counted, as the reference implementation does."""
+    counted, as the reference implementation does. With ``characters`` each feature also gets ``char_ids``."""
     template: Template = template_of(tokenizer, pair=True)
     cls_index = next((p for p, (piece, _) in enumerate(template.pieces) if piece == vocab.cls_id), None)
     context_encodings = tokenizer.encode_batch(contexts, add_special_tokens=False)
@@ -243,6 +245,12 @@ def build_features(
                 feature["feature_index"] = len(windows)
                 windows.append(
                     Window(index, starts["B"], first, length, cls, (best[first : first + length] == w).tolist())
+                )
+            if characters:
+                query_text = token_strings(question, [example.question])[: len(query)]
+                context_text = token_strings(context_encodings[example.context], [contexts[example.context]])
+                feature["char_ids"] = template_character_ids(
+                    template.pieces, tokenizer.id_to_token, query_text, context_text[first : first + length], characters
                 )
             features.append(feature)
     if training and not features:
@@ -317,32 +325,42 @@ class QuestionAnswering(Task):
                 raise ConfigError(f"task.{key}={config[key]}: must be at least 1")
 
     @classmethod
-    def prepare_data(cls, config: SquadConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab) -> TaskData:
+    def prepare_data(
+        cls, config: SquadConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab, characters: int = 0
+    ) -> TaskData:
         examples, contexts = read_squad(data_cfg.train_file, training=True)
         examples = limit(examples, data_cfg.max_train_samples, "training questions")
         train, _, _ = build_features(
-            examples, contexts, tokenizer, vocab, config, data_cfg.max_seq_len, True, data_cfg.train_file
+            examples, contexts, tokenizer, vocab, config, data_cfg.max_seq_len, True, data_cfg.train_file, characters
         )
         validation, info = None, None
         if data_cfg.validation_file:
             examples, contexts = read_squad(data_cfg.validation_file)
             examples = limit(examples, data_cfg.max_eval_samples, "evaluation questions")
             validation, windows, offsets = build_features(
-                examples, contexts, tokenizer, vocab, config, data_cfg.max_seq_len, False, data_cfg.validation_file
+                examples,
+                contexts,
+                tokenizer,
+                vocab,
+                config,
+                data_cfg.max_seq_len,
+                False,
+                data_cfg.validation_file,
+                characters,
             )
             width = max(len(f["input_ids"]) for f in validation)
             info = SquadEvalInfo(examples, contexts, windows, offsets, width)
         return TaskData(train, validation, eval_info=info)
 
-    def __init__(self, config: SquadConfig, model: nn.Module, vocab: Vocab, data: TaskData):
-        super().__init__(config, model, vocab, data)
-        self.head = SpanHead(model)
+    def __init__(self, config: SquadConfig, model: nn.Module, vocab: Vocab, data: TaskData, **options):
+        super().__init__(config, model, vocab, data, **options)
+        self.head = SpanHead(model, self.width)
 
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
         return {"task": int(batch["input_ids"].shape[0])}
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
-        reps = encode(model, batch)
+        reps = self.encode(model, batch)
         start, end = self.head(reps.hidden)  # 2 x (B, T)
         padding = batch["attention_mask"] == 0
         start = start.float().masked_fill(padding, _NEVER)

@@ -72,7 +72,10 @@ def apply_fsdp(
         if compile_blocks:
             unit.compile(mode=mode)
         fully_shard(unit, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
-    fully_shard(module, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+    # The root never reshards after forward: the objective's heads (and the tied word embedding) are used again in
+    # backward, and the loop's output (an ObjectiveOutput) is no pytree FSDP can hang an unshard hook on, so a
+    # resharded root parameter would be read freed (found on an H100: "setStorage ... storage of size 0").
+    fully_shard(module, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
     log.info("FSDP: %d blocks sharded over %d processes", len(units), runtime.process.world_size)
     return module
 

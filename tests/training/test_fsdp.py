@@ -1,6 +1,7 @@
 """FSDP2 over gloo on CPU processes: the same losses and gradients as one process, sharded checkpoints that resume
 bit-exactly (also onto another number of processes), and clear errors for incomplete or mismatched ones."""
 
+import math
 import shutil
 
 import pytest
@@ -130,6 +131,17 @@ def test_fsdp_on_one_process_without_a_launcher(make_config, tmp_path, one_proce
     assert final["step"] == 2
     last = tmp_path / "checkpoints" / "last"
     assert (last / "sharded" / ".metadata").is_file() and (last / "model.safetensors").is_file()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("objective", ["mlm_nsp", "mlm"])
+def test_fsdp_on_cuda_in_bf16_uses_root_parameters_in_backward(make_config, tmp_path, one_process_group, objective):
+    """The heads and the tied decoder live in the root unit and are read again in backward: a root resharded after
+    forward failed there with "setStorage ... storage of size 0" (seen on an H100)."""
+    overrides = ["hardware=cuda_bf16", "hardware.distributed=fsdp", "hardware.reshard_after_forward=true"]
+    final = run(make_config(*overrides, f"objective={objective}", "trainer.max_steps=3"), tmp_path)
+    assert final["step"] == 3
+    assert all(math.isfinite(r["loss"]) for r in read_metrics(tmp_path) if "lr" in r)
 
 
 def test_blocks_are_units_and_scalar_parameters_are_refused():

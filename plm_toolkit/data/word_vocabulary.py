@@ -1,0 +1,62 @@
+"""Word-level vocabularies (``data.tokenizer.kind=word``): ELMo's softmax vocabulary, as bilm-tf's vocab file holds it:
+``<S>``, ``</S>``, ``<UNK>``, then words by falling frequency.
+
+Text is split on whitespace only (the corpus is expected to be tokenized, as bilm-tf's is) and kept cased: the
+character CNN reads every word's spelling. A trained vocabulary keeps every word of the training split, so that the
+training data names each word exactly (the character CNN reads rare words too); the ``bilm`` objective's softmax
+covers only the first ``objective.softmax_size`` ids and predicts ``<UNK>`` for the rest. Sentences are framed
+``<S> ... </S>``, and a pair ``<S> A </S> <S> B </S>``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+from plm_toolkit.data.characters import BOS_TOKEN, EOS_TOKEN
+from plm_toolkit.errors import DataError
+
+UNK_TOKEN = "<UNK>"
+WORD_SPECIAL_TOKENS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
+
+
+def word_tokenizer(words: Iterable[str]) -> Tokenizer:
+    """A whitespace word tokenizer over ``<S> </S> <UNK>`` followed by ``words`` (repeats ignored), in that id order."""
+    vocab: dict[str, int] = {}
+    for word in (*WORD_SPECIAL_TOKENS, *words):
+        vocab.setdefault(word, len(vocab))
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token=UNK_TOKEN))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.add_special_tokens([BOS_TOKEN, EOS_TOKEN])
+    bos, eos = vocab[BOS_TOKEN], vocab[EOS_TOKEN]
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{BOS_TOKEN} $A {EOS_TOKEN}",
+        pair=f"{BOS_TOKEN} $A {EOS_TOKEN} {BOS_TOKEN}:1 $B:1 {EOS_TOKEN}:1",
+        special_tokens=[(BOS_TOKEN, bos), (EOS_TOKEN, eos)],
+    )
+    return tokenizer
+
+
+def train_word_tokenizer(texts: Iterable[str]) -> Tokenizer:
+    """Every whitespace-separated word of ``texts``, most frequent first (ties in first-seen order)."""
+    counts: Counter[str] = Counter()
+    for text in texts:
+        counts.update(text.split())
+    for special in WORD_SPECIAL_TOKENS:
+        counts.pop(special, None)
+    if not counts:
+        raise DataError("the training files hold no words to build a word vocabulary from")
+    return word_tokenizer(word for word, _ in counts.most_common())
+
+
+def read_bilm_vocab(path: Path) -> Tokenizer:
+    """A bilm-tf vocabulary file: one word per line (``!!!MAXTERMID`` skipped, as bilm-tf does)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"{path}: not a readable UTF-8 vocabulary file ({err})") from None
+    words = [line.strip() for line in lines if line.strip() and line.strip() != "!!!MAXTERMID"]
+    return word_tokenizer(words)
