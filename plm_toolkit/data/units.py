@@ -4,7 +4,8 @@ how they line up with the tokenizer's pieces.
 A sentence's units are three nested levels over its words. Words are the basic units: runs of letters and digits,
 each punctuation mark and each CJK character alone (the split BERT's pre-tokenizer makes), or the words of a
 segmenter (jieba, for Chinese), or the space-separated items of pre-segmented text. Phrases and entities are
-spans of whole words; a phrase that overlaps an entity only in part is dropped, so the levels stay nested.
+spans of whole words; a phrase that overlaps an entity is dropped unless it holds the whole entity and more (an
+entity is masked whole only from the entity stage on), so the levels stay nested.
 
 Each token then gets a *join code*: the lowest level at which it belongs to the same unit as the token before it,
 ``WORD`` (0, a later piece of the same word), ``PHRASE`` (1), ``ENTITY`` (2), or ``NONE`` (3, it starts a unit at
@@ -58,8 +59,9 @@ class SentenceUnits:
         kept.sort()
 
     def resolve(self) -> None:
-        """Drop phrases that overlap an entity only in part, so that every level nests in the next."""
-        self.phrases = [p for p in self.phrases if not any(_cross(p, e) for e in self.entities)]
+        """Drop the phrases that overlap an entity, unless they hold the whole entity and more: an entity is
+        masked whole only from the entity stage on, and the levels nest."""
+        self.phrases = [p for p in self.phrases if all(_apart_or_around(p, e) for e in self.entities)]
 
     def word_links(self) -> list[int]:
         """link[i]: the level at which word i joins word i - 1 (NONE for the first word)."""
@@ -92,10 +94,10 @@ class SentenceUnits:
         return codes
 
 
-def _cross(a: tuple[int, int], b: tuple[int, int]) -> bool:
-    """Whether two spans overlap without one holding the other."""
-    overlap = a[0] < b[1] and b[0] < a[1]
-    return overlap and not (a[0] <= b[0] and b[1] <= a[1]) and not (b[0] <= a[0] and a[1] <= b[1])
+def _apart_or_around(phrase: tuple[int, int], entity: tuple[int, int]) -> bool:
+    """Whether a phrase is apart from an entity or holds it and more."""
+    apart = phrase[1] <= entity[0] or entity[1] <= phrase[0]
+    return apart or (phrase[0] <= entity[0] and entity[1] <= phrase[1] and phrase != entity)
 
 
 # --- words ------------------------------------------------------------------------------------------------
