@@ -164,7 +164,7 @@ class UnitCounts:
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
-        self.distinct: dict[str, set[str]] = {"phrase": set(), "entity": set()}
+        self.distinct: dict[str, Counter[str]] = {"phrase": Counter(), "entity": Counter()}
 
     def add(self, units: SentenceUnits) -> None:
         texts = units.word_texts()
@@ -181,6 +181,15 @@ class UnitCounts:
             "distinct_phrases": len(self.distinct["phrase"]),
             "distinct_entities": len(self.distinct["entity"]),
         }
+
+    def most_common(self, n: int = 20) -> dict[str, list]:
+        return {f"top_{PLURAL[k]}": counter.most_common(n) for k, counter in self.distinct.items()}
+
+
+def unit_summary(cache_file: str | Path) -> dict:
+    """The unit counts (and the most frequent phrases and entities) kept beside a cached unit corpus."""
+    path = Path(cache_file).with_name(Path(cache_file).name + ".units.json")
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def tokenize_with_units(documents: Documents, tokenizer: Tokenizer, data_cfg: Any, sources: Any) -> datasets.Dataset:
@@ -227,8 +236,8 @@ def tokenize_with_units(documents: Documents, tokenizer: Tokenizer, data_cfg: An
         desc="finding knowledge units",
     )
     if counts.counts:
-        _atomic_write(stats_path, json.dumps(counts.summary()))
-    summary = json.loads(stats_path.read_text()) if stats_path.is_file() else {}
+        _atomic_write(stats_path, json.dumps({**counts.summary(), **counts.most_common()}, ensure_ascii=False))
+    summary = unit_summary(path)
     if summary and summary["words_with_letters"] == 0:
         raise DataError(
             f"{documents.source} has no letters (only digits, punctuation or symbols); knowledge masking needs text "
@@ -239,7 +248,7 @@ def tokenize_with_units(documents: Documents, tokenizer: Tokenizer, data_cfg: An
     logger.info(
         "knowledge units of %s: %s (phrases from %s%s)",
         documents.source,
-        ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in summary.items()),
+        ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in summary.items() if not k.startswith("top_")),
         finder.phrase_origin,
         f", {len(finder.phrases)} phrase types" if finder.phrases is not None else "",
     )
