@@ -67,7 +67,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         barrier(process)
     layout = data_layout(cfg)
     window = objective_class(cfg.objective.name).stream_window(cfg.objective, cfg.data.max_seq_len)
-    data = prepare_pretraining_data(data_cfg, layout, cfg.trainer.seed, window if layout == "streams" else None)
+    units = objective_class(cfg.objective.name).unit_sources(OmegaConf.to_object(cfg.objective))
+    window = window if layout == "streams" else None
+    data = prepare_pretraining_data(data_cfg, layout, cfg.trainer.seed, window, units)
     if process.is_main:
         barrier(process)
 

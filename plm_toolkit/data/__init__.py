@@ -46,15 +46,16 @@ class PretrainingData:
 
 
 def prepare_pretraining_data(
-    data_cfg: Any, layout: Any, seed: int, window: tuple[int, int] | None = None
+    data_cfg: Any, layout: Any, seed: int, window: tuple[int, int] | None = None, units: Any = None
 ) -> PretrainingData:
     """Tokenizer (loaded or trained), then the train and validation examples in `layout`; all cached.
-    ``window`` = (length, stride) of the "streams" layout."""
+    ``window`` = (length, stride) of the "streams" layout; ``units``: the knowledge units' sources, when the
+    objective masks them (``data/unit_corpus.py``)."""
     tokenizer = load_or_train_tokenizer(data_cfg)
     vocab = vocab_from_tokenizer(tokenizer)
-    train = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "train", seed, window)
+    train = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "train", seed, window, units)
     assert train is not None  # the training split always has a source, or reading it raised
-    validation = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "validation", seed, window)
+    validation = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "validation", seed, window, units)
     return PretrainingData(tokenizer, vocab, train, validation)
 
 

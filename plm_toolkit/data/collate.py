@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from plm_toolkit.data.units import NONE as NO_UNIT
 from plm_toolkit.data.vocab import Vocab
 
 
@@ -22,6 +23,7 @@ def collate(examples: Sequence[dict[str, Any]], vocab: Vocab) -> dict[str, torch
                            [CLS] and [SEP] out of the candidates. [UNK] stays False: the reference treats it as
                            an ordinary token that can be masked and predicted.
       next_sentence_label  (B,) long, when the examples have one
+      units                (B, T) int8, knowledge units' join codes, when the examples have them
     """
     lengths = [len(e["input_ids"]) for e in examples]
     batch_size, width = len(examples), max(lengths)
@@ -41,6 +43,12 @@ def collate(examples: Sequence[dict[str, Any]], vocab: Vocab) -> dict[str, torch
         "attention_mask": attention_mask,
         "special_tokens_mask": special_tokens_mask,
     }
+    if "units" in examples[0]:
+        # Knowledge units' join codes (data/units.py); padding starts no unit of its own.
+        units = torch.full((batch_size, width), NO_UNIT, dtype=torch.int8)
+        for row, (example, length) in enumerate(zip(examples, lengths, strict=True)):
+            units[row, :length] = torch.as_tensor(example["units"], dtype=torch.int8)
+        batch["units"] = units
     if "next_sentence_label" in examples[0]:
         batch["next_sentence_label"] = torch.tensor([int(e["next_sentence_label"]) for e in examples], dtype=torch.long)
     return batch

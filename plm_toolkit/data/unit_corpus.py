@@ -25,7 +25,15 @@ import datasets
 from tokenizers import Tokenizer
 
 from plm_toolkit.data.collocations import learn_phrases
-from plm_toolkit.data.corpus import Documents, cache_root, choice, split_documents, split_sentences, stable_hash
+from plm_toolkit.data.corpus import (
+    Documents,
+    cache_root,
+    choice,
+    read_documents,
+    split_documents,
+    split_sentences,
+    stable_hash,
+)
 from plm_toolkit.data.units import Lexicon, SentenceUnits, parse_presegmented, read_lexicon, split_words
 from plm_toolkit.errors import DataError
 
@@ -67,7 +75,8 @@ class UnitFinder:
         elif self.presegmented:
             self.phrase_origin = "[[...]] marks"
         elif sources.collocation_passes > 0:
-            self.phrases = self._collocations(sources, documents, data_cfg)
+            # Learned from the training split, whichever split is being tokenized.
+            self.phrases = self._collocations(sources, read_documents(data_cfg, "train"), data_cfg)
             self.phrase_origin = "collocations"
         self.gazetteer: Lexicon | None = None
         if sources.entity_gazetteer:

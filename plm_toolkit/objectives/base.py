@@ -17,7 +17,9 @@ from torch import nn
 
 # A batch transform: (collated CPU batch, one seed per row) -> batch. All randomness of row i comes from seeds[i]
 # and is drawn over the row's unpadded length, so the result does not depend on how rows are grouped into
-# micro-batches or processes, nor on how much padding a batch has.
+# micro-batches or processes, nor on how much padding a batch has. A transform whose ``takes_step`` attribute is
+# true changes with training (ERNIE's masking stages): training calls it with the optimizer step as a third
+# argument, evaluation without.
 BatchTransform = Callable[[dict[str, torch.Tensor], Sequence[int]], dict[str, torch.Tensor]]
 
 
@@ -66,6 +68,12 @@ class Objective(nn.Module):
         """(length, stride) of the token-stream windows when ``data_layout == "streams"``: by default the inputs
         and their next-token targets, one window after the other."""
         return max_seq_len + 1, max_seq_len
+
+    @classmethod
+    def unit_sources(cls, config):
+        """Where the knowledge units this objective masks come from (``data/unit_corpus.py`` reads the keys), or
+        None; with sources the corpus is tokenized with a join code per token and the examples carry them."""
+        return None
 
     def carried_state(self) -> dict[str, torch.Tensor]:
         """Tensors carried from one training micro-batch to the next (Transformer-XL / XLNet segment memories).

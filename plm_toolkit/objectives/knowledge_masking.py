@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -89,6 +90,9 @@ class StagedMasking:
     """The batch transform: ``MaskingTransform`` at the join level of the stage that step ``step`` is in.
     Picklable (plain ints and the inner transform) for data-loader workers."""
 
+    # The loader passes the optimizer step of every training micro-batch (data/loader.py).
+    takes_step = True
+
     def __init__(self, masking: MaskingTransform, starts: tuple[int, int], basic_unit: str, total_steps: int):
         self.masking = masking
         self.starts = starts
@@ -150,6 +154,10 @@ class KnowledgeMasking(MaskedLanguageModeling):
             from plm_toolkit.data.units import jieba_module
 
             jieba_module()
+        for key in ("phrase_lexicon", "entity_gazetteer"):
+            path = getattr(config, key)
+            if path and not Path(path).expanduser().is_file():
+                raise ConfigError(f"objective.{key}={path}: no such file; expected UTF-8 text, one entry per line")
         if config.entity_tagger:
             from plm_toolkit.data.entity_tagger import ner_checkpoint
 
@@ -157,6 +165,19 @@ class KnowledgeMasking(MaskedLanguageModeling):
                 ner_checkpoint(config.entity_tagger)
             except CheckpointError as err:
                 raise ConfigError(str(err)) from None
+
+    @classmethod
+    def unit_sources(cls, config):
+        return config
+
+    @classmethod
+    def check_data(cls, config, data_cfg) -> None:
+        packing = choice(data_cfg.packing)
+        if packing not in ("auto", "full_sentences"):
+            raise ConfigError(
+                f"data.packing={packing}: objective=knowledge_masking reads full sentences (its units travel with "
+                "them); set data.packing=auto"
+            )
 
     def batch_transform(self):
         return self.transform

@@ -196,6 +196,7 @@ class Trainer:
     # --- the loop ------------------------------------------------------------------------------------------
     def fit(self) -> dict:
         cfg = self.cfg
+        transform = self.objective.batch_transform()
         batches = iter(
             micro_batch_loader(
                 MicroBatches(
@@ -203,11 +204,12 @@ class Trainer:
                     self.layout,
                     self.samples_seen,
                     self.collate,
-                    self.objective.batch_transform(),
+                    transform,
                     cfg.seed,
                     static_copies=self.objective.dupe_factor,
                     streams=self.streams,
                     backward_half=self.objective.backward_half,
+                    first_step=self.step if getattr(transform, "takes_step", False) else None,
                 ),
                 num_workers=self.num_workers,
             )
