@@ -84,6 +84,11 @@ class UnitFinder:
             self.gazetteer = read_lexicon(
                 sources.entity_gazetteer, "objective.entity_gazetteer", self.segmenter, ignore, 1
             )
+        if not (sources.entity_gazetteer or sources.entity_tagger or self.presegmented):
+            logger.warning(
+                "no entity source (objective.entity_gazetteer, objective.entity_tagger or pre-segmented {{...}} "
+                "marks): the entity stage masks phrases and words only"
+            )
         self.tagger = None
         if sources.entity_tagger:
             from plm_toolkit.data.entity_tagger import EntityTagger
