@@ -87,7 +87,7 @@ def test_presegmented_marks_phrases_and_entities():
 
 
 def test_lexicon_matches_longest_first_with_case_options():
-    words = "The New York Times reported from new york".split()
+    words = ["The", "New", "York", "Times", "reported", "from", "new", "york"]
     exact = Lexicon([["New", "York"], ["New", "York", "Times"]])
     assert exact.match(words) == [(1, 4)]
     assert Lexicon([["New", "York"]], ignore_case=True).match(words) == [(1, 3), (6, 8)]
@@ -155,7 +155,7 @@ def test_lexicon_files_bad_inputs(tmp_path):
 
 
 def wikitext_sentences(path):
-    lines = [line.strip() for line in open(path, encoding="utf-8")]
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
     lines = [line for line in lines if line and not line.startswith("=")]
     return lambda: ([line[s:e] for s, e in split_words(line)] for line in lines)
 

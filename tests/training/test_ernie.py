@@ -100,3 +100,34 @@ def test_an_entity_tagger_that_is_not_ner_stops_at_validation(make_config, tmp_p
     run(make_config("trainer.max_steps=1"), pretrain)
     with pytest.raises(ConfigError, match=r"objective.entity_tagger=.* is a pretraining checkpoint \(no task\)"):
         validate(make_config(*ERNIE, f"objective.entity_tagger={pretrain}"))
+
+
+CHINESE = [
+    "北京是中华人民共和国的首都，也是全国的政治和文化中心。",
+    "长江是中国最长的河流，流经青海、四川、湖北和上海等地。",
+    "李白是唐代著名的诗人，他的诗歌想象丰富，语言优美。",
+    "杜甫与李白齐名，被后人称为诗圣。",
+    "上海是中国最大的城市之一，也是重要的经济中心。",
+    "我们今天在图书馆学习自然语言处理的基础知识。",
+]
+
+
+@pytest.mark.parametrize("masking", ["knowledge", "whole_word"])
+def test_a_chinese_corpus_trains_with_jieba_words(make_config, tmp_path, masking):
+    """ERNIE's masking (characters, then words and phrases) and Chinese BERT-wwm's (whole jieba words)."""
+    pytest.importorskip("jieba")
+    corpus = tmp_path / "zh.txt"
+    corpus.write_text("\n\n".join("".join(CHINESE[i:] + CHINESE[:i]) for i in range(len(CHINESE))) + "\n")
+    cfg = make_config(
+        *ERNIE,
+        f"data.train_files=[{corpus}]",
+        "data.validation_files=[]",
+        "data.tokenizer.vocab_size=300",
+        "objective.word_segmenter=jieba",
+        "objective.basic_unit=token",
+        f"objective.masking={masking}",
+        "objective.collocation_min_count=3",
+        "trainer.max_steps=2",
+    )
+    run(cfg, tmp_path / "run")
+    assert [r["step"] for r in train_losses(tmp_path / "run")] == [1, 2]
