@@ -61,10 +61,11 @@ class ErnieEmbeddings(TokenEmbeddings):
 class Ernie(Bert):
     """``forward(input_ids, attention_mask, token_type_ids, ..., task_type_ids=None)``: BERT's, with task types."""
 
-    def __init__(self, config: ErnieConfig):
+    @classmethod
+    def check_config(cls, config: ErnieConfig) -> None:
+        super().check_config(config)
         if config.task_type_vocab_size < 1:
             raise ConfigError(f"model.task_type_vocab_size={config.task_type_vocab_size}: must be at least 1")
-        super().__init__(config)
 
     def build_embeddings(self, config: ErnieConfig) -> TokenEmbeddings:
         tasks = config.task_type_vocab_size if config.use_task_id else 0

@@ -23,14 +23,17 @@ resumed run masks exactly as an uninterrupted one, also across a stage boundary.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
 from plm_toolkit.config.schema import choices
 from plm_toolkit.data.corpus import choice
+from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.errors import CheckpointError, ConfigError
 from plm_toolkit.objectives.masking import NO_JOIN, WORD_LEVEL, MaskingTransform, MaskingUnit
 from plm_toolkit.objectives.mlm import MaskedLanguageModeling, MlmConfig
@@ -167,17 +170,15 @@ class KnowledgeMasking(MaskedLanguageModeling):
                 raise ConfigError(str(err)) from None
 
     @classmethod
-    def unit_sources(cls, config):
-        return config
-
-    @classmethod
-    def check_data(cls, config, data_cfg) -> None:
-        packing = choice(data_cfg.packing)
-        if packing not in ("auto", "full_sentences"):
+    def data_plan(cls, config, data_cfg, model_config) -> DataPlan:
+        """MLM's plan, full sentences only (the units travel with them), with the units' sources."""
+        plan = super().data_plan(config, data_cfg, model_config)
+        if plan.layout != "full_sentences":
             raise ConfigError(
-                f"data.packing={packing}: objective=knowledge_masking reads full sentences (its units travel with "
-                "them); set data.packing=auto"
+                f"data.packing={plan.layout}: objective=knowledge_masking reads full sentences (its units travel "
+                "with them); set data.packing=auto"
             )
+        return dataclasses.replace(plan, units=OmegaConf.to_object(config) if OmegaConf.is_config(config) else config)
 
     def batch_transform(self):
         return self.transform

@@ -87,6 +87,7 @@ def test_task_types_and_whole_word_baseline_train(make_config, tmp_path):
             "objective.entity_gazetteer=/no/such/gazetteer.txt: no",
         ),
         (["objective.stage_fractions=[0.5,0.5]"], "objective.stage_fractions=\\[0.5, 0.5\\]: expected three shares"),
+        (["model.task_type_vocab_size=0"], "model.task_type_vocab_size=0: must be at least 1"),
     ],
 )
 def test_impossible_settings_stop_at_validation(make_config, overrides, expected):
