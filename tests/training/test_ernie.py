@@ -132,3 +132,40 @@ def test_a_chinese_corpus_trains_with_jieba_words(make_config, tmp_path, masking
     )
     run(cfg, tmp_path / "run")
     assert [r["step"] for r in train_losses(tmp_path / "run")] == [1, 2]
+
+
+@pytest.mark.slow
+def test_bad_knowledge_inputs_stop_with_one_line(small_corpus, tmp_path):
+    """Through the real command line: exit 1, an ``error:`` naming the file or key, no traceback. (Rows for the
+    bad-input table of tests/bad_inputs once it is on main.)"""
+    import subprocess
+    import sys
+
+    from .conftest import TINY
+
+    (tmp_path / "latin1.txt").write_bytes("Paris\nZ\u00fcrich\n".encode("latin-1"))
+    (tmp_path / "empty.txt").write_text("\n \n")
+    (tmp_path / "digits.txt").write_text("123 456 , 789 .\n\n3.14 -- 2.71 !!!\n")
+    pretrained = tmp_path / "pretrained"
+    (pretrained / "checkpoints" / "step_1").mkdir(parents=True)
+    for name in ("model.safetensors", "config.yaml", "trainer_state.pt"):
+        (pretrained / "checkpoints" / "step_1" / name).write_text("model:\n  name: bert\n" if "yaml" in name else "")
+    corpus = f"data.train_files=[{small_corpus['train']}]"
+    cases = [
+        (
+            [corpus, f"objective.entity_gazetteer={tmp_path / 'latin1.txt'}"],
+            f"{tmp_path / 'latin1.txt'}:2: not valid UTF-8",
+        ),
+        ([corpus, f"objective.phrase_lexicon={tmp_path / 'empty.txt'}"], "objective.phrase_lexicon="),
+        ([corpus, f"objective.entity_tagger={pretrained}"], "is a pretraining checkpoint (no task)"),
+        ([f"data.train_files=[{tmp_path / 'digits.txt'}]"], f"{tmp_path / 'digits.txt'} has no letters"),
+    ]
+    for i, (overrides, expected) in enumerate(cases):
+        args = [*TINY, *ERNIE, "data=text_files", *overrides, f"data.cache_dir={tmp_path / 'cache'}"]
+        args.append(f"hydra.run.dir={tmp_path / f'run{i}'}")
+        done = subprocess.run([sys.executable, "-m", "plm_toolkit.train", *args], capture_output=True, text=True)
+        output = done.stderr + done.stdout
+        # The message follows "error: " (validation lists its problems on the lines after it).
+        message = output[output.index("error: ") :] if "error: " in output else ""
+        assert done.returncode == 1 and expected in message, output[-2000:]
+        assert "Traceback" not in output
