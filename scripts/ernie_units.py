@@ -94,6 +94,9 @@ def main() -> None:
     tokenized = tokenize_with_units(documents, tokenizer, data_cfg, sources)
     result["seconds"] = round(time.perf_counter() - started, 1)
     result["settings"] = {k: v for k, v in vars(sources).items() if v is not None}
+    learned = sorted((cache / "units").glob("phrases-*.txt"))
+    if learned:
+        result["learned_phrase_types"] = len(learned[-1].read_text(encoding="utf-8").splitlines())
     result |= unit_summary(tokenized.cache_files[0]["filename"])
     print(json.dumps(result, indent=1, ensure_ascii=False))
 
