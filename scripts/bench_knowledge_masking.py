@@ -19,6 +19,7 @@ there), entities from a gazetteer of WNUT-17's training entities plus the phrase
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -48,6 +49,43 @@ def finetune_overrides(task: str) -> list[str]:
         f"data.train_file={ner / 'wnut17train.conll'}",
         f"data.validation_file={ner / 'emerging.dev.conll'}",
     ]
+
+
+def run_all(args, pretrain: list[str], out: Path, result: dict, train, finetune) -> None:
+    """Pretrain and fine-tune both arms for every seed, appending one record per run to ``result["runs"]``."""
+    for seed in args.seeds:
+        for masking in ("knowledge", "whole_word"):
+            name = f"{masking}-seed{seed}"
+            started = time.perf_counter()
+            cfg = compose("train", [*pretrain, f"objective.masking={masking}", f"trainer.seed={seed}"])
+            final = train.run(cfg, out / name / "pretrain")
+            pretrain_seconds = time.perf_counter() - started
+            tuned = compose(
+                "finetune",
+                [
+                    f"model.checkpoint={out / name / 'pretrain' / 'checkpoints' / 'last'}",
+                    *finetune_overrides(args.task),
+                    "data.max_seq_len=64",
+                    f"trainer.max_steps={args.finetune_steps}",
+                    f"trainer.seed={seed}",
+                    f"optimizer.lr={args.finetune_lr}",
+                    *QUIET,
+                    f"hardware={args.hardware}",
+                ],
+            )
+            finetune.run(tuned, out / name / args.task)
+            metrics = json.loads((out / name / args.task / "eval_results.json").read_text())
+            result["runs"].append(
+                {
+                    "masking": masking,
+                    "seed": seed,
+                    "pretrain_loss": final.get("loss"),
+                    "metric": metrics["accuracy" if args.task == "sst2" else "f1"],
+                    "pretrain_seconds": round(pretrain_seconds, 1),
+                    "seconds": round(time.perf_counter() - started, 1),
+                }
+            )
+            print(json.dumps(result["runs"][-1]), file=sys.stderr)
 
 
 def main() -> None:
@@ -104,39 +142,8 @@ def main() -> None:
         conll_gazetteer(SHARED / "ner" / "wnut17train.conll", gazetteer)
         pretrain.append(f"objective.entity_gazetteer={gazetteer}")
     result: dict = {"settings": vars(args) | {"corpus": [str(c) for c in args.corpus]}, "runs": []}
-    for seed in args.seeds:
-        for masking in ("knowledge", "whole_word"):
-            name = f"{masking}-seed{seed}"
-            started = time.perf_counter()
-            cfg = compose("train", [*pretrain, f"objective.masking={masking}", f"trainer.seed={seed}"])
-            final = train.run(cfg, out / name / "pretrain")
-            pretrain_seconds = time.perf_counter() - started
-            tuned = compose(
-                "finetune",
-                [
-                    f"model.checkpoint={out / name / 'pretrain' / 'checkpoints' / 'last'}",
-                    *finetune_overrides(args.task),
-                    "data.max_seq_len=64",
-                    f"trainer.max_steps={args.finetune_steps}",
-                    f"trainer.seed={seed}",
-                    f"optimizer.lr={args.finetune_lr}",
-                    *QUIET,
-                    f"hardware={args.hardware}",
-                ],
-            )
-            finetune.run(tuned, out / name / args.task)
-            metrics = json.loads((out / name / args.task / "eval_results.json").read_text())
-            result["runs"].append(
-                {
-                    "masking": masking,
-                    "seed": seed,
-                    "pretrain_loss": final.get("loss"),
-                    "metric": metrics["accuracy" if args.task == "sst2" else "f1"],
-                    "pretrain_seconds": round(pretrain_seconds, 1),
-                    "seconds": round(time.perf_counter() - started, 1),
-                }
-            )
-            print(json.dumps(result["runs"][-1]), file=sys.stderr)
+    with contextlib.redirect_stdout(sys.stderr):  # the runs' own progress lines; stdout is the JSON alone
+        run_all(args, pretrain, out, result, train, finetune)
     for masking in ("knowledge", "whole_word"):
         values = [r["metric"] for r in result["runs"] if r["masking"] == masking]
         spread = statistics.stdev(values) if len(values) > 1 else 0.0
