@@ -10,8 +10,9 @@ in ``/proc/self/status``) less its resident set before the first step: gradients
 
     python scripts/bench_pretrain.py --config tiny
     python scripts/bench_pretrain.py --config base --seq-len 128 --precision bf16   # on a GPU: MFU as well
+    python scripts/bench_pretrain.py --model gpt2 --config tiny    # GPT-2 against GPT2LMHeadModel, + generation
 
-Prints one JSON object. Needs ``transformers`` (the ``test`` extra).
+Prints one JSON object. Needs ``transformers`` (the ``test`` extra). ``--model gpt2`` runs ``bench_gpt2.py``.
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ VOCAB_IDS = dict(pad_id=0, unk_id=100, cls_id=101, sep_id=102, mask_id=103)
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", choices=sorted(SIZES), default="tiny")
-    parser.add_argument("--vocab-size", type=int, default=30522)
+    parser.add_argument("--model", choices=["bert", "gpt2"], default="bert")
+    parser.add_argument(
+        "--config", choices=["tiny", "base", "small"], default="tiny", help="bert: tiny, base; gpt2: tiny, small"
+    )
+    parser.add_argument("--vocab-size", type=int, default=None, help="default: 30522 (bert), 50257 (gpt2)")
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per model")
@@ -53,9 +57,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--memory-steps", type=int, default=3, help="CPU: steps of each memory probe process")
     parser.add_argument("--no-memory", action="store_true", help="skip the CPU memory probes")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prompt-len", type=int, default=32, help="gpt2: prompt tokens of the generation benchmark")
+    parser.add_argument("--new-tokens", type=int, default=64, help="gpt2: tokens each prompt is continued by")
+    parser.add_argument("--generate-batch", type=int, default=4, help="gpt2: prompts generated together")
+    parser.add_argument("--no-generate", action="store_true", help="gpt2: skip the generation benchmark")
     # Internal: run one model's CPU memory probe and print its JSON.
     parser.add_argument("--memory-probe", choices=["ours", "transformers"], help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.vocab_size is None:
+        args.vocab_size = 50257 if args.model == "gpt2" else 30522
+    sizes = {"bert": SIZES, "gpt2": {"tiny": None, "small": None}}[args.model]
+    if args.config not in sizes:
+        parser.error(f"--config {args.config} is not a {args.model} size; choose from {', '.join(sorted(sizes))}")
+    return args
 
 
 def bert_config(args: argparse.Namespace) -> BertConfig:
@@ -278,6 +292,13 @@ def cpu_memory(argv: list[str], precision: str) -> dict[str, float | None]:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.model == "gpt2":
+        from bench_gpt2 import run
+
+        if args.memory_probe and args.precision == "auto":
+            args.precision = "fp32"
+        print(json.dumps(run(args, argv), indent=None if args.memory_probe else 2))
+        return
     if args.memory_probe:
         if args.precision == "auto":
             args.precision = "fp32"

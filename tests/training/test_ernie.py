@@ -75,6 +75,14 @@ def test_task_types_and_whole_word_baseline_train(make_config, tmp_path):
     assert [r["step"] for r in train_losses(tmp_path)] == [1, 2]
     weights = load_file(tmp_path / "checkpoints" / "last" / "model.safetensors")
     assert weights["embeddings.task_type_embeddings.weight"].shape == (3, 36)
+    # plm-export writes the run as ErnieForMaskedLM, which transformers loads whole.
+    transformers = pytest.importorskip("transformers")
+    from plm_toolkit.export import export_checkpoint
+
+    export_checkpoint(tmp_path, tmp_path / "hf")
+    model, info = transformers.ErnieForMaskedLM.from_pretrained(tmp_path / "hf", output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"]
+    assert model.config.use_task_id and model.config.task_type_vocab_size == 3
 
 
 @pytest.mark.parametrize(
