@@ -32,6 +32,7 @@ from plm_toolkit.data.corpus import (
 )
 from plm_toolkit.data.plan import LAYOUTS
 from plm_toolkit.data.template import Template, template_of
+from plm_toolkit.data.unit_corpus import tokenize_with_units, unit_documents, wrap_with_codes
 from plm_toolkit.data.units import NONE as NO_UNIT
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import DataError
@@ -71,8 +72,6 @@ def build_pretraining_examples(
     if units is not None and layout != "full_sentences":
         raise DataError(f"knowledge units travel with full_sentences packing only, not {layout}")
     if units is not None:
-        from plm_toolkit.data.unit_corpus import tokenize_with_units
-
         tokenized = tokenize_with_units(documents, tokenizer, data_cfg, units)
     else:
         tokenized = tokenize_documents(documents, tokenizer, data_cfg)
@@ -298,12 +297,12 @@ def _full_sentences(
         schema = pa.schema(columns + ([("units", pa.list_(pa.int8()))] if with_units else []))
         temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         # With units, every item is an (id, join code) pair: the packing is the same, the codes come along.
-        documents = _iter_unit_documents(tokenized) if with_units else _iter_documents(tokenized)
+        documents = unit_documents(tokenized, _BATCH) if with_units else _iter_documents(tokenized)
         with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
             rows: list[list] = []
             budget = max_seq_len - template.num_special
             for block in pack_full_sentences(documents, budget, (separator, NO_UNIT) if with_units else separator):
-                rows.append(_with_codes(template, block) if with_units else template.assemble(block)[0])
+                rows.append(wrap_with_codes(template, block) if with_units else template.assemble(block)[0])
                 if len(rows) == 1000:
                     writer.write_batch(_record_batch(rows, schema))
                     rows = []
@@ -313,24 +312,9 @@ def _full_sentences(
     return datasets.Dataset.from_file(str(path))
 
 
-def _with_codes(template: Template, block: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """A block of (id, join code) pairs wrapped by the template; its special tokens join no unit."""
-    ids, _, starts = template.assemble([i for i, _ in block])
-    codes = [NO_UNIT] * len(ids)
-    codes[starts["A"] : starts["A"] + len(block)] = [c for _, c in block]
-    return list(zip(ids, codes, strict=True))
-
-
 def _iter_documents(tokenized: datasets.Dataset):
     for batch in tokenized.iter(batch_size=_BATCH):
         yield from batch["sentences"]
-
-
-def _iter_unit_documents(tokenized: datasets.Dataset):
-    """Documents whose sentences are lists of (token id, join code) pairs."""
-    for batch in tokenized.iter(batch_size=_BATCH):
-        for sentences, codes in zip(batch["sentences"], batch["units"], strict=True):
-            yield [list(zip(ids, units, strict=True)) for ids, units in zip(sentences, codes, strict=True)]
 
 
 def _record_batch(rows: list[list], schema: pa.Schema) -> pa.RecordBatch:

@@ -34,7 +34,8 @@ from plm_toolkit.data.corpus import (
     split_sentences,
     stable_hash,
 )
-from plm_toolkit.data.units import Lexicon, SentenceUnits, parse_presegmented, read_lexicon, split_words
+from plm_toolkit.data.template import Template
+from plm_toolkit.data.units import NONE, Lexicon, SentenceUnits, parse_presegmented, read_lexicon, split_words
 from plm_toolkit.errors import DataError
 
 logger = logging.getLogger(__name__)
@@ -267,3 +268,21 @@ def tokenize_with_units(documents: Documents, tokenizer: Tokenizer, data_cfg: An
         f", {len(finder.phrases)} phrase types" if finder.phrases is not None else "",
     )
     return tokenized
+
+
+# --- packing helpers (data/pretraining.py's full sentences) ------------------------------------------------
+
+
+def unit_documents(tokenized: datasets.Dataset, batch_size: int = 256):
+    """The documents of a unit corpus, each sentence a list of (token id, join code) pairs."""
+    for batch in tokenized.iter(batch_size=batch_size):
+        for sentences, codes in zip(batch["sentences"], batch["units"], strict=True):
+            yield [list(zip(ids, units, strict=True)) for ids, units in zip(sentences, codes, strict=True)]
+
+
+def wrap_with_codes(template: Template, block: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """A block of (id, join code) pairs wrapped by the tokenizer's template; its special tokens join no unit."""
+    ids, _, starts = template.assemble([i for i, _ in block])
+    codes = [NONE] * len(ids)
+    codes[starts["A"] : starts["A"] + len(block)] = [c for _, c in block]
+    return list(zip(ids, codes, strict=True))

@@ -14,6 +14,7 @@ from plm_toolkit.models.hf import export_hf, import_hf
 from plm_toolkit.models.pretrained import load_backbone
 from plm_toolkit.objectives.knowledge_masking import KnowledgeMasking, KnowledgeMaskingConfig
 from plm_toolkit.objectives.mlm_nsp import MlmNsp, MlmNspConfig
+from tests.models.test_hf_bert import randomized
 
 transformers = pytest.importorskip("transformers")
 
@@ -35,15 +36,6 @@ def hf_config(**overrides):
         hidden_act="relu",
     )
     return transformers.ErnieConfig(**(fields | overrides))
-
-
-def randomized(model):
-    """Perturb every parameter (HF's init leaves biases at 0 and LayerNorms at 1/0) so no mapping error hides."""
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.05)
-    return model.eval()
 
 
 def save_hf(model, folder: Path) -> Path:
