@@ -45,23 +45,24 @@ class PretrainingData:
 
 
 def prepare_pretraining_data(
-    data_cfg: Any, layout: Any, seed: int, window: tuple[int, int] | None = None
+    data_cfg: Any, layout: Any, seed: int, window: tuple[int, int] | None = None, units: Any = None
 ) -> PretrainingData:
     """Tokenizer (loaded or trained), then the train and validation examples in `layout` (a layout name, or an
-    objective's ``DataPlan``, which also gives the window); all cached. ``window`` = (length, stride) of the
-    "streams" layout."""
+    objective's ``DataPlan``, which also gives the window and the knowledge units' sources); all cached.
+    ``window`` = (length, stride) of the "streams" layout; ``units``: where knowledge units come from, when the
+    objective masks them (``data/unit_corpus.py``)."""
     plan = layout if isinstance(layout, DataPlan) else DataPlan(str(getattr(layout, "value", layout)))
     if isinstance(layout, DataPlan):
-        layout, window = layout.layout, layout.stream_window
+        layout, window, units = layout.layout, layout.stream_window, layout.units
     tokenizer = load_or_train_tokenizer(data_cfg)
     vocab = vocab_from_tokenizer(tokenizer)
     builder = LAYOUT_BUILDERS.get(plan.layout)
     if builder is not None:  # a layout an objective module registered (data/plan.py)
         train = builder(data_cfg, tokenizer, vocab, plan, "train", seed)
         return PretrainingData(tokenizer, vocab, train, builder(data_cfg, tokenizer, vocab, plan, "validation", seed))
-    train = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "train", seed, window)
+    train = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "train", seed, window, units)
     assert train is not None  # the training split always has a source, or reading it raised
-    validation = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "validation", seed, window)
+    validation = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "validation", seed, window, units)
     return PretrainingData(tokenizer, vocab, train, validation)
 
 

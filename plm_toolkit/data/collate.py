@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from plm_toolkit.data.units import NONE as NO_UNIT
 from plm_toolkit.data.vocab import Vocab
 
 
@@ -25,6 +26,7 @@ def collate(examples: Sequence[dict[str, Any]], vocab: Vocab) -> dict[str, torch
       next_sentence_label  (B,) long, when the examples have one
       reverse_ids          (B, T) long, when the examples have one (ELMo's reversed-sentence stream), padded as
                            input_ids
+      units                (B, T) int8, knowledge units' join codes, when the examples have them
     """
     lengths = [len(e["input_ids"]) for e in examples]
     batch_size, width = len(examples), max(lengths)
@@ -50,6 +52,12 @@ def collate(examples: Sequence[dict[str, Any]], vocab: Vocab) -> dict[str, torch
         for row, (example, length) in enumerate(zip(examples, lengths, strict=True)):
             reverse_ids[row, :length] = torch.as_tensor(example["reverse_ids"], dtype=torch.long)
         batch["reverse_ids"] = reverse_ids
+    if "units" in examples[0]:
+        # Knowledge units' join codes (data/units.py); padding starts no unit of its own.
+        units = torch.full((batch_size, width), NO_UNIT, dtype=torch.int8)
+        for row, (example, length) in enumerate(zip(examples, lengths, strict=True)):
+            units[row, :length] = torch.as_tensor(example["units"], dtype=torch.int8)
+        batch["units"] = units
     if "next_sentence_label" in examples[0]:
         batch["next_sentence_label"] = torch.tensor([int(e["next_sentence_label"]) for e in examples], dtype=torch.long)
     return batch
@@ -143,9 +151,11 @@ class PackingTransform:
 
     def __init__(self, inner) -> None:
         self.inner = inner
+        # A step-dependent inner transform (plan.py) gets the optimizer step through this one.
+        self.takes_step = bool(getattr(inner, "takes_step", False))
 
-    def __call__(self, batch: dict[str, torch.Tensor], seeds) -> dict[str, torch.Tensor]:
-        return pack_rows(self.inner(batch, seeds) if self.inner is not None else batch)
+    def __call__(self, batch: dict[str, torch.Tensor], seeds, *step: int) -> dict[str, torch.Tensor]:
+        return pack_rows(self.inner(batch, seeds, *step) if self.inner is not None else batch)
 
 
 # Label of padding positions: cross-entropy's default ignore_index.

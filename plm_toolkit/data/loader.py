@@ -8,7 +8,9 @@ are dealt out in order instead (``StreamOrder``): row b of rank r always continu
 so each micro-batch holds the next window of every row's previous one; ``stream_start`` (B,) marks rows that begin
 their sub-stream again (the first batch of a pass), where a carried memory must not continue. Every row's masking
 seed is derived from its stream position, so a row is transformed the same way whatever micro-batch or process it
-lands in: 8 x 4, 32 x 1 and 2 processes x 16 see identical data.
+lands in: 8 x 4, 32 x 1 and 2 processes x 16 see identical data. A transform that changes with training (ERNIE's
+masking stages) also gets the optimizer step of its micro-batch, counted from the run's start, so a resumed run
+transforms exactly as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -151,8 +153,12 @@ class MicroBatches(Dataset):
         streams: bool = False,
         backward_half: bool = False,
         group_lengths: Sequence[int] | None = None,
+        first_step: int | None = None,
     ):
         self.examples, self.layout, self.start = examples, layout, start
+        # Optimizer step of micro-batch 0, for a transform that changes with training (ERNIE's masking stages):
+        # it is then called as transform(batch, seeds, step). None: transform(batch, seeds).
+        self.first_step = first_step
         self.collate, self.transform, self.seed = collate, transform, seed
         if streams:
             streams_total = layout.batch_size * layout.world_size
@@ -168,7 +174,11 @@ class MicroBatches(Dataset):
         indices = [self.index_of(p) for p in positions]
         batch = self.collate(take_rows(self.examples, indices))
         if self.transform is not None:
-            batch = self.transform(batch, [self.row_seed(p, i) for p, i in zip(positions, indices, strict=True)])
+            seeds = [self.row_seed(p, i) for p, i in zip(positions, indices, strict=True)]
+            if self.first_step is None:
+                batch = self.transform(batch, seeds)
+            else:
+                batch = self.transform(batch, seeds, self.first_step + micro_index // self.layout.grad_accum_steps)
         if isinstance(self.index_of, StreamOrder):
             batch["stream_start"] = torch.tensor([self.index_of.starts(p) for p in positions])  # (B,)
         return batch

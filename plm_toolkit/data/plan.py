@@ -20,7 +20,9 @@ from plm_toolkit.errors import ConfigError
 
 # A batch transform: (collated CPU batch, one seed per row) -> batch. All randomness of row i comes from seeds[i]
 # and is drawn over the row's unpadded length, so the result does not depend on how rows are grouped into
-# micro-batches or processes, nor on how much padding a batch has.
+# micro-batches or processes, nor on how much padding a batch has. A transform whose ``takes_step`` attribute is
+# true changes with training (ERNIE's masking stages): training calls it with the optimizer step as a third
+# argument (data/loader.py), evaluation without.
 BatchTransform = Callable[[dict[str, torch.Tensor], Sequence[int]], dict[str, torch.Tensor]]
 
 # sentence_pairs: BERT's, B random half the time (NSP); segment_pairs: two consecutive segments of one document,
@@ -61,6 +63,9 @@ class DataPlan:
     backward_half: bool = False
     # Runs on the CPU in the data-loader workers (masking, swaps, permutation sampling); None: batches as collated.
     transform: BatchTransform | None = None
+    # Where knowledge units come from (an objective config that data/unit_corpus.py reads), or None. With them the
+    # corpus is tokenized with a join code per token and full-sentences examples carry a ``units`` column.
+    units: Any = None
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:

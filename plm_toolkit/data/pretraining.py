@@ -33,6 +33,8 @@ from plm_toolkit.data.corpus import (
 from plm_toolkit.data.plan import LAYOUTS, STREAM_LAYOUTS
 from plm_toolkit.data.sentence_streams import sentence_stream_windows
 from plm_toolkit.data.template import Template, template_of
+from plm_toolkit.data.unit_corpus import tokenize_with_units, unit_documents, wrap_with_codes
+from plm_toolkit.data.units import NONE as NO_UNIT
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import DataError
 
@@ -54,11 +56,13 @@ def build_pretraining_examples(
     split: str,
     seed: int,
     window: tuple[int, int] | None = None,
+    units: Any = None,
 ) -> datasets.Dataset | None:
     """The examples of `split` in `layout`, or None when the split has no source. Deterministic given `seed`.
 
     ``window`` = (length, stride) of the stream layouts; default (max_seq_len + 1, max_seq_len): inputs and
-    next-token targets of consecutive segments.
+    next-token targets of consecutive segments. ``units``: where knowledge units come from (an objective config,
+    ``data/unit_corpus.py``); the full-sentences examples then carry a ``units`` column, a join code per token.
     """
     layout = choice(layout)
     if layout not in LAYOUTS:
@@ -68,7 +72,12 @@ def build_pretraining_examples(
     documents = read_documents(data_cfg, split)
     if documents is None:
         return None
-    tokenized = tokenize_documents(documents, tokenizer, data_cfg)
+    if units is not None and layout != "full_sentences":
+        raise DataError(f"knowledge units travel with full_sentences packing only, not {layout}")
+    if units is not None:
+        tokenized = tokenize_with_units(documents, tokenizer, data_cfg, units)
+    else:
+        tokenized = tokenize_documents(documents, tokenizer, data_cfg)
     settings = (layout, int(data_cfg.max_seq_len), FORMAT_VERSION, int(seed))
     if layout in PAIR_LAYOUTS:
         settings += (float(data_cfg.short_seq_prob), float(data_cfg.random_next_prob))
@@ -355,16 +364,21 @@ def _full_sentences(
     """Contiguous sentences packed up to max_seq_len (RoBERTa's FULL-SENTENCES, section 4.2), crossing document
     boundaries with ``separator`` between documents, each block wrapped by the tokenizer's single-text template
     (BERT: ``[CLS] ... [SEP]``). Sequential over the corpus, so it is written here with pyarrow (one pass,
-    constant memory) rather than by a per-document map."""
+    constant memory) rather than by a per-document map. A corpus tokenized with its knowledge units
+    (``data/unit_corpus.py``) keeps them: each token travels with its join code, special tokens get ``NONE``."""
+    with_units = "units" in tokenized.column_names
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
-        schema = pa.schema([("input_ids", pa.list_(pa.int32())), ("token_type_ids", pa.list_(pa.int8()))])
+        columns = [("input_ids", pa.list_(pa.int32())), ("token_type_ids", pa.list_(pa.int8()))]
+        schema = pa.schema(columns + ([("units", pa.list_(pa.int8()))] if with_units else []))
         temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        # With units, every item is an (id, join code) pair: the packing is the same, the codes come along.
+        documents = unit_documents(tokenized, _BATCH) if with_units else _iter_documents(tokenized)
         with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-            rows: list[list[int]] = []
+            rows: list[list] = []
             budget = max_seq_len - template.num_special
-            for block in pack_full_sentences(_iter_documents(tokenized), budget, separator):
-                rows.append(template.assemble(block)[0])
+            for block in pack_full_sentences(documents, budget, (separator, NO_UNIT) if with_units else separator):
+                rows.append(wrap_with_codes(template, block) if with_units else template.assemble(block)[0])
                 if len(rows) == 1000:
                     writer.write_batch(_record_batch(rows, schema))
                     rows = []
@@ -379,7 +393,13 @@ def _iter_documents(tokenized: datasets.Dataset):
         yield from batch["sentences"]
 
 
-def _record_batch(rows: list[list[int]], schema: pa.Schema) -> pa.RecordBatch:
+def _record_batch(rows: list[list], schema: pa.Schema) -> pa.RecordBatch:
+    """Rows of ids, or of (id, join code) pairs when the schema has a units column."""
+    if "units" in schema.names:
+        ids = [[i for i, _ in r] for r in rows]
+        arrays = [pa.array(ids, schema.field(0).type), pa.array([[0] * len(r) for r in rows], schema.field(1).type)]
+        arrays.append(pa.array([[u for _, u in r] for r in rows], schema.field(2).type))
+        return pa.record_batch(arrays, schema)
     types = [[0] * len(r) for r in rows]
     return pa.record_batch([pa.array(rows, schema.field(0).type), pa.array(types, schema.field(1).type)], schema)
 

@@ -149,8 +149,9 @@ def embedding_width(config: BertConfig) -> int:
     return config.embedding_size or config.hidden_size
 
 
-def build_embeddings(config: BertConfig) -> TokenEmbeddings:
-    return TokenEmbeddings(
+def build_embeddings(config: BertConfig, cls: type[TokenEmbeddings] = TokenEmbeddings, **extra) -> TokenEmbeddings:
+    """The family's embeddings from its config; a subclass (``cls``) may take ``extra`` arguments (ERNIE)."""
+    return cls(
         config.vocab_size,
         embedding_width(config),
         config.max_position_embeddings,
@@ -159,6 +160,7 @@ def build_embeddings(config: BertConfig) -> TokenEmbeddings:
         config.hidden_dropout,
         config.pad_token_id,
         config.position_offset,
+        **extra,
     )
 
 
@@ -179,7 +181,7 @@ class Bert(Backbone):
         check_vocab_size(config)
         self.check_config(config)
         self.config = config
-        self.embeddings = build_embeddings(config)
+        self.embeddings = self.build_embeddings(config)
         self.embeddings_project = build_projection(config)
         self.encoder = self.build_encoder(config)
         self.pooler = BertPooler(config.hidden_size) if self.has_pooler else None
@@ -192,6 +194,9 @@ class Bert(Backbone):
             raise ConfigError(
                 f"model.embedding_size={config.embedding_size}: must be positive, or null for model.hidden_size"
             )
+
+    def build_embeddings(self, config: BertConfig) -> TokenEmbeddings:
+        return build_embeddings(config)
 
     def build_encoder(self, config: BertConfig) -> nn.Module:
         return BertEncoder(config)
@@ -210,11 +215,13 @@ class Bert(Backbone):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         output_all_hidden: bool = False,
+        **embedding_inputs: torch.Tensor,
     ) -> Representations:
         """(B, T) ids -> last hidden states (B, T, H) and the pooled [CLS] summary (B, H).
 
         ``attention_mask`` is 1 for tokens and 0 for padding; no position attends to padding. With
         ``output_all_hidden``, ``all_hidden`` holds the embedding output followed by every layer's output.
+        ``embedding_inputs``: further per-token ids the family's embeddings take (ERNIE's ``task_type_ids``).
         """
         longest = self.max_length(self.config)
         if input_ids.shape[1] > longest:
@@ -222,7 +229,7 @@ class Bert(Backbone):
                 f"sequence length {input_ids.shape[1]} exceeds model.max_position_embeddings "
                 f"{self.config.max_position_embeddings} - model.position_offset {self.config.position_offset}"
             )
-        x = self.embed(input_ids, token_type_ids, position_ids)  # (B, T, H)
+        x = self.embed(input_ids, token_type_ids, position_ids, **embedding_inputs)  # (B, T, H)
         all_hidden = [x] if output_all_hidden else None
         hidden = self.encoder(x, padding_mask(attention_mask), all_hidden)  # (B, T, H)
         pooled = self.pooler(hidden) if self.pooler is not None else None
@@ -233,7 +240,8 @@ class Bert(Backbone):
         input_ids: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
+        **embedding_inputs: torch.Tensor,
     ) -> torch.Tensor:
         """(B, T) ids -> (B, T, H) encoder input: the embeddings, projected to H when they are narrower."""
-        x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, E)
+        x = self.embeddings(input_ids, token_type_ids, position_ids, **embedding_inputs)  # (B, T, E)
         return x if self.embeddings_project is None else self.embeddings_project(x)  # (B, T, H)

@@ -42,9 +42,11 @@ class TokenEmbeddings(nn.Module):
         input_ids: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
+        extra: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """(B, T) ids -> (B, T, E). Positions default to 0..T-1 (plus the offset) and segments to 0 (sentence A);
-        given ``position_ids`` count from 0 too, the offset is added here."""
+        given ``position_ids`` count from 0 too, the offset is added here. ``extra`` (broadcastable to (B, T, E))
+        joins the sum before the LayerNorm (ERNIE's task-type embedding)."""
         x = self.word_embeddings(input_ids)  # (B, T, E)
         offset = self.position_offset
         if position_ids is None:
@@ -57,6 +59,8 @@ class TokenEmbeddings(nn.Module):
                 x = x + self.token_type_embeddings.weight[0]
             else:
                 x = x + self.token_type_embeddings(token_type_ids)
+        if extra is not None:
+            x = x + extra
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         return self.dropout(x)

@@ -17,8 +17,14 @@ The unit of selection is a masking option of every MLM-style objective (``object
 - ``ngram``: spans of up to ``max_ngram`` whole words with p(n) proportional to 1/n (ALBERT section 4.1, after
   SpanBERT), chosen as ALBERT's ``create_pretraining_data.py`` does: candidate starts in random order, a drawn n
   shortened until the span fits the remaining budget, spans that overlap a chosen one skipped.
+- ``knowledge``: ERNIE's knowledge units (Sun et al. 2019, section 3.2): words, phrases or entities, as the
+  batch's ``units`` join codes (``data/units.py``) group them at the level the caller names; units are drawn in
+  random order and one that would overshoot the target count is skipped, and the 80/10/10 choice is made once per
+  unit, so a unit is masked, replaced or kept as a whole (``objectives/knowledge_masking.py`` picks the level by
+  training stage).
 A piece continues a word when the tokenizer marks it so (WordPiece ``##``, byte-level BPE without a leading
-space, see ``data/vocab.py``) and it directly follows a maskable piece.
+space, see ``data/vocab.py``) and it directly follows a maskable piece; when the batch carries ``units`` (a word
+segmenter such as jieba found the words), its word-level join codes decide instead.
 """
 
 from __future__ import annotations
@@ -34,11 +40,21 @@ from plm_toolkit.errors import ConfigError
 
 # Label of a position that is not a target; cross-entropy's default ignore_index.
 IGNORE_INDEX = -100
-MaskingUnit = choices("MaskingUnit", "token", "whole_word", "ngram")
+MaskingUnit = choices("MaskingUnit", "token", "whole_word", "ngram", "knowledge")
+# Join codes of the batch's ``units`` column (data/units.py): a position continues the unit of the position before
+# it when its code is at most the grouping level. ``NO_JOIN`` as the level: every token is a unit of its own.
+WORD_LEVEL, NO_JOIN = 0, -1
 
 
-def check_masking_config(cfg: Any, prefix: str = "objective") -> None:
-    """Reject impossible masking rates with a ConfigError naming the key; ``cfg`` is an MLM-style config."""
+def check_masking_config(cfg: Any, prefix: str = "objective", finds_units: bool = False) -> None:
+    """Reject impossible masking rates with a ConfigError naming the key; ``cfg`` is an MLM-style config.
+    ``finds_units``: the objective tokenizes its corpus with knowledge units, which masking=knowledge needs."""
+    masking = getattr(cfg, "masking", "token")
+    if getattr(masking, "value", masking) == "knowledge" and not finds_units:
+        raise ConfigError(
+            f"{prefix}.masking=knowledge needs objective=knowledge_masking, which finds the words, phrases and "
+            "entities it masks"
+        )
     for key in ("mask_prob", "mask_token_prob", "random_token_prob"):
         value = getattr(cfg, key)
         if not 0.0 <= value <= 1.0:
@@ -155,7 +171,7 @@ class MaskingTransform:
         self.max_ngram = max_ngram
         # Ids of pieces that continue a word; a plain frozenset of ints, so the transform stays picklable.
         self.continuation_ids = frozenset(int(i) for i in continuation_ids)
-        check_masking_config(self)
+        check_masking_config(self, finds_units=True)
         if vocab_size <= len(self.special_ids):
             raise ConfigError(f"a vocabulary of {vocab_size} ids has no non-special token to draw from")
 
@@ -176,7 +192,10 @@ class MaskingTransform:
             ids += (ids >= special).long()
         return ids
 
-    def __call__(self, batch: dict[str, torch.Tensor], seeds: Sequence[int]) -> dict[str, torch.Tensor]:
+    def __call__(
+        self, batch: dict[str, torch.Tensor], seeds: Sequence[int], level: int = WORD_LEVEL
+    ) -> dict[str, torch.Tensor]:
+        """Mask ``batch``; ``level`` is the join level that groups knowledge units (masking=knowledge only)."""
         input_ids = batch["input_ids"]
         if len(seeds) != input_ids.shape[0]:
             raise ValueError(f"got {len(seeds)} seeds for a batch of {input_ids.shape[0]} rows")
@@ -192,10 +211,18 @@ class MaskingTransform:
             if self.masking == "token":
                 # Fixed draw sizes (L_i, then count, count) keep the stream independent of padding and grouping.
                 chosen = positions[torch.randperm(positions.numel(), generator=generator)[:count]]
-            else:
-                chosen = self._choose_words(positions.tolist(), input_ids[row], count, generator)
+                action = torch.rand(count, generator=generator)
+            elif self.masking == "knowledge":
+                units = self._choose_units(positions.tolist(), batch, row, level, count, generator)
+                chosen = torch.tensor([p for unit in units for p in unit], dtype=torch.long)
                 count = chosen.numel()
-            action = torch.rand(count, generator=generator)
+                # One draw per unit, repeated over its tokens: a unit is masked, replaced or kept as a whole.
+                per_unit = torch.rand(len(units), generator=generator)
+                action = per_unit[torch.tensor([i for i, unit in enumerate(units) for _ in unit], dtype=torch.long)]
+            else:
+                chosen = self._choose_words(positions.tolist(), batch, row, count, generator)
+                count = chosen.numel()
+                action = torch.rand(count, generator=generator)
             replacements = self._random_tokens(count, generator)
             labels[row, chosen] = input_ids[row, chosen]
             to_mask = action < self.mask_token_prob
@@ -204,17 +231,45 @@ class MaskingTransform:
             corrupted[row, chosen[to_random]] = replacements[to_random]
         return {**batch, "input_ids": corrupted, "mlm_labels": labels, "mlm_positions": target_positions(labels)}
 
+    def _groups(self, positions: list[int], batch: dict[str, torch.Tensor], row: int, level: int) -> list[list[int]]:
+        """The row's maskable positions grouped into units: by the ``units`` join codes at ``level`` when the batch
+        has them, else into words by the tokenizer's continuation pieces."""
+        if "units" in batch:
+            codes = batch["units"][row]
+            return word_spans(positions, [int(codes[p]) <= level for p in positions])
+        if self.masking == "knowledge":
+            raise ValueError("masking=knowledge needs the batch's units column (a corpus tokenized with its units)")
+        ids = batch["input_ids"][row]
+        return word_spans(positions, [int(ids[p]) in self.continuation_ids for p in positions])
+
+    def _choose_units(
+        self,
+        positions: list[int],
+        batch: dict[str, torch.Tensor],
+        row: int,
+        level: int,
+        count: int,
+        generator: torch.Generator,
+    ) -> list[list[int]]:
+        """Whole units in random order, each taken when it still fits the row's ``count`` targets."""
+        units = self._groups(positions, batch, row, level)
+        chosen: list[list[int]] = []
+        used = 0
+        for u in torch.randperm(len(units), generator=generator).tolist():
+            if used + len(units[u]) <= count:
+                chosen.append(units[u])
+                used += len(units[u])
+        return chosen
+
     def _choose_words(
-        self, positions: list[int], ids: torch.Tensor, count: int, generator: torch.Generator
+        self, positions: list[int], batch: dict[str, torch.Tensor], row: int, count: int, generator: torch.Generator
     ) -> torch.Tensor:
         """Target positions made of whole words (``whole_word``) or n-grams of whole words (``ngram``)."""
-        words = word_spans(positions, [int(ids[p]) in self.continuation_ids for p in positions])
         if self.masking == "whole_word":
-            chosen: list[int] = []
-            for w in torch.randperm(len(words), generator=generator).tolist():
-                if len(chosen) + len(words[w]) <= count:
-                    chosen.extend(words[w])
+            units = self._choose_units(positions, batch, row, WORD_LEVEL, count, generator)
+            chosen = [p for unit in units for p in unit]
         else:
+            words = self._groups(positions, batch, row, WORD_LEVEL)
             spans, _ = choose_ngrams(len(words), count, self.max_ngram, [len(w) for w in words], generator)
             chosen = [p for span in spans for w in span for p in words[w]]
         return torch.tensor(chosen, dtype=torch.long)

@@ -9,6 +9,7 @@ of a small model, so gathering first saves most of it without changing the loss.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +38,7 @@ class MlmConfig:
     # Cap on the targets per row (BERT's max_predictions_per_seq, 20 at length 128); null means no cap.
     max_predictions_per_seq: int | None = None
     # Unit of selection: token (BERT), whole_word (every piece of a chosen word), ngram (spans of up to max_ngram
-    # whole words, p(n) ~ 1/n: ALBERT).
+    # whole words, p(n) ~ 1/n: ALBERT), knowledge (ERNIE's words, phrases and entities: objective=knowledge_masking).
     masking: MaskingUnit = MaskingUnit.token
     # Longest n-gram, in words, of masking=ngram (ALBERT: 3).
     max_ngram: int = 3
@@ -70,6 +71,8 @@ class MaskedLanguageModeling(Objective):
     required_capabilities = frozenset({BIDIRECTIONAL})
     # ``metrics["mlm_correct"]`` counts correct predictions; the loop logs it / count["mlm"] as mlm_accuracy.
     metric_denominators = {"mlm_correct": "mlm"}
+    # Whether the objective tokenizes its corpus with knowledge units (objective.masking=knowledge needs them).
+    finds_units: ClassVar[bool] = False
 
     def __init__(self, config: MlmConfig, model: nn.Module, vocab: Vocab):
         super().__init__()
@@ -87,7 +90,7 @@ class MaskedLanguageModeling(Objective):
 
     @classmethod
     def check_config(cls, config) -> None:
-        check_masking_config(config)
+        check_masking_config(config, finds_units=cls.finds_units)
         if config.dupe_factor < 0:
             raise ConfigError(
                 f"objective.dupe_factor must be 0 (dynamic masking) or positive, got {config.dupe_factor}"

@@ -10,7 +10,7 @@ its type, first and last word all match a gold one.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -35,6 +35,9 @@ class NerConfig:
     name: str = "ner"
     # Dropout before the per-token head; null takes the backbone's hidden dropout.
     dropout: float | None = None
+    # Tag names in id order; empty reads them from the training file (O, then each type's B- and I-). The
+    # fine-tuned checkpoint records them, so that it tags text without its training file.
+    labels: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -167,7 +170,7 @@ class TokenClassification(Task):
         found = {t for s in train for t in s.tags}
         train = limit(train, data_cfg.max_train_samples, "training sentences")
         # O first, then the types in order with B before I: a stable, readable id order.
-        labels = sorted(found, key=lambda t: (t != "O", t[2:], t[:1]))
+        labels = list(config.labels) or sorted(found, key=lambda t: (t != "O", t[2:], t[:1]))
         label_ids = {t: i for i, t in enumerate(labels)}
         features, _ = _features(
             train, label_ids, tokenizer, data_cfg.max_seq_len, data_cfg.train_file, False, characters

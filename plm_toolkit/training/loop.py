@@ -158,6 +158,7 @@ class Trainer:
                     streams=self.plan.streams,
                     backward_half=self.plan.backward_half,
                     group_lengths=lengths,
+                    first_step=self.step if getattr(self.transform, "takes_step", False) else None,
                 ),
                 num_workers=self.num_workers,
                 pin_memory=self.runtime.device.type == "cuda",

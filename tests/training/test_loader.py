@@ -57,3 +57,19 @@ def test_mix_seed_spreads_and_is_stable():
     assert len(seeds) == 10000
     assert all(0 <= s < 2**63 for s in seeds)
     assert mix_seed(1, 5) == mix_seed(1, 5) != mix_seed(2, 5)
+
+
+def test_a_step_dependent_transform_gets_the_optimizer_step():
+    """Micro-batch k of a run resumed at step s carries step s + k // grad_accum_steps, as without the resume."""
+    examples = [{"x": i} for i in range(23)]
+    layout = BatchLayout(3, 2, 1)
+
+    def with_step(batch, seeds, step):
+        return {**batch, "step": torch.full((len(seeds),), step)}
+
+    full = MicroBatches(examples, layout, 0, collate, with_step, seed=1, first_step=0)
+    resumed = MicroBatches(examples, layout, 4 * layout.global_batch, collate, with_step, seed=1, first_step=4)
+    assert [int(full[k]["step"][0]) for k in range(6)] == [0, 0, 1, 1, 2, 2]
+    for k in range(6):
+        assert torch.equal(full[8 + k]["step"], resumed[k]["step"])
+        assert int(resumed[k]["step"][0]) == 4 + k // 2

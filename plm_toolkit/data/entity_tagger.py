@@ -1,0 +1,110 @@
+"""Entities found by a named-entity tagger that ``plm-finetune task=ner`` produced (``objective.entity_tagger``).
+
+ERNIE 1.0 takes its entity units from a lexical analyzer (Sun et al. 2019, section 3.2); here any NER checkpoint of
+this toolkit plays that part: the backbone and its token-classification head are loaded from the checkpoint
+folder, each sentence's words are tagged (the label of a word is the one predicted on its first sub-token, as the
+task trains it) and the BIO tags become entity spans with conlleval's chunk rules (``tasks/ner.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+from torch import nn
+
+from plm_toolkit.errors import CheckpointError
+from plm_toolkit.training import checkpoint as ckpt
+
+KEY = "objective.entity_tagger"
+# The task head's parameters in objective.safetensors (tasks/ner.py: self.head = LinearHead, its .linear).
+_HEAD = "head.linear"
+
+
+def ner_checkpoint(path: str | Path) -> tuple[Path, list[str]]:
+    """(checkpoint folder, label names) of a task=ner checkpoint; CheckpointError naming the key otherwise."""
+    from plm_toolkit.models.pretrained import plm_checkpoint_dir
+
+    given = Path(path).expanduser()
+    if not given.exists():
+        raise CheckpointError(f"{KEY}={given}: no such file or directory")
+    folder = plm_checkpoint_dir(given)
+    if folder is None:
+        raise CheckpointError(
+            f"{KEY}={given}: not a plm-finetune checkpoint ({ckpt.MODEL_FILE} + {ckpt.CONFIG_FILE}); expected the "
+            "run or checkpoint folder of plm-finetune task=ner"
+        )
+    task = OmegaConf.load(folder / ckpt.CONFIG_FILE).get("task")
+    if task is None or task.get("name") != "ner":
+        what = "a pretraining checkpoint (no task)" if task is None else f"a task={task.get('name')} checkpoint"
+        raise CheckpointError(f"{KEY}={given} is {what}; expected a named-entity tagger from plm-finetune task=ner")
+    labels = [str(label) for label in task.get("labels") or []]
+    if not any(label[:2] in ("B-", "I-") for label in labels):
+        raise CheckpointError(f"{KEY}={given}: its task.labels {labels} hold no B-/I- tags; expected BIO labels")
+    return folder, labels
+
+
+class EntityTagger:
+    """Tags lists of words with a task=ner checkpoint; ``tagger(sentences)`` -> entity spans over word indices."""
+
+    def __init__(self, path: str | Path, batch_size: int = 64):
+        from plm_toolkit.models.pretrained import load_backbone
+        from plm_toolkit.tasks.base import template_of
+
+        self.folder, self.labels = ner_checkpoint(path)
+        loaded = load_backbone(self.folder)
+        self.model, self.tokenizer = loaded.model.eval(), loaded.tokenizer
+        state = ckpt.read_weights(self.folder / ckpt.OBJECTIVE_FILE)
+        if f"{_HEAD}.weight" not in state:
+            raise CheckpointError(f"{KEY}={path}: {ckpt.OBJECTIVE_FILE} has no token-classification head ({_HEAD})")
+        weight = state[f"{_HEAD}.weight"]
+        self.head = nn.Linear(weight.shape[1], weight.shape[0])
+        self.head.load_state_dict({"weight": weight, "bias": state[f"{_HEAD}.bias"]})
+        if weight.shape[0] != len(self.labels):
+            raise CheckpointError(f"{KEY}={path}: the head has {weight.shape[0]} outputs for {len(self.labels)} labels")
+        self.template = template_of(self.tokenizer, pair=False)
+        config = self.model.config
+        longest = getattr(config, "max_position_embeddings", 512) - getattr(config, "position_offset", 0)
+        self.budget = min(longest, 512) - self.template.num_special
+        self.batch_size = batch_size
+
+    @torch.no_grad()
+    def __call__(self, sentences: Sequence[Sequence[str]]) -> list[list[tuple[int, int]]]:
+        from plm_toolkit.tasks.ner import entities
+
+        out: list[list[tuple[int, int]]] = []
+        for lo in range(0, len(sentences), self.batch_size):
+            chunk = [list(words) for words in sentences[lo : lo + self.batch_size]]
+            for words, tags in zip(chunk, self._tag(chunk), strict=True):
+                out.append(sorted((first, last + 1) for _, first, last in entities(tags[: len(words)])))
+        return out
+
+    def _tag(self, chunk: list[list[str]]) -> list[list[str]]:
+        """BIO tags of each word (O for a word without a sub-token or past the length budget)."""
+        nonempty = [words or ["."] for words in chunk]
+        encodings = self.tokenizer.encode_batch(nonempty, is_pretokenized=True, add_special_tokens=False)
+        rows, firsts = [], []
+        for encoding in encodings:
+            ids, types, starts = self.template.assemble(encoding.ids[: self.budget])
+            first: dict[int, int] = {}
+            for position, word in enumerate(encoding.word_ids[: self.budget]):
+                if word is not None and word not in first:
+                    first[word] = starts["A"] + position
+            rows.append((ids, types))
+            firsts.append(first)
+        width = max(len(ids) for ids, _ in rows)
+        input_ids = torch.full((len(rows), width), 0, dtype=torch.long)
+        token_types = torch.zeros_like(input_ids)
+        mask = torch.zeros_like(input_ids)
+        for i, (ids, types) in enumerate(rows):
+            input_ids[i, : len(ids)] = torch.tensor(ids)
+            token_types[i, : len(ids)] = torch.tensor(types)
+            mask[i, : len(ids)] = 1
+        hidden = self.model(input_ids=input_ids, attention_mask=mask, token_type_ids=token_types).hidden  # (B, T, H)
+        predicted = self.head(hidden).argmax(dim=-1)  # (B, T)
+        tags = []
+        for i, (words, first) in enumerate(zip(chunk, firsts, strict=True)):
+            tags.append([self.labels[int(predicted[i, first[w]])] if w in first else "O" for w in range(len(words))])
+        return tags

@@ -1,0 +1,251 @@
+"""Knowledge units: words, pre-segmented marks, lexicon and gazetteer matching, collocation phrases, join codes
+aligned with real tokenizers, the cached unit corpus on WikiText-2, jieba for Chinese, and the bad inputs."""
+
+from __future__ import annotations
+
+import logging
+import re
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+from plm_toolkit.data.collocations import learn_phrases
+from plm_toolkit.data.corpus import read_documents
+from plm_toolkit.data.tokenizer import load_tokenizer
+from plm_toolkit.data.unit_corpus import tokenize_with_units
+from plm_toolkit.data.units import (
+    ENTITY,
+    NONE,
+    PHRASE,
+    WORD,
+    Lexicon,
+    SentenceUnits,
+    parse_presegmented,
+    read_lexicon,
+    split_words,
+)
+from plm_toolkit.errors import DataError
+
+
+def words_of(text: str, segmenter: str = "regex") -> list[str]:
+    return [text[s:e] for s, e in split_words(text, segmenter)]
+
+
+def sources(**overrides) -> SimpleNamespace:
+    base = dict(
+        word_segmenter="regex",
+        presegmented=False,
+        phrase_lexicon=None,
+        phrase_lexicon_case="ignore",
+        entity_gazetteer=None,
+        entity_gazetteer_case="exact",
+        entity_tagger=None,
+        collocation_min_count=5,
+        collocation_threshold=100.0,
+        collocation_passes=2,
+    )
+    return SimpleNamespace(**{**base, **overrides})
+
+
+def data_config(files: list, cache) -> OmegaConf:
+    return OmegaConf.create(
+        {"dataset_path": None, "train_files": [str(f) for f in files], "validation_files": [], "cache_dir": str(cache)}
+    )
+
+
+@pytest.fixture(scope="module")
+def bert_tokenizer(shared_data_module):
+    return load_tokenizer(shared_data_module / "models" / "bert-base-uncased" / "vocab.txt")
+
+
+@pytest.fixture(scope="module")
+def shared_data_module():
+    from tests.conftest import SHARED_DATA
+
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+def test_words_split_like_berts_pre_tokenizer():
+    assert words_of("New York's 2nd-largest park, est. 1857!") == [
+        "New", "York", "'", "s", "2nd", "-", "largest", "park", ",", "est", ".", "1857", "!",
+    ]  # fmt: skip
+    assert words_of("我爱北京 in 2020") == ["我", "爱", "北", "京", "in", "2020"]  # each CJK character alone
+
+
+def test_presegmented_marks_phrases_and_entities():
+    plain, words, spans = parse_presegmented("He moved to {{New York}} in [[the late {{Cold War}} era]] .", "f.txt")
+    assert plain == "He moved to New York in the late Cold War era ."
+    assert [plain[s:e] for s, e in words][3:5] == ["New", "York"]
+    assert spans == {"phrase": [(6, 11)], "entity": [(3, 5), (8, 10)]}
+    with pytest.raises(DataError, match=r"f.txt: unbalanced or crossing '\]\]'"):
+        parse_presegmented("a [[b {{c]] d}}", "f.txt")
+    with pytest.raises(DataError, match=r"f.txt: '\{\{' is never closed"):
+        parse_presegmented("a {{b c", "f.txt")
+
+
+def test_lexicon_matches_longest_first_with_case_options():
+    words = ["The", "New", "York", "Times", "reported", "from", "new", "york"]
+    exact = Lexicon([["New", "York"], ["New", "York", "Times"]])
+    assert exact.match(words) == [(1, 4)]
+    assert Lexicon([["New", "York"]], ignore_case=True).match(words) == [(1, 3), (6, 8)]
+
+
+def test_join_codes_nest_words_phrases_and_entities(bert_tokenizer):
+    text = "Dr Smithson visited the United States Congress on a cold winter day"
+    units = SentenceUnits(text, split_words(text))
+    units.add("entity", [(4, 7)])  # United States Congress
+    # "United States" lies inside the entity and "visited the United" crosses it: both dropped.
+    units.add("phrase", [(4, 6), (2, 5), (9, 12)])
+    units.resolve()
+    assert units.phrases == [(9, 12)]
+    encoding = bert_tokenizer.encode(text, add_special_tokens=False)
+    pieces = list(zip(encoding.tokens, units.token_codes(encoding.offsets), strict=True))
+    assert pieces[:3] == [("dr", NONE), ("smith", NONE), ("##son", WORD)]
+    assert pieces[-9:-4] == [("the", NONE), ("united", NONE), ("states", ENTITY), ("congress", ENTITY), ("on", NONE)]
+    assert pieces[-3:] == [("cold", NONE), ("winter", PHRASE), ("day", PHRASE)]
+    around = SentenceUnits(text, split_words(text), phrases=[(3, 7)], entities=[(4, 7)])
+    around.resolve()
+    assert around.phrases == [(3, 7)]  # "the United States Congress" holds the entity and more: kept
+
+
+def test_join_codes_with_byte_level_pieces(tmp_path):
+    """A byte-level BPE piece that starts in the space before a word belongs to that word."""
+    from tokenizers import models, trainers
+
+    from plm_toolkit.data.tokenizer import BPE_SPECIAL_TOKENS, byte_level_tokenizer
+
+    tokenizer = byte_level_tokenizer(models.BPE())
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=list(BPE_SPECIAL_TOKENS), show_progress=False)
+    tokenizer.train_from_iterator(["New York is a big city in the United States"] * 20, trainer=trainer)
+    text = "Old New Yorkers"
+    units = SentenceUnits(text, split_words(text))
+    units.add("entity", [(1, 3)])
+    encoding = tokenizer.encode(text, add_special_tokens=False)
+    codes = units.token_codes(encoding.offsets)
+    # "ĠNew" starts at the space before "New", "ĠYork" at the one before "Yorkers": one entity of two words.
+    tokens = encoding.tokens
+    assert tokens[-5:-3] == ["\u0120New", "\u0120York"]
+    assert codes[-5:] == [NONE, ENTITY, WORD, WORD, WORD][-len(codes[-5:]) :]
+
+
+def test_lexicon_files_bad_inputs(tmp_path):
+    latin1 = tmp_path / "gazetteer.txt"
+    latin1.write_bytes("Paris\nZ\u00fcrich\n".encode("latin-1"))
+    with pytest.raises(DataError, match=rf"{latin1}:2: not valid UTF-8 .*objective.entity_gazetteer must be UTF-8"):
+        read_lexicon(latin1, "objective.entity_gazetteer", "regex", False, 1)
+    empty = tmp_path / "phrases.txt"
+    empty.write_text("\n  \n")
+    with pytest.raises(DataError, match=rf"objective.phrase_lexicon={empty}: no entries"):
+        read_lexicon(empty, "objective.phrase_lexicon", "regex", True, 2)
+    single = tmp_path / "single.txt"
+    single.write_text("alone\nwords\n")
+    with pytest.raises(DataError, match=r"a phrase needs two words or more"):
+        read_lexicon(single, "objective.phrase_lexicon", "regex", True, 2)
+    with pytest.raises(DataError, match=r"no such file"):
+        read_lexicon(tmp_path / "missing.txt", "objective.entity_gazetteer", "regex", False, 1)
+    typed = tmp_path / "typed.txt"
+    typed.write_text("New York\tLOC\nAda Lovelace\tPER\n")
+    assert read_lexicon(typed, "objective.entity_gazetteer", "regex", False, 1).entries == {
+        ("New", "York"),
+        ("Ada", "Lovelace"),
+    }
+
+
+def wikitext_sentences(path):
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    lines = [line for line in lines if line and not line.startswith("=")]
+    return lambda: ([line[s:e] for s, e in split_words(line)] for line in lines)
+
+
+@pytest.mark.slow
+def test_collocations_find_multi_word_names_on_wikitext2(shared_data):
+    phrases = learn_phrases(wikitext_sentences(shared_data / "wikitext2" / "wiki.valid.tokens"))
+    assert {("New", "York"), ("United", "States")} <= phrases
+    assert any(len(p) >= 3 for p in phrases)  # the second pass joins earlier joins
+    assert all(any(c.isalnum() for c in w) for p in phrases for w in p)  # no punctuation in a phrase
+    assert not {("of", "the"), ("in", "the")} & phrases  # frequent pairs of frequent words score low
+
+
+@pytest.mark.slow
+def test_gazetteer_and_collocations_on_wikitext2(shared_data, bert_tokenizer, tmp_path, caplog):
+    corpus = shared_data / "wikitext2" / "wiki.valid.tokens"
+    gazetteer = tmp_path / "gazetteer.txt"
+    gazetteer.write_text("New York\nUnited States\nWorld War II\n")
+    config = data_config([corpus], tmp_path / "cache")
+    documents = read_documents(config, "train")
+    with caplog.at_level(logging.INFO, logger="plm_toolkit"):
+        tokenized = tokenize_with_units(documents, bert_tokenizer, config, sources(entity_gazetteer=str(gazetteer)))
+    logged = next(r.getMessage() for r in caplog.records if "knowledge units" in r.getMessage())
+    counts = dict(
+        (k, int(v)) for v, k in re.findall(r"(\d+) (distinct phrases|distinct entities|phrases|entities)", logged)
+    )
+    # Every occurrence in the text is found (WikiText's tokens keep the names apart from punctuation).
+    text = corpus.read_text(encoding="utf-8")
+    expected = sum(len(re.findall(rf"\b{n}\b", text)) for n in ("New York", "United States", "World War II"))
+    assert counts["entities"] == expected and counts["distinct entities"] == 3
+    assert counts["phrases"] > 1000 and counts["distinct phrases"] > 100
+    # The tokens of each occurrence are joined: at the entity level, or inside a longer phrase that holds the
+    # entity ("New York City").
+    vocab = bert_tokenizer.get_vocab()
+    new, york = vocab["new"], vocab["york"]
+    joined = seen = 0
+    for row in tokenized.select(range(200)):
+        for ids, codes in zip(row["sentences"], row["units"], strict=True):
+            assert len(ids) == len(codes)
+            for i in range(1, len(ids)):
+                if ids[i - 1] == new and ids[i] == york:
+                    seen += 1
+                    joined += codes[i] == ENTITY
+    assert seen > 0 and joined >= seen / 2
+    # A second run reads the cache and reports the same counts.
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="plm_toolkit"):
+        tokenize_with_units(documents, bert_tokenizer, config, sources(entity_gazetteer=str(gazetteer)))
+    assert any(logged == r.getMessage() for r in caplog.records)
+
+
+def test_text_without_letters_is_refused(tmp_path, shared_data_module, bert_tokenizer):
+    corpus = tmp_path / "digits.txt"
+    corpus.write_text("123 456 , 789 .\n\n3.14 -- 2.71 !!!\n")
+    config = data_config([corpus], tmp_path / "cache")
+    with pytest.raises(DataError, match=rf"{corpus} has no letters"):
+        tokenize_with_units(read_documents(config, "train"), bert_tokenizer, config, sources())
+
+
+def test_presegmented_corpus(tmp_path, shared_data_module, bert_tokenizer):
+    corpus = tmp_path / "marked.txt"
+    corpus.write_text("The {{Eiffel Tower}} stands in {{Paris}} . It is [[made of iron]] .\n\nA second document .\n")
+    config = data_config([corpus], tmp_path / "cache")
+    tokenized = tokenize_with_units(read_documents(config, "train"), bert_tokenizer, config, sources(presegmented=True))
+    first = tokenized[0]
+    tokens = [bert_tokenizer.id_to_token(i) for i in first["sentences"][0]]
+    assert "{" not in tokens and "[" not in tokens  # the marks are gone
+    codes = first["units"][0]
+    tower = tokens.index("tower")
+    assert codes[1] == NONE and set(codes[2:tower]) <= {WORD, ENTITY} and codes[tower] == ENTITY  # Eiffel Tower
+    assert codes[tower + 1] == NONE  # stands
+    second = dict(zip([bert_tokenizer.id_to_token(i) for i in first["sentences"][1]], first["units"][1], strict=True))
+    assert second["of"] == PHRASE and second["iron"] == PHRASE and second["made"] == NONE
+
+
+def test_chinese_words_by_jieba(tmp_path, shared_data_module):
+    pytest.importorskip("jieba")
+    from tests.tasks.conftest import tiny_tokenizer
+
+    text = "我爱北京天安门。北京是中国的首都。"
+    assert words_of(text, "jieba")[:4] == ["我", "爱", "北京", "天安门"]
+    corpus = tmp_path / "zh.txt"
+    corpus.write_text(text + "\n")
+    tokenizer = tiny_tokenizer([text] * 5, vocab_size=60)
+    config = data_config([corpus], tmp_path / "cache")
+    tokenized = tokenize_with_units(
+        read_documents(config, "train"), tokenizer, config, sources(word_segmenter="jieba", collocation_passes=0)
+    )
+    ids, codes = tokenized[0]["sentences"][0], tokenized[0]["units"][0]
+    tokens = [tokenizer.id_to_token(i) for i in ids]
+    # Characters are the tokens; jieba's words join them at the word level (what Chinese BERT-wwm masks whole).
+    assert tokens[:7] == ["我", "爱", "北", "京", "天", "安", "门"]
+    assert codes[:7] == [NONE, NONE, NONE, WORD, NONE, WORD, WORD]
