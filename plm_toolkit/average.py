@@ -83,7 +83,7 @@ def average_checkpoints(run_dir: str | Path, count: int, out_dir: str | Path) ->
     for name in (ckpt.CONFIG_FILE, ckpt.TOKENIZER_FILE):
         if (chosen[-1] / name).is_file():
             shutil.copy2(chosen[-1] / name, tmp / name)
-    steps = [ckpt.Checkpoint(c).step for c in chosen]
+    steps = [ckpt.Checkpoint(c).step() for c in chosen]
     (tmp / "averaged.json").write_text(json.dumps({"steps": steps, "checkpoints": [str(c) for c in chosen]}) + "\n")
     if out_dir.exists():
         if not (out_dir / "averaged.json").is_file():

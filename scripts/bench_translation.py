@@ -50,6 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--beams", type=int, default=4)
     parser.add_argument("--test-limit", type=int, default=0, help="score only the first N test pairs (0 = all)")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch's default)")
+    parser.add_argument("--hardware", default="cpu", help="the hardware preset to train with (e.g. cuda_bf16)")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--no-train", action="store_true", help="only decode and score the run's last checkpoint")
     return parser.parse_args(argv)
@@ -79,7 +80,7 @@ def train_overrides(args: argparse.Namespace) -> list[str]:
         "trainer.keep_last=5",
         "trainer.progress_bar=false",
         f"trainer.seed={args.seed}",
-        "hardware=cpu",
+        f"hardware={args.hardware}",
     ]
 
 
@@ -94,14 +95,14 @@ def train(args: argparse.Namespace, run_dir: Path) -> dict:
     overrides = train_overrides(args)
     run(composed([*overrides, f"trainer.time_budget={args.minutes / 60}", "trainer.max_steps=1000000"]), run_dir)
     found = ckpt.find_checkpoint("auto", run_dir)
-    return {"train_seconds": round(time.perf_counter() - start, 1), "steps": found.step if found else 0}
+    return {"train_seconds": round(time.perf_counter() - start, 1), "steps": found.step() if found else 0}
 
 
 @torch.no_grad()
-def translate(checkpoint: Path, sources: list[str], beams: int, max_tokens: int) -> list[str]:
-    """Beam-search translations of ``sources``, batched by length, in input order."""
+def translate(checkpoint: Path, sources: list[str], beams: int, max_tokens: int, device: str = "cpu") -> list[str]:
+    """Beam-search translations of ``sources``, batched by length, in input order (in fp32 on ``device``)."""
     loaded = load_backbone(checkpoint)
-    model, tokenizer = loaded.model.eval(), loaded.tokenizer
+    model, tokenizer = loaded.model.eval().to(device), loaded.tokenizer
     eos = tokenizer.token_to_id("</s>")
     ids = [e.ids[:127] + [eos] for e in tokenizer.encode_batch(sources, add_special_tokens=False)]
     # The paper's search: beam 4, alpha 0.6, at most the source length + 50 tokens (section 6.1).
@@ -115,7 +116,7 @@ def translate(checkpoint: Path, sources: list[str], beams: int, max_tokens: int)
         for row, i in enumerate(batch):
             input_ids[row, : len(ids[i])] = torch.tensor(ids[i])
             mask[row, : len(ids[i])] = 1
-        decoded = decode(model, {"input_ids": input_ids, "attention_mask": mask}, search)
+        decoded = decode(model, {"input_ids": input_ids.to(device), "attention_mask": mask.to(device)}, search)
         for i, tokens in zip(batch, decoded, strict=True):
             out[i] = tokenizer.decode(tokens, skip_special_tokens=True).strip()
     return out
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     run_dir = Path(args.run_dir)
     if args.no_train:
         found = ckpt.find_checkpoint("auto", run_dir)
-        trained = {"train_seconds": None, "steps": found.step if found else 0}
+        trained = {"train_seconds": None, "steps": found.step() if found else 0}
     else:
         trained = train(args, run_dir)
     pairs = list(iter_pairs(resolve(str(Path(args.data) / "test"), "en", "de"), "en", "de", ReadCounts()))
@@ -136,7 +137,8 @@ def main(argv: list[str] | None = None) -> None:
         pairs = pairs[: args.test_limit]
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     start = time.perf_counter()
-    hypotheses = translate(run_dir / "checkpoints" / "last", sources, args.beams, args.max_tokens)
+    device = "cuda" if args.hardware.startswith("cuda") else "cpu"
+    hypotheses = translate(run_dir / "checkpoints" / "last", sources, args.beams, args.max_tokens, device)
     decode_seconds = time.perf_counter() - start
     (run_dir / "test_translations.txt").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     result = {
@@ -148,6 +150,7 @@ def main(argv: list[str] | None = None) -> None:
         "test": bleu_chrf(hypotheses, references),
         "copy_source_baseline": bleu_chrf(sources, references),
         "threads": torch.get_num_threads(),
+        "hardware": args.hardware,
     }
     print(json.dumps(result, indent=2))
 

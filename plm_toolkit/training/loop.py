@@ -144,7 +144,7 @@ class Trainer:
         cfg = self.cfg
         lengths = None
         if cfg.group_by_length:
-            lengths = [len(ids) for ids in _column(self.train_examples, "input_ids")]
+            lengths = _lengths(self.train_examples)
         batches = iter(
             micro_batch_loader(
                 MicroBatches(
@@ -362,3 +362,12 @@ class Trainer:
 def _column(examples, name: str):
     """One column of a list of dicts or of a ``datasets.Dataset``."""
     return examples[name] if hasattr(examples, "column_names") else [e[name] for e in examples]
+
+
+def _lengths(examples) -> list[int]:
+    """Each example's padded width, for trainer.group_by_length: its input, or the longer side of a sentence pair."""
+    first = examples[0]
+    if "input_ids" in first:
+        return [len(ids) for ids in _column(examples, "input_ids")]
+    pairs = zip(_column(examples, "source_ids"), _column(examples, "target_ids"), strict=True)
+    return [max(len(s), len(t)) for s, t in pairs]
