@@ -35,6 +35,9 @@ def compose(config: str, overrides: list[str]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
 
+    from plm_toolkit.config import setup
+
+    setup()  # schemas, presets and resolvers, as the commands register them
     with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
         return hydra_compose(config, overrides=overrides)
 

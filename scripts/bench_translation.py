@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_module
 
+from plm_toolkit.config import setup
 from plm_toolkit.data.parallel import ReadCounts, iter_pairs, resolve
 from plm_toolkit.data.token_batches import token_batches
 from plm_toolkit.generation import SearchConfig
@@ -85,6 +86,7 @@ def train_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def composed(overrides: list[str]):
+    setup()  # schemas, presets and resolvers, as the commands register them
     with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
         return compose("train", overrides=overrides)
 
