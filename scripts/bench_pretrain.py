@@ -1,8 +1,10 @@
-"""Pretraining throughput and peak memory: our BERT + MLM objective against ``transformers.BertForMaskedLM``.
+"""Pretraining throughput and peak memory: our BERT + MLM objective against ``transformers.BertForMaskedLM``, or
+(``--model t5``) our T5 + span corruption against ``transformers.T5ForConditionalGeneration``.
 
-Both train on the same masked batches (same ``mlm_labels``) with the same AdamW settings, step for step in one
-process: each step runs one model then the other, alternating which goes first, and the warm-up steps are not
-timed. Throughput counts non-padding tokens through forward, backward and the optimizer step.
+Both train on the same batches (same ``mlm_labels``; the same corrupted spans) with the same AdamW settings, step
+for step in one process: each step runs one model then the other, alternating which goes first, and the warm-up
+steps are not timed. Throughput counts non-padding tokens through forward, backward and the optimizer step (for
+T5 the encoder's input tokens plus the decoder's target tokens).
 
 Peak memory: on CUDA, ``torch.cuda.max_memory_allocated`` over the timed steps, less what was allocated before
 them. On CPU, each model runs a few steps again in a fresh process and reports its peak resident set (``VmHWM``
@@ -10,6 +12,7 @@ in ``/proc/self/status``) less its resident set before the first step: gradients
 
     python scripts/bench_pretrain.py --config tiny
     python scripts/bench_pretrain.py --config base --seq-len 128 --precision bf16   # on a GPU: MFU as well
+    python scripts/bench_pretrain.py --model t5 --config small --seq-len 128 --batch-size 8   # T5-Small v1.0
 
 Prints one JSON object. Needs ``transformers`` (the ``test`` extra).
 """
@@ -28,8 +31,11 @@ import torch
 
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.models.bert import Bert, BertConfig
+from plm_toolkit.models.t5 import T5, T5Config
 from plm_toolkit.objectives.base import normalized_loss
 from plm_toolkit.objectives.mlm import MlmConfig
+from plm_toolkit.objectives.span_corruption import SpanCorruptionConfig
+from plm_toolkit.objectives.span_noise import random_spans_helper
 from plm_toolkit.registry import OBJECTIVES
 from plm_toolkit.training.precision import cpu_supports_bf16
 
@@ -37,12 +43,18 @@ from plm_toolkit.training.precision import cpu_supports_bf16
 SIZES = {"tiny": (2, 128, 2, 512), "base": (12, 768, 12, 3072)}
 # bert-base-uncased's special ids.
 VOCAB_IDS = dict(pad_id=0, unk_id=100, cls_id=101, sep_id=102, mask_id=103)
+# (layers per stack, d_model, heads of 64, d_ff): T5-Small and T5-Base v1.0, and a tiny one.
+T5_SIZES = {"tiny": (2, 128, 2, 512), "small": (6, 512, 8, 2048), "base": (12, 768, 12, 3072)}
+# The released T5 vocabulary: 32000 pieces with <pad> 0, </s> 1, <unk> 2, then 100 sentinels down from
+# <extra_id_0> = 32099; the checkpoints' embedding has 32128 rows.
+T5_TOKENS, T5_VOCAB_SIZE = 32100, 32128
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", choices=sorted(SIZES), default="tiny")
-    parser.add_argument("--vocab-size", type=int, default=30522)
+    parser.add_argument("--model", choices=["bert", "t5"], default="bert")
+    parser.add_argument("--config", choices=sorted(SIZES | T5_SIZES), default="tiny")
+    parser.add_argument("--vocab-size", type=int, default=None, help="default: the released vocabulary's size")
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per model")
@@ -55,7 +67,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     # Internal: run one model's CPU memory probe and print its JSON.
     parser.add_argument("--memory-probe", choices=["ours", "transformers"], help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.config not in (T5_SIZES if args.model == "t5" else SIZES):
+        parser.error(f"--config {args.config} is not a size of --model {args.model}")
+    if args.vocab_size is None:
+        args.vocab_size = T5_VOCAB_SIZE if args.model == "t5" else 30522
+    return args
 
 
 def bert_config(args: argparse.Namespace) -> BertConfig:
@@ -191,12 +208,20 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def bert_suite(args: argparse.Namespace):
+    """(config, vocab, our runner class, transformers' runner class, batch maker) of --model bert."""
+    return bert_config(args), Vocab(size=args.vocab_size, **VOCAB_IDS), OursRunner, TransformersRunner, make_batches
+
+
+def suite(args: argparse.Namespace):
+    return (t5_suite if args.model == "t5" else bert_suite)(args)
+
+
 def benchmark(args: argparse.Namespace, device: torch.device) -> dict:
     torch.manual_seed(args.seed)
-    config = bert_config(args)
-    vocab = Vocab(size=args.vocab_size, **VOCAB_IDS)
-    ours, theirs = OursRunner(config, vocab, device), TransformersRunner(config, vocab, device)
-    cpu_batches = make_batches(args, vocab, ours.batch_transform(), args.warmup + args.steps)
+    config, vocab, ours_class, theirs_class, batch_maker = suite(args)
+    ours, theirs = ours_class(config, vocab, device), theirs_class(config, vocab, device)
+    cpu_batches = batch_maker(args, vocab, ours.batch_transform(), args.warmup + args.steps)
     batches = [{key: value.to(device) for key, value in batch.items()} for batch in cpu_batches]
     precision = pick_precision(args.precision, device, ours, batches)
     autocast = autocast_factory(precision, device)
@@ -206,7 +231,7 @@ def benchmark(args: argparse.Namespace, device: torch.device) -> dict:
     tokens = 0
     for index, batch in enumerate(batches):
         timed = index >= args.warmup
-        tokens += int(batch["attention_mask"].sum()) if timed else 0
+        tokens += count_tokens(batch) if timed else 0
         # Alternate the order so that neither model always runs on a cache the other warmed.
         for runner in (ours, theirs) if index % 2 == 0 else (theirs, ours):
             synchronize(device)
@@ -241,15 +266,20 @@ def memory_probe(args: argparse.Namespace) -> dict:
     """CPU peak resident set of a few training steps of one model, less the resident set before them (MiB)."""
     torch.manual_seed(args.seed)
     device, precision = torch.device("cpu"), args.precision  # the parent passes the precision it picked
-    config = bert_config(args)
-    vocab = Vocab(size=args.vocab_size, **VOCAB_IDS)
-    masking = OursRunner(config, vocab, device).batch_transform()
-    batches = make_batches(args, vocab, masking, args.memory_steps)
-    runner = (OursRunner if args.memory_probe == "ours" else TransformersRunner)(config, vocab, device)
+    config, vocab, ours_class, theirs_class, batch_maker = suite(args)
+    transform = ours_class(config, vocab, device).batch_transform()
+    batches = batch_maker(args, vocab, transform, args.memory_steps)
+    runner = (ours_class if args.memory_probe == "ours" else theirs_class)(config, vocab, device)
     baseline_kib = _memory_kib("VmRSS")
     for batch in batches:
         runner.step(batch, autocast_factory(precision, device))
     return {"peak_memory_mb": round((_memory_kib("VmHWM") - baseline_kib) / 1024, 1)}
+
+
+def count_tokens(batch: dict[str, torch.Tensor]) -> int:
+    """Non-padding tokens of a batch: the inputs, plus the decoder's targets for an encoder-decoder."""
+    decoder = batch.get("decoder_attention_mask")
+    return int(batch["attention_mask"].sum()) + (int(decoder.sum()) if decoder is not None else 0)
 
 
 def _memory_kib(field: str) -> int:
@@ -288,6 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     result = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "threads": torch.get_num_threads(),
+        "model": args.model,
         "config": args.config,
         "vocab_size": args.vocab_size,
         "seq_len": args.seq_len,
@@ -304,6 +335,99 @@ def main(argv: list[str] | None = None) -> None:
     if ours_memory and their_memory:
         result["memory_ratio"] = round(ours_memory / their_memory, 2)
     print(json.dumps(result, indent=2))
+
+
+# --- T5 (--model t5) ---------------------------------------------------------------------------------------------
+
+
+def t5_suite(args: argparse.Namespace):
+    """(config, vocab, our runner class, transformers' runner class, batch maker) of --model t5."""
+    layers, hidden, heads, intermediate = T5_SIZES[args.config]
+    config = T5Config(
+        vocab_size=args.vocab_size,
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=heads,
+        head_size=64,
+        intermediate_size=intermediate,
+    )
+    sentinels = tuple(range(T5_TOKENS - 1, T5_TOKENS - 101, -1))
+    vocab = Vocab(size=T5_TOKENS, pad_id=0, eos_id=1, unk_id=2, sentinel_ids=sentinels)
+    return config, vocab, T5OursRunner, T5TransformersRunner, make_t5_batches
+
+
+def make_t5_batches(args: argparse.Namespace, vocab: Vocab, transform, count: int) -> list[dict[str, torch.Tensor]]:
+    """Span-corrupted batches of random raw windows, each as long as fills --seq-len encoder tokens."""
+    generator = torch.Generator().manual_seed(args.seed)
+    window, _ = random_spans_helper(args.seq_len, 0.15, 3.0)
+    batches = []
+    for index in range(count):
+        ids = torch.randint(3, T5_TOKENS - 100, (args.batch_size, window), generator=generator)
+        seeds = [args.seed * 1_000_003 + index * args.batch_size + row for row in range(args.batch_size)]
+        batches.append(transform({"input_ids": ids, "attention_mask": torch.ones_like(ids)}, seeds))
+    return batches
+
+
+class T5OursRunner:
+    """Our T5 with the registered ``span_corruption`` objective."""
+
+    name = "ours"
+
+    def __init__(self, config: T5Config, vocab: Vocab, device: torch.device):
+        self.model = T5(config).to(device).train()
+        entry = OBJECTIVES.get("span_corruption")
+        self.objective = entry.builder(SpanCorruptionConfig(), self.model, vocab).to(device).train()
+        self.optimizer = make_optimizer(list(self.model.parameters()), device)
+        self.num_parameters = self.model.num_parameters()
+
+    def batch_transform(self):
+        return self.objective.batch_transform()
+
+    def step(self, batch: dict[str, torch.Tensor], autocast) -> None:
+        with autocast():
+            out = self.objective(self.model, batch)
+        loss = normalized_loss(out, {"span_corruption": float((batch["labels"] != -100).sum())})
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+class T5TransformersRunner:
+    """``transformers.T5ForConditionalGeneration`` on the same config, trained through its ``labels`` argument."""
+
+    name = "transformers"
+
+    def __init__(self, config: T5Config, vocab: Vocab, device: torch.device):
+        import transformers
+
+        hf_config = transformers.T5Config(
+            vocab_size=config.vocab_size,
+            d_model=config.hidden_size,
+            d_kv=config.head_size,
+            d_ff=config.intermediate_size,
+            num_layers=config.num_layers,
+            num_heads=config.num_heads,
+            dropout_rate=config.dropout,
+            feed_forward_proj="relu",
+            pad_token_id=vocab.pad_id,
+            eos_token_id=vocab.eos_id,
+            decoder_start_token_id=vocab.pad_id,
+        )
+        self.model = transformers.T5ForConditionalGeneration(hf_config).to(device).train()
+        self.optimizer = make_optimizer(list(self.model.parameters()), device)
+        self.num_parameters = sum(p.numel() for p in self.model.parameters())
+
+    def step(self, batch: dict[str, torch.Tensor], autocast) -> None:
+        with autocast():
+            out = self.model(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                decoder_input_ids=batch["decoder_input_ids"],
+                labels=batch["labels"],
+            )
+        out.loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
 
 if __name__ == "__main__":
