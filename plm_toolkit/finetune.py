@@ -18,7 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from plm_toolkit import registry
+from plm_toolkit.catalog import load_all
 from plm_toolkit.cli import run_command, start_run
 from plm_toolkit.config import register_schemas
 from plm_toolkit.config.validate import task_class
@@ -31,7 +31,7 @@ from plm_toolkit.training.loop import Trainer
 log = logging.getLogger("plm_toolkit")
 
 register_schemas()
-registry.load_all()
+load_all()
 register_resolvers()
 
 EVAL_RESULTS = "eval_results.json"

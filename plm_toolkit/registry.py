@@ -57,10 +57,3 @@ class Registry(Generic[T]):
 MODELS: Registry = Registry("model")
 OBJECTIVES: Registry = Registry("objective")
 TASKS: Registry = Registry("task")
-
-
-def load_all() -> None:
-    """Import every module that registers an entry (the registries are filled as a side effect)."""
-    import plm_toolkit.models  # noqa: F401
-    import plm_toolkit.objectives  # noqa: F401
-    import plm_toolkit.tasks  # noqa: F401

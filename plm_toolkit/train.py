@@ -18,9 +18,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit import registry
+from plm_toolkit.catalog import load_all
 from plm_toolkit.cli import run_command, start_run
 from plm_toolkit.config import register_schemas
-from plm_toolkit.config.validate import data_layout, objective_class, tokenizer_kind
+from plm_toolkit.config.validate import data_plan, tokenizer_kind
 from plm_toolkit.data import prepare_pretraining_data
 from plm_toolkit.data.collate import Collator
 from plm_toolkit.data.corpus import register_resolvers
@@ -32,7 +33,7 @@ from plm_toolkit.training.loop import Trainer
 log = logging.getLogger("plm_toolkit")
 
 register_schemas()
-registry.load_all()
+load_all()
 register_resolvers()
 
 
@@ -65,9 +66,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     # Rank 0 trains the tokenizer and tokenizes first; the others then read its cache.
     if not process.is_main:
         barrier(process)
-    layout = data_layout(cfg)
-    window = objective_class(cfg.objective.name).stream_window(cfg.objective, cfg.data.max_seq_len)
-    data = prepare_pretraining_data(data_cfg, layout, cfg.trainer.seed, window if layout == "streams" else None)
+    plan = data_plan(cfg)
+    data = prepare_pretraining_data(data_cfg, plan, cfg.trainer.seed)
     if process.is_main:
         barrier(process)
 
@@ -76,6 +76,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     objective = registry.OBJECTIVES.get(cfg.objective.name).builder(
         OmegaConf.to_object(cfg.objective), model, data.vocab
     )
+    plan = plan.with_transform(objective.batch_transform())
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["model"]["vocab_size"] = model_config.vocab_size
     if "pad_token_id" in resolved["model"]:
@@ -105,7 +106,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
         tokenizer_json=data.tokenizer.to_str(),
         num_workers=cfg.data.num_workers,
-        streams=layout == "streams",
+        plan=plan,
     )
     if checkpoint is not None:
         trainer.restore(checkpoint)

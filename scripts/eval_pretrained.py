@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 import plm_toolkit.train  # noqa: F401  (registers schemas, registries and resolvers)
 from plm_toolkit import registry
-from plm_toolkit.config.validate import data_layout
+from plm_toolkit.config.validate import data_plan
 from plm_toolkit.data import prepare_pretraining_data
 from plm_toolkit.data.collate import Collator
 from plm_toolkit.data.loader import eval_loader
@@ -30,7 +30,7 @@ from plm_toolkit.training import checkpoint as ckpt
 def load(checkpoint: Path):
     cfg = OmegaConf.load(checkpoint / ckpt.CONFIG_FILE)
     data_cfg = OmegaConf.merge(cfg.data, {"tokenizer": {"path": str(checkpoint / ckpt.TOKENIZER_FILE)}})
-    data = prepare_pretraining_data(data_cfg, data_layout(cfg), cfg.trainer.seed)
+    data = prepare_pretraining_data(data_cfg, data_plan(cfg), cfg.trainer.seed)
     model_entry, objective_entry = registry.MODELS.get(cfg.model.name), registry.OBJECTIVES.get(cfg.objective.name)
     model = model_entry.builder(model_entry.config_cls(**OmegaConf.to_container(cfg.model)))
     objective = objective_entry.builder(

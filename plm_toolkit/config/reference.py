@@ -13,6 +13,7 @@ import re
 from enum import Enum
 
 from plm_toolkit import registry
+from plm_toolkit.catalog import load_all
 from plm_toolkit.config import schema
 
 FIELD = re.compile(r"^\s+(\w+):\s")
@@ -74,7 +75,7 @@ def table(prefix: str, cls: type) -> list[str]:
 
 
 def render() -> str:
-    registry.load_all()
+    load_all()
     lines = [
         "# Configuration reference",
         "",

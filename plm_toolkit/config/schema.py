@@ -19,7 +19,7 @@ def choices(name: str, *values: str) -> type[Enum]:
     return Enum(name, {v: v for v in values}, type=str)
 
 
-TokenizerKind = choices("TokenizerKind", "auto", "wordpiece", "bpe", "unigram", "character")
+TokenizerKind = choices("TokenizerKind", "auto", "wordpiece", "bpe", "gpt2_bpe", "unigram", "t5_unigram", "character")
 Packing = choices("Packing", "auto", "sentence_pairs", "segment_pairs", "full_sentences", "streams")
 OptimizerName = choices("OptimizerName", "adamw", "adam", "sgd")
 Schedule = choices("Schedule", "linear", "cosine", "constant", "noam", "inverse_sqrt")
@@ -35,9 +35,10 @@ class TokenizerConfig:
     # null trains a vocabulary on the training files.
     path: str | None = None
     # Algorithm of a trained vocabulary: wordpiece (BERT), bpe (byte-level BPE with <s> </s> <pad> <mask> <unk>,
-    # RoBERTa), unigram (SentencePiece-style unigram LM, XLNet), character (one token per character, for
-    # character-level LMs, where clm's bits per token are bits per character), or auto: the model preset's choice
-    # (model.tokenizer).
+    # RoBERTa), gpt2_bpe (byte-level BPE with <|endoftext|> alone, GPT-2), unigram (SentencePiece-style unigram LM,
+    # XLNet), t5_unigram (T5's: a cased unigram LM with <pad> </s> <unk> and 100 sentinels <extra_id_N> as the last
+    # ids, within vocab_size), character (one token per character, for character-level LMs, where clm's bits per
+    # token are bits per character), or auto: the model preset's choice (model.tokenizer).
     kind: TokenizerKind = TokenizerKind.auto
     # Size of a trained vocabulary (special tokens included).
     vocab_size: int = 8000

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import SEGMENTS
 from plm_toolkit.registry import MODELS, OBJECTIVES, TASKS
@@ -35,9 +36,13 @@ def task_class(name: str) -> type:
     return entry.info.get("cls", entry.builder)
 
 
+def data_plan(cfg: DictConfig) -> DataPlan:
+    """The objective's data plan for this config (without its batch transform, which needs the vocabulary)."""
+    return objective_class(cfg.objective.name).data_plan(cfg.objective, cfg.data, cfg.model)
+
+
 def data_layout(cfg: DictConfig) -> str:
-    packing = _value(cfg.data.packing)
-    return objective_class(cfg.objective.name).data_layout if packing == "auto" else packing
+    return data_plan(cfg).layout
 
 
 def tokenizer_kind(cfg: DictConfig) -> str:
@@ -94,41 +99,31 @@ def problems(cfg: DictConfig) -> list[str]:
             f"objective={o.name} feeds two segments (token types 0 and 1); model.type_vocab_size="
             f"{m.type_vocab_size} has one (RoBERTa's): set model.type_vocab_size=2 or pick objective=mlm"
         )
-    for check in (lambda: objective_class(o.name).check_config(o), lambda: objective_class(o.name).check_data(o, d)):
+    for check in (
+        lambda: objective_class(o.name).check_config(o),
+        lambda: objective_class(o.name).check_data(o, d),
+        lambda: data_plan(cfg),
+        lambda: model_class(m.name).check_config(m),
+    ):
         try:
             check()
         except ConfigError as err:
             out.append(str(err))
-    packing = _value(d.packing)
-    wanted = objective_class(o.name).data_layout
-    # full_sentences objectives (MLM) accept any non-stream packing; the others need their own.
-    if packing not in ("auto", wanted) and (wanted != "full_sentences" or packing == "streams"):
-        kind = {
-            "sentence_pairs": "sentence pairs",
-            "segment_pairs": "in-order segment pairs",
-            "streams": "streams",
-            "full_sentences": "full sentences or pairs",
-        }[wanted]
-        out.append(f"data.packing={packing}: objective={o.name} needs {kind}; set data.packing=auto")
 
-    offset = m.get("position_offset", 0)
-    if "max_position_embeddings" in m and d.max_seq_len + offset > m.max_position_embeddings:
+    longest = model_class(m.name).max_length(m)
+    if longest is not None and d.max_seq_len > longest:
+        offset = m.get("position_offset", 0)
         shifted = f" - model.position_offset={offset}" if offset else ""
         out.append(
             f"data.max_seq_len={d.max_seq_len} exceeds model.max_position_embeddings={m.max_position_embeddings}"
             f"{shifted}; lower data.max_seq_len or raise model.max_position_embeddings"
         )
-    embedding_size = m.get("embedding_size")
-    if embedding_size is not None and embedding_size < 1:
-        out.append(f"model.embedding_size={embedding_size}: must be positive, or null for model.hidden_size")
     if m.get("bi_data") and t.batch_size % 2:
         out.append(
             f"model.bi_data=true reads half of every batch backwards: trainer.batch_size={t.batch_size} must be even"
         )
     if d.max_seq_len < 8:
         out.append(f"data.max_seq_len={d.max_seq_len}: needs at least 8 tokens")
-    if "num_heads" in m and m.hidden_size % m.num_heads:
-        out.append(f"model.hidden_size={m.hidden_size} is not divisible by model.num_heads={m.num_heads}")
     if m.get("vocab_size") is not None and d.tokenizer.path is None and m.vocab_size < d.tokenizer.vocab_size:
         out.append(
             f"model.vocab_size={m.vocab_size} is smaller than data.tokenizer.vocab_size={d.tokenizer.vocab_size}; "

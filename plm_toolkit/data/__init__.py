@@ -22,7 +22,8 @@ from plm_toolkit.data.corpus import (
     resource_path,
     split_sentences,
 )
-from plm_toolkit.data.pretraining import LAYOUTS, build_pretraining_examples, pack_full_sentences
+from plm_toolkit.data.plan import LAYOUTS, DataPlan
+from plm_toolkit.data.pretraining import build_pretraining_examples, pack_full_sentences
 from plm_toolkit.data.tokenizer import (
     SPECIAL_TOKENS,
     load_or_train_tokenizer,
@@ -48,8 +49,11 @@ class PretrainingData:
 def prepare_pretraining_data(
     data_cfg: Any, layout: Any, seed: int, window: tuple[int, int] | None = None
 ) -> PretrainingData:
-    """Tokenizer (loaded or trained), then the train and validation examples in `layout`; all cached.
-    ``window`` = (length, stride) of the "streams" layout."""
+    """Tokenizer (loaded or trained), then the train and validation examples in `layout` (a layout name, or an
+    objective's ``DataPlan``, which also gives the window); all cached. ``window`` = (length, stride) of the
+    "streams" layout."""
+    if isinstance(layout, DataPlan):
+        layout, window = layout.layout, layout.stream_window
     tokenizer = load_or_train_tokenizer(data_cfg)
     vocab = vocab_from_tokenizer(tokenizer)
     train = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "train", seed, window)
@@ -62,6 +66,7 @@ __all__ = [
     "LAYOUTS",
     "SPECIAL_TOKENS",
     "Collator",
+    "DataPlan",
     "Documents",
     "PretrainingData",
     "Vocab",

@@ -30,13 +30,11 @@ from plm_toolkit.data.corpus import (
     split_documents,
     stable_hash,
 )
+from plm_toolkit.data.plan import LAYOUTS
+from plm_toolkit.data.template import Template, template_of
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import DataError
 
-# sentence_pairs: BERT's, B random half the time (NSP); segment_pairs: two consecutive segments of one document,
-# always in order (sentence-order prediction swaps them per batch); full_sentences: RoBERTa's packing; streams:
-# windows of one token stream (Transformer-XL, XLNet).
-LAYOUTS = ("sentence_pairs", "segment_pairs", "full_sentences", "streams")
 PAIR_LAYOUTS = ("sentence_pairs", "segment_pairs")
 # Bump when a change to this file or to the sentence splitter changes what the cached files hold.
 FORMAT_VERSION = 1
@@ -87,7 +85,8 @@ def build_pretraining_examples(
         return _sentence_pairs(tokenized, vocab, data_cfg, seed, path)
     if layout == "streams":
         return _stream_windows(tokenized, vocab, window[0], window[1], path)
-    return _full_sentences(tokenized, vocab, int(data_cfg.max_seq_len), path)
+    single = template_of(tokenizer, pair=False)
+    return _full_sentences(tokenized, single, vocab.document_separator, int(data_cfg.max_seq_len), path)
 
 
 # --- step 1: sentences -> token ids -----------------------------------------------------------------------
@@ -133,6 +132,10 @@ def tokenize_documents(documents: Any, tokenizer: Tokenizer, data_cfg: Any) -> d
 def _sentence_pairs(
     tokenized: datasets.Dataset, vocab: Vocab, data_cfg: Any, seed: int, path: Path, contiguous: bool = False
 ) -> datasets.Dataset:
+    """``[CLS] A [SEP] B [SEP]`` with token types 0 / 1, whatever the tokenizer's own pair template: this is the
+    input format of the segment objectives (NSP, SOP), whose sentence-order swap relies on it."""
+    cls_id = vocab.require("cls_id", "a sentence-pair layout ([CLS] A [SEP] B [SEP])")
+    sep_id = vocab.require("sep_id", "a sentence-pair layout ([CLS] A [SEP] B [SEP])")
     max_seq_len = int(data_cfg.max_seq_len)
     short_seq_prob = float(data_cfg.short_seq_prob)
     random_next_prob = float(data_cfg.random_next_prob)
@@ -145,7 +148,7 @@ def _sentence_pairs(
             for a, b, label in document_pairs(
                 document, index, tokenized, max_seq_len, short_seq_prob, random_next_prob, rng, contiguous
             ):
-                out["input_ids"].append([vocab.cls_id, *a, vocab.sep_id, *b, vocab.sep_id])
+                out["input_ids"].append([cls_id, *a, sep_id, *b, sep_id])
                 out["token_type_ids"].append([0] * (len(a) + 2) + [1] * (len(b) + 1))
                 out["next_sentence_label"].append(label)
         return out
@@ -270,18 +273,22 @@ def _truncate_pair(tokens_a: list[int], tokens_b: list[int], max_tokens: int, rn
 # --- step 2b: RoBERTa full sentences ----------------------------------------------------------------------
 
 
-def _full_sentences(tokenized: datasets.Dataset, vocab: Vocab, max_seq_len: int, path: Path) -> datasets.Dataset:
+def _full_sentences(
+    tokenized: datasets.Dataset, template: Template, separator: int, max_seq_len: int, path: Path
+) -> datasets.Dataset:
     """Contiguous sentences packed up to max_seq_len (RoBERTa's FULL-SENTENCES, section 4.2), crossing document
-    boundaries with a [SEP] between documents. Sequential over the corpus, so it is written here with pyarrow
-    (one pass, constant memory) rather than by a per-document map."""
+    boundaries with ``separator`` between documents, each block wrapped by the tokenizer's single-text template
+    (BERT: ``[CLS] ... [SEP]``). Sequential over the corpus, so it is written here with pyarrow (one pass,
+    constant memory) rather than by a per-document map."""
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         schema = pa.schema([("input_ids", pa.list_(pa.int32())), ("token_type_ids", pa.list_(pa.int8()))])
         temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
             rows: list[list[int]] = []
-            for block in pack_full_sentences(_iter_documents(tokenized), max_seq_len - 2, vocab.sep_id):
-                rows.append([vocab.cls_id, *block, vocab.sep_id])
+            budget = max_seq_len - template.num_special
+            for block in pack_full_sentences(_iter_documents(tokenized), budget, separator):
+                rows.append(template.assemble(block)[0])
                 if len(rows) == 1000:
                     writer.write_batch(_record_batch(rows, schema))
                     rows = []
@@ -332,16 +339,17 @@ def pack_full_sentences(documents, max_tokens: int, sep_id: int):
 def _stream_windows(
     tokenized: datasets.Dataset, vocab: Vocab, length: int, stride: int, path: Path
 ) -> datasets.Dataset:
-    """The corpus as one token stream ([SEP] between documents), cut into windows of ``length`` tokens starting
-    every ``stride`` tokens: window k covers stream[k * stride : k * stride + length]. The loader's "streams"
-    order (``data/loader.py``) deals them out so that consecutive batches hold consecutive windows of each of
-    batch_size sub-streams, which is what makes a recurrent memory meaningful (Transformer-XL section 3.2)."""
+    """The corpus as one token stream (end-of-text, else [SEP], between documents), cut into windows of ``length``
+    tokens starting every ``stride`` tokens: window k covers stream[k * stride : k * stride + length]. The
+    loader's "stream" order (``data/loader.py``) deals them out so that consecutive batches hold consecutive windows
+    of each of batch_size sub-streams, which is what makes a recurrent memory meaningful (Transformer-XL section
+    3.2); GPT reads them shuffled."""
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         pieces = []
         for document in _iter_documents(tokenized):
             pieces.extend(document)
-            pieces.append([vocab.sep_id])
+            pieces.append([vocab.document_separator])
         stream = np.fromiter((t for piece in pieces for t in piece), dtype=np.int32)
         count = (len(stream) - length) // stride + 1
         if count < 1:

@@ -39,17 +39,17 @@ def sentinel_ids(tokenizer: Tokenizer) -> tuple[int, ...]:
     return tuple(ids)
 
 
-def check_sentinels(ids: tuple[int, ...], vocab_size: int, needed: int, source: str = "the tokenizer") -> None:
-    """DataError unless there are at least ``needed`` sentinels counting down by one from the last id, as T5's
-    span corruption and its released checkpoints expect."""
-    if len(ids) < needed:
+def check_sentinels(ids: tuple[int, ...], vocab_size: int, source: str = "the tokenizer") -> None:
+    """DataError unless the vocabulary has sentinels counting down by one from its last id, as T5's span
+    corruption and its released checkpoints lay them out."""
+    if not ids:
         raise DataError(
-            f"{source} has {len(ids)} sentinel tokens (<extra_id_0>, <extra_id_1>, ...); span corruption needs at "
-            f"least {needed}: use a T5 vocabulary (model=t5 trains one with "
-            f"{NUM_SENTINELS}) or lower data.max_seq_len"
+            f"{source} has no sentinel tokens (<extra_id_0>, <extra_id_1>, ...); span corruption replaces every "
+            f"span by one: use a T5 vocabulary (data.tokenizer.kind=t5_unigram, the T5 presets' choice, trains one "
+            f"with {NUM_SENTINELS})"
         )
-    expected = tuple(range(ids[0], ids[0] - len(ids), -1))
-    if ids != expected or ids[0] != vocab_size - 1:
+    expected = tuple(range(vocab_size - 1, vocab_size - 1 - len(ids), -1))
+    if ids != expected:
         raise DataError(
             f"{source}: the sentinels are not the vocabulary's last ids counting down from <extra_id_0> = "
             f"{vocab_size - 1} (found <extra_id_0> = {ids[0]}); expected T5's layout"

@@ -1,6 +1,10 @@
 """Tokenizers: load a tokenizer.json, a WordPiece vocab.txt or a byte-level BPE vocab.json + merges.txt, or train a
-WordPiece (BERT), byte-level BPE (RoBERTa, GPT-2), SentencePiece-style unigram (XLNet) or character vocabulary on
-the corpus.
+WordPiece (BERT), byte-level BPE (RoBERTa's or GPT-2's special tokens), SentencePiece-style unigram (XLNet) or
+character vocabulary on the corpus.
+
+Each tokenizer carries its family's template (its post-processor): how one text or a pair is wrapped in special
+tokens. The roles of the special tokens (pad, unk, cls, sep, mask, bos, eos, sentinels) are read from it by
+``vocab_from_tokenizer``; none is required here, the code that needs one asks for it (``Vocab.require``).
 
 A trained tokenizer is cached as `<cache_dir>/tokenizers/<key>.json`. The key hashes the training split's
 contents (the sha256 of each file's bytes, or a saved dataset's fingerprint) together with the tokenizer
@@ -20,30 +24,28 @@ import tokenizers
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from plm_toolkit.data.corpus import cache_root, choice, read_documents, stable_hash
-from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.data.sentinels import T5_SPECIAL_TOKENS, add_sentinels, t5_unigram_trainer
+from plm_toolkit.data.vocab import ROLE_TOKENS, Vocab
 from plm_toolkit.errors import DataError
 
 # The special tokens of a trained vocabulary, in id order: [PAD] is 0 so that zero-filled tensors are padding.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # A trained byte-level BPE vocabulary's, in RoBERTa's (fairseq's) order: <pad> is 1, as its checkpoints expect.
 BPE_SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+# GPT-2's only special token: the end of a text, which also starts one and stands for unknown input.
+END_OF_TEXT = "<|endoftext|>"
+GPT2_SPECIAL_TOKENS = (END_OF_TEXT,)
 # The marker byte-level BPE puts at the start of a piece that follows a space (a byte-level "Ġ").
 _BYTE_LEVEL_SPACE = "\u0120"
-# Names a special token may have in a loaded tokenizer (BERT's first, then XLNet's, then RoBERTa's).
-_SPECIAL_NAMES = {
-    "pad_id": ("[PAD]", "<pad>"),
-    "unk_id": ("[UNK]", "<unk>"),
-    "cls_id": ("[CLS]", "<cls>", "<s>"),
-    "sep_id": ("[SEP]", "<sep>", "</s>"),
-    "mask_id": ("[MASK]", "<mask>"),
-}
+# The roles a vocab.txt (a BERT WordPiece vocabulary) must fill: its template and MLM need every one.
+_BERT_ROLES = ("pad_id", "unk_id", "cls_id", "sep_id", "mask_id")
 TOKENIZER_FILE = "tokenizer.json"
 BPE_VOCAB_FILE, BPE_MERGES_FILE = "vocab.json", "merges.txt"
 
 
 def tokenizer_kind(data_cfg: Any) -> str:
-    """wordpiece, bpe, unigram or character; ``auto`` (left unresolved by a caller that knows no model) means
-    wordpiece."""
+    """wordpiece, bpe, gpt2_bpe, unigram, t5_unigram or character; ``auto`` (left unresolved by a caller that knows
+    no model) means wordpiece."""
     kind = choice(data_cfg.tokenizer.kind)
     return "wordpiece" if kind == "auto" else kind
 
@@ -60,9 +62,9 @@ def load_tokenizer(path: str | Path, lowercase: bool = True) -> Tokenizer:
     """Load a tokenizer.json, a WordPiece vocab.txt, a byte-level BPE vocab.json (merges.txt beside it), or a folder
     holding one of them (in that order of preference).
 
-    A vocab.txt becomes a BERT tokenizer with lower-casing set by `lowercase`; a vocab.json a RoBERTa one; a
-    tokenizer.json keeps its own pipeline. Raises DataError naming the file when it is missing, does not load or
-    lacks a special token.
+    A vocab.txt becomes a BERT tokenizer with lower-casing set by `lowercase` (and must hold BERT's five special
+    tokens); a vocab.json a RoBERTa one, or a GPT-2 one when it holds <|endoftext|> instead of <s> and </s>; a
+    tokenizer.json keeps its own pipeline. Raises DataError naming the file when it is missing or does not load.
     """
     path = Path(os.path.expanduser(str(path)))
     if path.is_dir():
@@ -84,7 +86,11 @@ def load_tokenizer(path: str | Path, lowercase: bool = True) -> Tokenizer:
             raise DataError(f"tokenizer file {path} does not load ({first}); expected a tokenizer.json") from e
     else:
         tokenizer = bert_tokenizer(models.WordPiece(read_vocab_txt(path), unk_token="[UNK]"), lowercase)
-    vocab_from_tokenizer(tokenizer, source=path)  # fail now, naming the file, if a special token is missing
+        vocab = vocab_from_tokenizer(tokenizer)
+        for role in _BERT_ROLES:  # fail now, naming the file, if a special token is missing
+            if getattr(vocab, role) is None:
+                names = " or ".join(ROLE_TOKENS[role])
+                raise DataError(f"tokenizer file {path} has no {names} token; expected BERT's special tokens")
     return tokenizer
 
 
@@ -113,10 +119,13 @@ def _load_bpe_files(vocab_path: Path) -> Tokenizer:
     except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exceptions
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DataError(f"{vocab_path} with {merges.name} does not load as a byte-level BPE ({first})") from e
+    if model.token_to_id(END_OF_TEXT) is not None and model.token_to_id("<s>") is None:
+        # GPT-2's files: its tokenizer adds no space before a text (GPT2Tokenizer's add_prefix_space=False).
+        return gpt2_tokenizer(model, add_prefix_space=False)
     return byte_level_tokenizer(model)
 
 
-def byte_level_tokenizer(model: models.Model) -> Tokenizer:
+def byte_level_tokenizer(model: models.Model, add_prefix_space: bool = True) -> Tokenizer:
     """RoBERTa's pipeline around a BPE model: bytes mapped to printable characters, no normalization (cased), and
     `<s> A </s>` / `<s> A </s></s> B </s>` when encoding with special tokens.
 
@@ -124,10 +133,35 @@ def byte_level_tokenizer(model: models.Model) -> Tokenizer:
     a sentence's first word should get the same pieces as it would inside running text.
     """
     tokenizer = Tokenizer(model)
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
     tokenizer.decoder = decoders.ByteLevel()
     _add_bpe_specials(tokenizer)
     return tokenizer
+
+
+def gpt2_tokenizer(model: models.Model, add_prefix_space: bool = True) -> Tokenizer:
+    """GPT-2's pipeline: byte-level BPE with <|endoftext|> as its one special token.
+
+    Its template, for fine-tuning, ends a text with <|endoftext|> (`A <|endoftext|>`, `A <|endoftext|> B
+    <|endoftext|>`): the separator of a pair and, seen last by a causal model, the summary token a sentence-level
+    head reads (GPT's "extract" token, Radford et al. 2018, section 3.3). Pretraining and generation encode
+    without it.
+    """
+    tokenizer = byte_level_tokenizer(model, add_prefix_space)
+    _add_gpt2_specials(tokenizer)
+    return tokenizer
+
+
+def _add_gpt2_specials(tokenizer: Tokenizer) -> None:
+    end = tokenizer.token_to_id(END_OF_TEXT)
+    if end is None:
+        return
+    tokenizer.add_special_tokens([END_OF_TEXT])
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"$A {END_OF_TEXT}",
+        pair=f"$A {END_OF_TEXT} $B:1 {END_OF_TEXT}:1",
+        special_tokens=[(END_OF_TEXT, end)],
+    )
 
 
 def _add_bpe_specials(tokenizer: Tokenizer) -> None:
@@ -209,7 +243,9 @@ def tokenizer_cache_path(data_cfg: Any, corpus_fingerprint: str) -> Path:
     """Where the tokenizer trained on this corpus with these settings is cached."""
     t = data_cfg.tokenizer
     kind = tokenizer_kind(data_cfg)
-    specials = SPECIAL_TOKENS if kind == "wordpiece" else BPE_SPECIAL_TOKENS
+    specials = {"wordpiece": SPECIAL_TOKENS, "gpt2_bpe": GPT2_SPECIAL_TOKENS, "t5_unigram": T5_SPECIAL_TOKENS}.get(
+        kind, BPE_SPECIAL_TOKENS
+    )
     key = stable_hash(
         corpus_fingerprint,
         kind,
@@ -237,20 +273,23 @@ def train_tokenizer(data_cfg: Any) -> Tokenizer:
         _add_specials(tokenizer)
         _atomic_save(tokenizer, path)
         return tokenizer
-    if kind == "bpe":
+    if kind in ("bpe", "gpt2_bpe"):
         tokenizer = byte_level_tokenizer(models.BPE())
         trainer = trainers.BpeTrainer(
             vocab_size=int(t.vocab_size),
             min_frequency=int(t.min_frequency),
-            special_tokens=list(BPE_SPECIAL_TOKENS),
+            special_tokens=list(BPE_SPECIAL_TOKENS if kind == "bpe" else GPT2_SPECIAL_TOKENS),
             # All 256 byte symbols, so that any text encodes without an unknown token.
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
         )
-        finish = _add_bpe_specials
+        finish = _add_bpe_specials if kind == "bpe" else _add_gpt2_specials
     elif kind == "unigram":
         tokenizer, trainer = unigram_tokenizer(bool(t.lowercase)), unigram_trainer(int(t.vocab_size))
         finish = partial(_add_specials, xlnet_layout=True)
+    elif kind == "t5_unigram":  # T5's: cased, <pad> </s> <unk>, 100 sentinels at the top (data/sentinels.py)
+        tokenizer, trainer = unigram_tokenizer(lowercase=False), t5_unigram_trainer(int(t.vocab_size))
+        finish = add_sentinels
     else:
         tokenizer = bert_tokenizer(models.WordPiece(unk_token="[UNK]"), bool(t.lowercase))
         trainer = trainers.WordPieceTrainer(
@@ -290,16 +329,20 @@ def _atomic_save(tokenizer: Tokenizer, path: Path) -> None:
 
 
 def vocab_from_tokenizer(tokenizer: Tokenizer, source: str | Path | None = None) -> Vocab:
-    """The special-token ids every objective needs; DataError naming `source` when one is missing."""
+    """The roles of the tokenizer's special tokens (``data/vocab.py``); a role no token fills is None.
+    ``source`` is kept for callers that name the file; nothing is required here."""
     ids = {}
-    for field, names in _SPECIAL_NAMES.items():
+    for role, names in ROLE_TOKENS.items():
         found = [tokenizer.token_to_id(n) for n in names if tokenizer.token_to_id(n) is not None]
-        if not found:
-            where = f"tokenizer file {source}" if source else "the tokenizer"
-            raise DataError(f"{where} has no {' or '.join(names)} token; expected BERT's special tokens")
-        ids[field] = found[0]
+        ids[role] = found[0] if found else None
+    sentinels = []
+    while (sentinel := tokenizer.token_to_id(f"<extra_id_{len(sentinels)}>")) is not None:
+        sentinels.append(sentinel)
     return Vocab(
-        size=tokenizer.get_vocab_size(with_added_tokens=True), continuation_ids=continuation_ids(tokenizer), **ids
+        size=tokenizer.get_vocab_size(with_added_tokens=True),
+        sentinel_ids=tuple(sentinels),
+        continuation_ids=continuation_ids(tokenizer),
+        **ids,
     )
 
 
@@ -312,7 +355,7 @@ def continuation_ids(tokenizer: Tokenizer) -> frozenset[int]:
     if prefix:
         return frozenset(i for token, i in vocab.items() if token.startswith(prefix))
     if isinstance(model, models.BPE) and isinstance(tokenizer.pre_tokenizer, pre_tokenizers.ByteLevel):
-        specials = set(BPE_SPECIAL_TOKENS) | set(SPECIAL_TOKENS)
+        specials = {name for names in ROLE_TOKENS.values() for name in names}
         return frozenset(
             i for token, i in vocab.items() if not token.startswith(_BYTE_LEVEL_SPACE) and token not in specials
         )

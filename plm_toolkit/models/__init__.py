@@ -1,3 +1,2 @@
-"""Model families; importing this package registers each one in ``plm_toolkit.registry.MODELS``."""
-
-from plm_toolkit.models import albert, bert, electra, t5, transformer_xl, xlnet  # noqa: F401
+"""Model families, one module each; ``plm_toolkit.catalog.load_all`` imports them, which registers each one in
+``plm_toolkit.registry.MODELS`` (and its Hugging Face adapter in ``ADAPTERS``)."""

@@ -7,10 +7,12 @@ and tasks (fine-tuning). Backbones never look at devices, precision or process g
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
+
+from plm_toolkit.errors import ConfigError
 
 # The capabilities an objective or task may ask of a backbone (validation matches them before anything is built).
 BIDIRECTIONAL = "bidirectional"  # every position sees the whole sequence (MLM, RTD, NSP)
@@ -20,6 +22,8 @@ POOLER = "pooler"  # returns a pooled summary vector (NSP, sequence classificati
 TWO_STREAM = "two_stream"  # content + query streams (XLNet's permutation LM)
 ENCODER_DECODER = "encoder_decoder"  # separate encoder and decoder stacks (T5, Transformer)
 RECURRENT_MEMORY = "recurrent_memory"  # cached hidden states of earlier segments (Transformer-XL, XLNet)
+# A family with either can continue a text (plm-generate) through ``Backbone.decoder``.
+GENERATIVE = frozenset({CAUSAL, ENCODER_DECODER})
 
 
 @dataclass
@@ -35,6 +39,22 @@ class Representations:
     all_hidden: list[torch.Tensor] | None = None  # every layer's output, when asked for
     memories: list[torch.Tensor] | None = None  # Transformer-XL / XLNet segment memory
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    # The key/value cache after this call (one ``nn.layers.LayerCache`` per layer), when the caller passed one.
+    cache: Any = None
+
+
+def check_heads(config: Any) -> None:
+    """hidden_size must split into num_heads heads unless the family has its own head_size."""
+    if getattr(config, "head_size", None) is None and config.hidden_size % config.num_heads:
+        settable = "; set model.head_size" if hasattr(config, "head_size") else ""
+        raise ConfigError(
+            f"model.hidden_size={config.hidden_size} is not divisible by model.num_heads={config.num_heads}{settable}"
+        )
+
+
+def check_vocab_size(config: Any) -> None:
+    if config.vocab_size is None:
+        raise ConfigError("model.vocab_size is null; set it or let the trainer take it from the tokenizer")
 
 
 class Backbone(nn.Module):
@@ -46,12 +66,34 @@ class Backbone(nn.Module):
 
     capabilities: ClassVar[frozenset[str]] = frozenset()
     # Where the sequence-summary token sits, for fine-tuning heads when there is no pooled vector: "first"
-    # ([CLS], the BERT family) or "last" (XLNet puts <cls> at the end).
+    # ([CLS], the BERT family) or "last" (XLNet puts <cls> at the end, a causal model sees everything only there).
     summary_position: ClassVar[str] = "first"
+    # Whether the family's language-model output layer has a bias of its own (Transformer-XL's does; GPT's decoder
+    # is the input embedding alone): the causal LM objective follows it, so its checkpoints export exactly.
+    lm_head_bias: ClassVar[bool] = True
+
+    @classmethod
+    def check_config(cls, config: Any) -> None:
+        """Raise ConfigError naming the key for an impossible setting of this family; validation calls it before
+        any work (with vocab_size possibly still null), the constructor again."""
+        check_heads(config)
+
+    @classmethod
+    def max_length(cls, config: Any) -> int | None:
+        """The longest sequence the family accepts (its position table), None when positions are relative."""
+        if getattr(config, "max_position_embeddings", None) is None:
+            return None
+        return config.max_position_embeddings - getattr(config, "position_offset", 0)
 
     @property
     def input_embeddings(self) -> nn.Embedding:
         raise NotImplementedError
+
+    def decoder(self, head):
+        """What generation (``plm_toolkit/generation.py``) drives: prefill / step / reorder over a cache, with
+        ``head`` mapping (B, H) hidden states to (B, V) next-token scores. Causal and encoder-decoder families
+        implement it."""
+        raise ConfigError(f"model={self.config.name} is bidirectional: it cannot generate text")
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -20,10 +20,19 @@ from torch import nn
 
 from plm_toolkit.config.schema import TokenizerKind
 from plm_toolkit.errors import ConfigError
-from plm_toolkit.models.base import BIDIRECTIONAL, POOLER, SEGMENTS, Backbone, Representations
+from plm_toolkit.models.base import (
+    BIDIRECTIONAL,
+    POOLER,
+    SEGMENTS,
+    Backbone,
+    Representations,
+    check_heads,
+    check_vocab_size,
+)
 from plm_toolkit.nn.attention import padding_mask
 from plm_toolkit.nn.embeddings import TokenEmbeddings
-from plm_toolkit.nn.feed_forward import HiddenAct, PostLNEncoderLayer
+from plm_toolkit.nn.feed_forward import HiddenAct
+from plm_toolkit.nn.layers import TransformerLayer
 from plm_toolkit.registry import MODELS
 
 
@@ -66,10 +75,19 @@ class BertConfig:
     position_offset: int = 0
     # Vocabulary that a trained tokenizer gets when data.tokenizer.kind=auto: wordpiece (BERT) or bpe (RoBERTa).
     tokenizer: TokenizerKind = TokenizerKind.wordpiece
+    # Activation of the masked-LM head's transform; null = hidden_act (BERT's and ALBERT's heads). RoBERTa's and
+    # ELECTRA's released heads use the exact gelu whatever hidden_act is, so their presets set gelu.
+    head_act: HiddenAct | None = None
 
 
-def encoder_layer(config: BertConfig) -> PostLNEncoderLayer:
-    return PostLNEncoderLayer(
+def head_activation(config) -> str:
+    """The masked-LM head's activation: ``head_act``, else ``hidden_act``."""
+    return getattr(config, "head_act", None) or config.hidden_act
+
+
+def encoder_layer(config: BertConfig) -> TransformerLayer:
+    """BERT's post-LN encoder layer: each sub-block is ``LayerNorm(x + dropout(sublayer(x)))``."""
+    return TransformerLayer(
         config.hidden_size,
         config.num_heads,
         config.intermediate_size,
@@ -158,7 +176,8 @@ class Bert(Backbone):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.check(config)
+        check_vocab_size(config)
+        self.check_config(config)
         self.config = config
         self.embeddings = build_embeddings(config)
         self.embeddings_project = build_projection(config)
@@ -166,13 +185,12 @@ class Bert(Backbone):
         self.pooler = BertPooler(config.hidden_size) if self.has_pooler else None
         self.apply(self._init_weights)
 
-    @staticmethod
-    def check(config: BertConfig) -> None:
-        if config.vocab_size is None:
-            raise ConfigError("model.vocab_size is null; set it or let the trainer take it from the tokenizer")
-        if config.hidden_size % config.num_heads != 0:
+    @classmethod
+    def check_config(cls, config: BertConfig) -> None:
+        check_heads(config)
+        if config.embedding_size is not None and config.embedding_size < 1:
             raise ConfigError(
-                f"model.hidden_size {config.hidden_size} is not a multiple of model.num_heads {config.num_heads}"
+                f"model.embedding_size={config.embedding_size}: must be positive, or null for model.hidden_size"
             )
 
     def build_encoder(self, config: BertConfig) -> nn.Module:
@@ -198,7 +216,7 @@ class Bert(Backbone):
         ``attention_mask`` is 1 for tokens and 0 for padding; no position attends to padding. With
         ``output_all_hidden``, ``all_hidden`` holds the embedding output followed by every layer's output.
         """
-        longest = self.config.max_position_embeddings - self.config.position_offset
+        longest = self.max_length(self.config)
         if input_ids.shape[1] > longest:
             raise ValueError(
                 f"sequence length {input_ids.shape[1]} exceeds model.max_position_embeddings "

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from plm_toolkit.models.base import BIDIRECTIONAL, SEGMENTS
 from plm_toolkit.models.bert import Bert, BertConfig
+from plm_toolkit.nn.feed_forward import HiddenAct
 from plm_toolkit.registry import MODELS
 
 
@@ -18,6 +19,8 @@ from plm_toolkit.registry import MODELS
 class ElectraConfig(BertConfig):
     # Registry name of the family.
     name: str = "electra"
+    # The generator's masked-LM head uses the exact gelu whatever hidden_act is (transformers' ElectraForMaskedLM).
+    head_act: HiddenAct | None = HiddenAct.gelu
 
 
 @MODELS.register("electra", ElectraConfig, paper_objective="rtd")

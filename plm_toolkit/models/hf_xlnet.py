@@ -1,7 +1,7 @@
-"""Import and export of Hugging Face XLNet checkpoint folders (``XLNetModel`` / ``XLNetLMHeadModel`` layout).
+"""Hugging Face adapter of XLNet (``XLNetModel`` / ``XLNetLMHeadModel`` layout).
 
-Nothing here imports ``transformers``. Parameter names map one to one; transformers keeps each attention
-projection as a (d_model, n_head, d_head) tensor used through einsum, ours are ``nn.Linear`` weights:
+Parameter names map one to one; transformers keeps each attention projection as a (d_model, n_head, d_head)
+tensor used through einsum, ours are ``nn.Linear`` weights:
 
 ==========================================  ================================================
 ours (``models/xlnet.py``)                  Hugging Face (``transformer.`` prefix in LMHead)
@@ -20,20 +20,21 @@ position}.weight``                          and transposed
 output,layer_norm}.*``
 objective ``plm``: ``bias``                 ``lm_loss.bias`` (``lm_loss.weight`` is the tied embedding)
 ==========================================  ================================================
+
+transformers' XLNetConfig requires d_head = d_model / n_head, so a model with another ``head_size`` is refused at
+export; the released folders may hold only ``spiece.model``, so import does not require a tokenizer file.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.models.hf import CONFIG_FILE, SAFETENSORS_FILE, _read_weights, _some
+from plm_toolkit.models.hf import ADAPTERS, Adapter, ExportPart, HFImport, choice, export_hf, import_hf, some
 from plm_toolkit.models.xlnet import XLNet, XLNetConfig
 
 _ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "relu": "relu"}
@@ -50,23 +51,12 @@ _PLAIN = {
 _FEED_FORWARD = {"intermediate": "layer_1", "output": "layer_2", "layer_norm": "layer_norm"}
 
 
-@dataclass
-class HFXLNetImport:
-    # Our config, read from config.json.
-    model_config: XLNetConfig
-    # Weights for ``XLNet(model_config).load_state_dict``.
-    model_state: dict[str, torch.Tensor]
-    # The ``plm`` objective's LM-head bias (``{"bias": ...}``); empty for an XLNetModel folder.
-    objective_state: dict[str, torch.Tensor]
-    # tokenizer.json when the folder has one (the released folders may hold only spiece.model).
-    tokenizer_file: Path | None
-    # The checkpoint's reuse_len, for objective.reuse_len (None when unset).
-    reuse_len: int | None
+def _head_size(config: XLNetConfig) -> int:
+    return config.head_size or config.hidden_size // config.num_heads
 
 
 def _to_ours(theirs: dict[str, torch.Tensor], config: XLNetConfig) -> dict[str, torch.Tensor]:
-    hidden = config.hidden_size
-    inner = config.num_heads * (config.head_size or hidden // config.num_heads)
+    hidden, inner = config.hidden_size, config.num_heads * _head_size(config)
     ours = {
         "word_embedding.weight": theirs.pop("word_embedding.weight"),
         "mask_embedding": theirs.pop("mask_emb").reshape(hidden),  # (H,)
@@ -85,8 +75,7 @@ def _to_ours(theirs: dict[str, torch.Tensor], config: XLNetConfig) -> dict[str, 
 
 
 def _to_theirs(ours: dict[str, torch.Tensor], config: XLNetConfig) -> dict[str, torch.Tensor]:
-    hidden, heads = config.hidden_size, config.num_heads
-    head_size = config.head_size or hidden // heads
+    hidden, heads, head_size = config.hidden_size, config.num_heads, _head_size(config)
     theirs = {
         "word_embedding.weight": ours["word_embedding.weight"],
         "mask_emb": ours["mask_embedding"].reshape(1, 1, hidden),  # (1, 1, H)
@@ -105,38 +94,135 @@ def _to_theirs(ours: dict[str, torch.Tensor], config: XLNetConfig) -> dict[str, 
     return theirs
 
 
+@ADAPTERS.register
+class XLNetAdapter(Adapter):
+    model_type = "xlnet"
+    family = "xlnet"
+    objective = "plm"
+    tokenizer_required = False
+
+    def config_from_hf(self, hf: dict, path: Path) -> XLNetConfig:
+        if hf.get("attn_type", "bi") != "bi" or hf.get("same_length", False):
+            raise CheckpointError(f"{path}: only attn_type 'bi' without same_length is supported")
+        act = hf.get("ff_activation", "gelu")
+        if act not in _ACT_FROM_HF:
+            raise CheckpointError(f"{path}: ff_activation {act!r} is not one of {', '.join(_ACT_FROM_HF)}")
+        try:
+            return XLNetConfig(
+                vocab_size=hf["vocab_size"],
+                hidden_size=hf["d_model"],
+                num_layers=hf["n_layer"],
+                num_heads=hf["n_head"],
+                head_size=hf["d_head"],
+                intermediate_size=hf["d_inner"],
+                hidden_act=_ACT_FROM_HF[act],
+                hidden_dropout=hf.get("dropout", 0.1),
+                attention_dropout=hf.get("dropout", 0.1),
+                mem_len=hf.get("mem_len") or 0,
+                clamp_len=hf.get("clamp_len", -1),
+                bi_data=hf.get("bi_data", False),
+                layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
+                initializer_range=hf.get("initializer_range", 0.02),
+            )
+        except KeyError as missing:
+            raise CheckpointError(f"{path}: missing key {missing.args[0]}") from None
+
+    def import_state(
+        self, state: dict[str, torch.Tensor], config: XLNetConfig, weights_file: Path, folder: Path, **options: Any
+    ) -> HFImport:
+        hf_reuse_len = (options.get("hf_config") or {}).get("reuse_len")
+        renamed = {key.removeprefix("transformer."): value for key, value in state.items()}
+        state.clear()
+        state.update(renamed)
+        if "r_w_bias" in state:  # untie_r=False: one set of biases for all layers; ours are per layer
+            for name in ("r_w_bias", "r_r_bias", "r_s_bias"):
+                shared = state.pop(name)
+                for i in range(config.num_layers):
+                    state[f"layer.{i}.rel_attn.{name}"] = shared[i] if shared.dim() == 3 else shared
+        objective_state = {"bias": state.pop("lm_loss.bias")} if "lm_loss.bias" in state else {}
+        decoder = state.pop("lm_loss.weight", None)
+        if decoder is not None and not torch.equal(decoder, state.get("word_embedding.weight", decoder)):
+            raise CheckpointError(f"{weights_file}: lm_loss.weight differs from the word embedding; expected it tied")
+        try:
+            model_state = _to_ours(state, config)
+        except KeyError as missing:
+            raise CheckpointError(f"{weights_file}: missing key {missing.args[0]}") from None
+        overrides = {"reuse_len": hf_reuse_len} if hf_reuse_len else {}
+        return HFImport(
+            config, model_state, objective_state, None, objective=self.objective, objective_overrides=overrides
+        )
+
+    def export(self, model, objective_state: dict[str, torch.Tensor], objective_config: Any) -> list[ExportPart]:
+        config = model.config
+        if config.num_heads * _head_size(config) != config.hidden_size:
+            raise CheckpointError(
+                f"model.head_size={config.head_size} x model.num_heads={config.num_heads} != model.hidden_size="
+                f"{config.hidden_size}: transformers' XLNet requires d_head = d_model / n_head, so it cannot load "
+                "this model"
+            )
+        unknown = sorted(set(objective_state) - {"bias"})
+        if unknown:
+            raise CheckpointError(f"objective state key(s) {some(unknown)} have no place in a Hugging Face XLNet")
+        tensors = _to_theirs(model.state_dict(), config)
+        if objective_state:
+            tensors = {"transformer." + k: v for k, v in tensors.items()} | {"lm_loss.bias": objective_state["bias"]}
+        reuse_len = None
+        if objective_config is not None:
+            reuse_len = (
+                objective_config.get("reuse_len") if hasattr(objective_config, "get") else objective_config.reuse_len
+            )
+        hf_config = {
+            "architectures": ["XLNetLMHeadModel" if objective_state else "XLNetModel"],
+            "model_type": "xlnet",
+            "vocab_size": config.vocab_size,
+            "d_model": config.hidden_size,
+            "n_layer": config.num_layers,
+            "n_head": config.num_heads,
+            "d_head": _head_size(config),
+            "d_inner": config.intermediate_size,
+            "ff_activation": _ACT_TO_HF[choice(config.hidden_act)],
+            "dropout": config.hidden_dropout,
+            "mem_len": config.mem_len or None,
+            "reuse_len": reuse_len,
+            "clamp_len": config.clamp_len,
+            "bi_data": config.bi_data,
+            "attn_type": "bi",
+            "untie_r": True,
+            "same_length": False,
+            "layer_norm_eps": config.layer_norm_eps,
+            "initializer_range": config.initializer_range,
+            "tie_word_embeddings": True,
+        }
+        return [ExportPart("", tensors, hf_config)]
+
+
+@dataclass
+class HFXLNetImport:
+    # Our config, read from config.json.
+    model_config: XLNetConfig
+    # Weights for ``XLNet(model_config).load_state_dict``.
+    model_state: dict[str, torch.Tensor]
+    # The ``plm`` objective's LM-head bias (``{"bias": ...}``); empty for an XLNetModel folder.
+    objective_state: dict[str, torch.Tensor]
+    # tokenizer.json when the folder has one (the released folders may hold only spiece.model).
+    tokenizer_file: Path | None
+    # The checkpoint's reuse_len, for objective.reuse_len (None when unset).
+    reuse_len: int | None
+
+
 def import_hf_xlnet(folder: str | Path) -> HFXLNetImport:
     """Read a Hugging Face XLNet folder; ``CheckpointError`` naming the file and key on anything unusable."""
-    folder = Path(folder)
-    config, reuse_len = _read_config(folder / CONFIG_FILE)
-    weights_file, state = _read_weights(folder)
-    state = {key.removeprefix("transformer."): value for key, value in state.items()}
-    if "r_w_bias" in state:  # untie_r=False: one set of biases for all layers; ours are per layer
-        for name in ("r_w_bias", "r_r_bias", "r_s_bias"):
-            shared = state.pop(name)
-            for i in range(config.num_layers):
-                state[f"layer.{i}.rel_attn.{name}"] = shared[i] if shared.dim() == 3 else shared
-    objective_state = {}
-    if "lm_loss.bias" in state:
-        objective_state["bias"] = state.pop("lm_loss.bias")
-    decoder = state.pop("lm_loss.weight", None)
-    if decoder is not None and not torch.equal(decoder, state.get("word_embedding.weight", decoder)):
-        raise CheckpointError(f"{weights_file}: lm_loss.weight differs from the word embedding; expected it tied")
-    try:
-        model_state = _to_ours(state, config)
-    except KeyError as missing:
-        raise CheckpointError(f"{weights_file}: missing key {missing.args[0]}") from None
-    if state:
-        raise CheckpointError(f"{weights_file}: unexpected key(s) {_some(sorted(state))}")
-    with torch.device("meta"):
-        expected = {k: v.shape for k, v in XLNet(config).state_dict().items()}
-    for key, value in model_state.items():
-        if value.shape != expected[key]:
-            raise CheckpointError(
-                f"{weights_file}: {key} has shape {tuple(value.shape)}, config implies {expected[key]}"
-            )
-    tokenizer = folder / "tokenizer.json"
-    return HFXLNetImport(config, model_state, objective_state, tokenizer if tokenizer.is_file() else None, reuse_len)
+    imported = import_hf(folder, expect="xlnet")
+    tokenizer = (
+        imported.tokenizer_file if imported.tokenizer_file and imported.tokenizer_file.suffix == ".json" else None
+    )
+    return HFXLNetImport(
+        imported.model_config,
+        imported.model_state,
+        imported.objective_state,
+        tokenizer,
+        imported.objective_overrides.get("reuse_len"),
+    )
 
 
 def export_hf_xlnet(
@@ -147,75 +233,4 @@ def export_hf_xlnet(
     reuse_len: int | None = None,
 ) -> None:
     """Write ``model`` as an ``XLNetModel`` folder, or with the ``plm`` objective's head as ``XLNetLMHeadModel``."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    config = model.config
-    tensors = _to_theirs(model.state_dict(), config)
-    head = objective_state or {}
-    if head:
-        tensors = {"transformer." + k: v for k, v in tensors.items()}
-        tensors["lm_loss.bias"] = head["bias"]
-    # safetensors refuses views and shared storage: give every tensor its own contiguous CPU copy.
-    tensors = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in tensors.items()}
-    save_file(tensors, str(folder / SAFETENSORS_FILE), metadata={"format": "pt"})
-    hf_config = {
-        "architectures": ["XLNetLMHeadModel" if head else "XLNetModel"],
-        "model_type": "xlnet",
-        "vocab_size": config.vocab_size,
-        "d_model": config.hidden_size,
-        "n_layer": config.num_layers,
-        "n_head": config.num_heads,
-        "d_head": config.head_size or config.hidden_size // config.num_heads,
-        "d_inner": config.intermediate_size,
-        "ff_activation": _ACT_TO_HF[getattr(config.hidden_act, "value", config.hidden_act)],
-        "dropout": config.hidden_dropout,
-        "mem_len": config.mem_len or None,
-        "reuse_len": reuse_len,
-        "clamp_len": config.clamp_len,
-        "bi_data": config.bi_data,
-        "attn_type": "bi",
-        "untie_r": True,
-        "same_length": False,
-        "layer_norm_eps": config.layer_norm_eps,
-        "initializer_range": config.initializer_range,
-        "tie_word_embeddings": True,
-    }
-    (folder / CONFIG_FILE).write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
-    if tokenizer_file is not None and Path(tokenizer_file).resolve() != (folder / Path(tokenizer_file).name).resolve():
-        shutil.copyfile(tokenizer_file, folder / Path(tokenizer_file).name)
-
-
-def _read_config(path: Path) -> tuple[XLNetConfig, int | None]:
-    if not path.is_file():
-        raise CheckpointError(f"{path}: not found; a Hugging Face XLNet folder needs its config.json")
-    try:
-        hf = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{path}: not readable JSON ({error})") from error
-    if hf.get("model_type") != "xlnet":
-        raise CheckpointError(f"{path}: model_type is {hf.get('model_type')!r}; expected 'xlnet'")
-    if hf.get("attn_type", "bi") != "bi" or hf.get("same_length", False):
-        raise CheckpointError(f"{path}: only attn_type 'bi' without same_length is supported")
-    act = hf.get("ff_activation", "gelu")
-    if act not in _ACT_FROM_HF:
-        raise CheckpointError(f"{path}: ff_activation {act!r} is not one of {', '.join(_ACT_FROM_HF)}")
-    try:
-        config = XLNetConfig(
-            vocab_size=hf["vocab_size"],
-            hidden_size=hf["d_model"],
-            num_layers=hf["n_layer"],
-            num_heads=hf["n_head"],
-            head_size=hf["d_head"],
-            intermediate_size=hf["d_inner"],
-            hidden_act=_ACT_FROM_HF[act],
-            hidden_dropout=hf.get("dropout", 0.1),
-            attention_dropout=hf.get("dropout", 0.1),
-            mem_len=hf.get("mem_len") or 0,
-            clamp_len=hf.get("clamp_len", -1),
-            bi_data=hf.get("bi_data", False),
-            layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
-            initializer_range=hf.get("initializer_range", 0.02),
-        )
-    except KeyError as missing:
-        raise CheckpointError(f"{path}: missing key {missing.args[0]}") from None
-    return config, hf.get("reuse_len")
+    export_hf(folder, model, objective_state, tokenizer_file, {"reuse_len": reuse_len})

@@ -1,19 +1,18 @@
-"""Load a pretrained backbone for fine-tuning: a ``plm-train`` checkpoint or a local Hugging Face folder.
+"""Load a pretrained model: a ``plm-train`` checkpoint or a local Hugging Face folder.
 
     loaded = load_backbone("runs/demo/checkpoints/step_300")      # plm-train: config.yaml + model.safetensors
     loaded = load_backbone("/models/all-MiniLM-L6-v2")           # Hugging Face: config.json + weights
 
 A ``plm-train`` checkpoint is rebuilt through the model registry from the ``model`` section of its
 ``config.yaml`` (a fine-tuned checkpoint keeps the backbone's under ``backbone``). A Hugging Face folder goes
-through ``import_hf``, which dispatches on ``config.json``'s ``model_type``: a family with an import adapter adds
-one line to ``HF_IMPORTERS``.
+through ``models/hf.py``'s ``import_hf``, which dispatches on ``config.json``'s ``model_type`` to the family's
+adapter; nothing here names a family.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +21,10 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from plm_toolkit import registry
+from plm_toolkit.catalog import load_all
 from plm_toolkit.data.tokenizer import load_tokenizer
 from plm_toolkit.errors import CheckpointError
+from plm_toolkit.models.hf import HFImport, import_hf
 from plm_toolkit.training import checkpoint as ckpt
 
 
@@ -36,54 +37,18 @@ class LoadedBackbone:
     kind: str
 
 
-def _import_encoder(folder: Path) -> tuple[nn.Module, Path]:
-    """BERT, RoBERTa, ALBERT and ELECTRA (the discriminator) through ``models/hf.py``'s adapter table."""
-    from plm_toolkit.models.hf import import_hf as import_encoder
-
-    imported = import_encoder(folder)
-    config = imported.model_config
-    model = registry.MODELS.get(config.name).builder(config)
-    model.load_state_dict(imported.model_state)
-    return model, imported.tokenizer_file
-
-
-def _import_xlnet(folder: Path) -> tuple[nn.Module, Path]:
-    from plm_toolkit.models.hf_xlnet import import_hf_xlnet
-    from plm_toolkit.models.xlnet import XLNet
-
-    imported = import_hf_xlnet(folder)
+def import_hf_backbone(folder: Path) -> tuple[nn.Module, Path, HFImport]:
+    """The backbone of a local Hugging Face folder with its weights, its tokenizer file and the import."""
+    imported = import_hf(folder)
     if imported.tokenizer_file is None:
         raise CheckpointError(
             f"{folder}: no tokenizer.json (a released XLNet folder may hold only spiece.model); save one with "
-            "transformers' XLNetTokenizerFast(...).save_pretrained(folder)"
+            "transformers' <Family>TokenizerFast(...).save_pretrained(folder)"
         )
-    model = XLNet(imported.model_config)
+    config = imported.model_config
+    model = registry.MODELS.get(config.name).builder(config)
     model.load_state_dict(imported.model_state)
-    return model, imported.tokenizer_file
-
-
-# config.json model_type -> importer returning (backbone with weights loaded, tokenizer file).
-HF_IMPORTERS: dict[str, Callable[[Path], tuple[nn.Module, Path]]] = {
-    "bert": _import_encoder,
-    "roberta": _import_encoder,
-    "albert": _import_encoder,
-    "electra": _import_encoder,
-    "xlnet": _import_xlnet,
-}
-
-
-def import_hf(folder: Path) -> tuple[nn.Module, Path]:
-    """The backbone of a local Hugging Face folder, by ``config.json``'s ``model_type``."""
-    path = folder / "config.json"
-    try:
-        model_type = json.loads(path.read_text()).get("model_type")
-    except (OSError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path}: not readable JSON ({err})") from err
-    if model_type not in HF_IMPORTERS:
-        raise CheckpointError(
-            f"{path}: model_type {model_type!r} has no import adapter; supported: {', '.join(sorted(HF_IMPORTERS))}"
-        )
-    return HF_IMPORTERS[model_type](folder)
+    return model, imported.tokenizer_file, imported
 
 
 def plm_checkpoint_dir(path: Path) -> Path | None:
@@ -97,6 +62,7 @@ def plm_checkpoint_dir(path: Path) -> Path | None:
 
 def model_config_of(checkpoint_dir: Path):
     """The typed backbone config saved in a checkpoint's config.yaml."""
+    load_all()
     path = checkpoint_dir / ckpt.CONFIG_FILE
     saved = OmegaConf.load(path)
     section = saved.get("backbone") or saved.get("model")
@@ -141,7 +107,7 @@ def load_backbone(path: str | Path, dropout: float | None = None) -> LoadedBackb
     if step_dir is not None:
         model, tokenizer_file, source, kind = *_load_plm(step_dir), step_dir, "plm_train"
     elif (path / "config.json").is_file():
-        model, tokenizer_file = import_hf(path)
+        model, tokenizer_file, _ = import_hf_backbone(path)
         source, kind = path, f"hf:{json.loads((path / 'config.json').read_text()).get('model_type')}"
     else:
         raise CheckpointError(

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from plm_toolkit.errors import ConfigError
-from plm_toolkit.models.base import CAUSAL, RECURRENT_MEMORY, Backbone, Representations
+from plm_toolkit.models.base import CAUSAL, RECURRENT_MEMORY, Backbone, Representations, check_vocab_size
 from plm_toolkit.nn.feed_forward import HiddenAct
 from plm_toolkit.nn.relative_attention import (
     PositionwiseFeedForward,
@@ -95,13 +94,8 @@ class TransformerXL(Backbone):
 
     def __init__(self, config: TransformerXLConfig):
         super().__init__()
-        if config.vocab_size is None:
-            raise ConfigError("model.vocab_size is null; set it or let the trainer take it from the tokenizer")
-        if config.head_size is None and config.hidden_size % config.num_heads:
-            raise ConfigError(
-                f"model.hidden_size={config.hidden_size} is not a multiple of model.num_heads={config.num_heads}; "
-                "set model.head_size"
-            )
+        check_vocab_size(config)
+        self.check_config(config)
         self.config = config
         head_size = config.head_size or config.hidden_size // config.num_heads
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)

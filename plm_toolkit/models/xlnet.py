@@ -29,6 +29,7 @@ from plm_toolkit.models.base import (
     TWO_STREAM,
     Backbone,
     Representations,
+    check_vocab_size,
 )
 from plm_toolkit.nn.feed_forward import HiddenAct
 from plm_toolkit.nn.relative_attention import (
@@ -123,13 +124,8 @@ class XLNet(Backbone):
 
     def __init__(self, config: XLNetConfig):
         super().__init__()
-        if config.vocab_size is None:
-            raise ConfigError("model.vocab_size is null; set it or let the trainer take it from the tokenizer")
-        if config.head_size is None and config.hidden_size % config.num_heads:
-            raise ConfigError(
-                f"model.hidden_size={config.hidden_size} is not a multiple of model.num_heads={config.num_heads}; "
-                "set model.head_size"
-            )
+        check_vocab_size(config)
+        self.check_config(config)
         self.config = config
         head_size = config.head_size or config.hidden_size // config.num_heads
         self.word_embedding = nn.Embedding(config.vocab_size, config.hidden_size)

@@ -1,4 +1,4 @@
-"""The position-wise feed-forward block and the post-LN Transformer encoder layer built from it."""
+"""The position-wise feed-forward block (Vaswani et al. 2017, section 3.3), the one MLP every family uses."""
 
 from __future__ import annotations
 
@@ -6,52 +6,56 @@ import torch
 from torch import nn
 
 from plm_toolkit.config.schema import choices
-from plm_toolkit.nn.attention import MultiHeadSelfAttention
 from plm_toolkit.nn.heads import activation
 
 # Activation names a model config may choose: gelu is the exact erf form (BERT), gelu_tanh the tanh approximation
-# (GPT-2), relu the original Transformer's.
+# (GPT, GPT-2), relu the original Transformer's.
 HiddenAct = choices("HiddenAct", "gelu", "gelu_tanh", "relu")
 
 
 class FeedForward(nn.Module):
-    """Linear -> activation -> Linear, applied to every position alone (Vaswani et al. 2017, section 3.3)."""
+    """Linear -> activation (-> dropout) -> Linear, applied to every position alone. ``inner_dropout`` is the
+    dropout on the activations that Transformer-XL, XLNet and T5 apply; BERT and GPT have none there.
 
-    def __init__(self, hidden_size: int, intermediate_size: int, hidden_act: str, bias: bool = True):
-        super().__init__()
-        self.intermediate = nn.Linear(hidden_size, intermediate_size, bias=bias)
-        self.act = activation(hidden_act)
-        self.output = nn.Linear(intermediate_size, hidden_size, bias=bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.output(self.act(self.intermediate(x)))
-
-
-class PostLNEncoderLayer(nn.Module):
-    """One encoder layer as in BERT: each sub-block is ``LayerNorm(x + dropout(sublayer(x)))``.
-
-    Post-LN (LayerNorm after the residual sum) is the original Transformer's and BERT's arrangement; GPT-2 style
-    pre-LN layers live with the families that use them.
+    ``gated``: the activation's output is multiplied by a second, linear projection of the input
+    (``intermediate_linear``), the GLU variants of Shazeer 2020; GEGLU with gelu_tanh is T5 v1.1's feed-forward.
     """
 
     def __init__(
         self,
         hidden_size: int,
-        num_heads: int,
         intermediate_size: int,
-        hidden_act: str = "gelu",
-        hidden_dropout: float = 0.1,
-        attention_dropout: float = 0.1,
-        layer_norm_eps: float = 1e-12,
+        hidden_act: str,
+        bias: bool = True,
+        inner_dropout: float = 0.0,
+        gated: bool = False,
     ):
         super().__init__()
-        self.attention = MultiHeadSelfAttention(hidden_size, num_heads, dropout=attention_dropout)
-        self.attention_layer_norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
-        self.feed_forward = FeedForward(hidden_size, intermediate_size, hidden_act)
-        self.output_layer_norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
-        self.dropout = nn.Dropout(hidden_dropout)
+        self.intermediate = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.intermediate_linear = nn.Linear(hidden_size, intermediate_size, bias=bias) if gated else None
+        self.act = activation(hidden_act)
+        self.inner_dropout = nn.Dropout(inner_dropout) if inner_dropout else None
+        self.output = nn.Linear(intermediate_size, hidden_size, bias=bias)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, T, H) -> (B, T, H); ``mask`` as in ``MultiHeadSelfAttention``."""
-        x = self.attention_layer_norm(x + self.dropout(self.attention(x, mask)))
-        return self.output_layer_norm(x + self.dropout(self.feed_forward(x)))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        inner = self.act(self.intermediate(x))
+        if self.intermediate_linear is not None:
+            inner = inner * self.intermediate_linear(x)
+        if self.inner_dropout is not None:
+            inner = self.inner_dropout(inner)
+        return self.output(inner)
+
+
+class PositionwiseFeedForward(FeedForward):
+    """Transformer-XL's and XLNet's feed-forward sub-block with its residual and post-LN inside, as in both
+    reference codes: ``layer_norm(x + dropout(W2 dropout(act(W1 x))))``."""
+
+    def __init__(
+        self, hidden_size: int, intermediate_size: int, hidden_act: str, dropout: float, layer_norm_eps: float
+    ):
+        super().__init__(hidden_size, intermediate_size, hidden_act, inner_dropout=dropout)
+        self.layer_norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer_norm(x + self.dropout(super().forward(x)))

@@ -23,14 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm_toolkit.nn.heads import activation
-
-
-def sinusoid_embedding(distances: torch.Tensor, size: int) -> torch.Tensor:
-    """(R,) relative distances -> (R, size) [sin | cos] features (Vaswani et al. 2017, section 3.5)."""
-    inv_freq = 1.0 / (10000 ** (torch.arange(0.0, size, 2.0, device=distances.device) / size))  # (size/2,)
-    angles = torch.outer(distances.float(), inv_freq)  # (R, size/2)
-    return torch.cat([angles.sin(), angles.cos()], dim=-1)  # (R, size)
+from plm_toolkit.nn.feed_forward import PositionwiseFeedForward  # noqa: F401  (both families import it here)
+from plm_toolkit.nn.positions import sinusoid_embedding  # noqa: F401  (R_{i-j}, re-exported for both families)
 
 
 def relative_distances(
@@ -163,24 +157,6 @@ class RelativeMultiHeadAttention(nn.Module):
         k, v, r = self.keys_values(context, positions)
         attended = self.attend(self.heads(self.query(hidden)), k, v, r, may_attend, segment_differs)
         return self.finish(hidden, attended)
-
-
-class PositionwiseFeedForward(nn.Module):
-    """Both families' feed-forward sub-block: ``layer_norm(x + dropout(W2 dropout(act(W1 x))))``."""
-
-    def __init__(
-        self, hidden_size: int, intermediate_size: int, hidden_act: str, dropout: float, layer_norm_eps: float
-    ):
-        super().__init__()
-        self.intermediate = nn.Linear(hidden_size, intermediate_size)
-        self.act = activation(hidden_act)
-        self.output = nn.Linear(intermediate_size, hidden_size)
-        self.layer_norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        inner = self.dropout(self.act(self.intermediate(x)))
-        return self.layer_norm(x + self.dropout(self.output(inner)))
 
 
 def update_memory(

@@ -1,3 +1,2 @@
-"""Pretraining objectives; importing this package registers each one in ``plm_toolkit.registry.OBJECTIVES``."""
-
-from plm_toolkit.objectives import clm, mlm, mlm_nsp, mlm_sop, nsp, plm, rtd, sop  # noqa: F401
+"""Pretraining objectives, one module each; ``plm_toolkit.catalog.load_all`` imports them, which registers each
+one in ``plm_toolkit.registry.OBJECTIVES``."""

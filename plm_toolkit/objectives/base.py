@@ -8,17 +8,23 @@ processes, so 8 micro-batches of 4 give the same gradient as one batch of 32.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
 from torch import nn
 
-# A batch transform: (collated CPU batch, one seed per row) -> batch. All randomness of row i comes from seeds[i]
-# and is drawn over the row's unpadded length, so the result does not depend on how rows are grouped into
-# micro-batches or processes, nor on how much padding a batch has.
-BatchTransform = Callable[[dict[str, torch.Tensor], Sequence[int]], dict[str, torch.Tensor]]
+from plm_toolkit.data.plan import BatchTransform, DataPlan, choose_layout
+
+__all__ = [
+    "BatchTransform",
+    "CarriedMemory",
+    "DataPlan",
+    "MemoryObjective",
+    "Objective",
+    "ObjectiveOutput",
+    "normalized_loss",
+]
 
 
 @dataclass
@@ -38,17 +44,11 @@ class Objective(nn.Module):
 
     # What the backbone must be able to do; validation refuses other backbones with a message.
     required_capabilities: ClassVar[frozenset[str]] = frozenset()
-    # How the data is packed for this objective: "sentence_pairs" (two segments, NSP label), "segment_pairs" (two
-    # consecutive segments in order, for SOP) or "full_sentences" (contiguous sentences filling the sequence).
-    data_layout: ClassVar[str] = "full_sentences"
-    # With data_layout "streams": the second half of every batch reads its sub-streams backwards (XLNet's bi_data);
-    # the loader deals their windows out last to first and the batch transform reverses their tokens.
-    backward_half: bool = False
+    # The layout this objective's data comes in (data/plan.py LAYOUTS); ``data_plan`` resolves data.packing
+    # against it.
+    natural_layout: ClassVar[str] = "full_sentences"
     # metric name -> component whose target count divides it for logging.
     metric_denominators: ClassVar[dict[str, str]] = {}
-    # 0: the batch transform draws afresh for every batch (dynamic masking). N > 0: each example gets N fixed
-    # draws, used in turn epoch after epoch (BERT's static masking with dupe_factor N); set from the config.
-    dupe_factor: int = 0
     # Loss components that are per-token language-model cross-entropies: evaluation reports exp(loss) of each as
     # eval_<name>_perplexity (a sentence-level loss such as NSP's has no perplexity).
     perplexity_components: ClassVar[frozenset[str]] = frozenset()
@@ -62,10 +62,16 @@ class Objective(nn.Module):
         """Like ``check_config``, for settings that are impossible only together with the data group's."""
 
     @classmethod
-    def stream_window(cls, config, max_seq_len: int) -> tuple[int, int]:
-        """(length, stride) of the token-stream windows when ``data_layout == "streams"``: by default the inputs
-        and their next-token targets, one window after the other."""
-        return max_seq_len + 1, max_seq_len
+    def data_plan(cls, config, data_cfg, model_config) -> DataPlan:
+        """Layout, window, order and static copies of this objective's data (``data/plan.py``), from the configs
+        alone: validation asks before anything is built. The batch transform joins it once the objective exists
+        (``plan.with_transform(objective.batch_transform())``). Raises ConfigError for a data.packing it cannot
+        read. By default: ``natural_layout``, shuffled, dynamic; stream layouts take windows of the inputs and
+        their next-token targets, one after the other."""
+        layout = choose_layout(data_cfg, cls.natural_layout, config.name)
+        if layout != "streams":
+            return DataPlan(layout, static_copies=int(getattr(config, "dupe_factor", 0) or 0))
+        return DataPlan(layout, window=int(data_cfg.max_seq_len) + 1, stride=int(data_cfg.max_seq_len))
 
     def carried_state(self) -> dict[str, torch.Tensor]:
         """Tensors carried from one training micro-batch to the next (Transformer-XL / XLNet segment memories).

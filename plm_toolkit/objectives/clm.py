@@ -1,11 +1,13 @@
 """Causal language modeling: predict every next token of a segment from the tokens before it (and, for
 Transformer-XL, from the memory of earlier segments).
 
-The data are windows of one token stream read in order (``data.packing=streams``): window k of a row continues
+The data are windows of one token stream (``data.packing=streams``; documents joined by the end-of-text token,
+else [SEP]). For a model with recurrent memory (Transformer-XL) they are read in order: window k of a row continues
 window k - 1 of the same row, so the memory this objective carries from batch to batch (``CarriedMemory``) holds
-the hidden states of the text right before the current segment (Dai et al. 2019, section 3.2). The output layer is
-a softmax tied to the input embedding, or an adaptive softmax (Grave et al. 2017) with ``adaptive_softmax_cutoffs``
-as in the paper's WikiText-103 models.
+the hidden states of the text right before the current segment (Dai et al. 2019, section 3.2). Other causal models
+(GPT) read them shuffled, each window on its own. The output layer is a softmax tied to the input embedding (with
+a bias where the family has one: Transformer-XL yes, GPT no), or an adaptive softmax (Grave et al. 2017) with
+``adaptive_softmax_cutoffs`` as in the paper's WikiText-103 models.
 
 Logged: ``clm_loss`` (nats per token), ``eval_clm_perplexity`` (exp of it, for word-level data) and
 ``clm_bits_per_token`` (loss / ln 2: bits per character when the tokens are characters).
@@ -13,6 +15,7 @@ Logged: ``clm_loss`` (nats per token), ``eval_clm_perplexity`` (exp of it, for w
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -23,8 +26,9 @@ from torch import nn
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import CAUSAL, RECURRENT_MEMORY
-from plm_toolkit.objectives.base import MemoryObjective, ObjectiveOutput
-from plm_toolkit.registry import OBJECTIVES
+from plm_toolkit.nn.losses import linear_cross_entropy
+from plm_toolkit.objectives.base import DataPlan, MemoryObjective, ObjectiveOutput
+from plm_toolkit.registry import MODELS, OBJECTIVES
 
 
 @dataclass
@@ -42,7 +46,7 @@ class ClmConfig:
 class CausalLanguageModeling(MemoryObjective):
     perplexity_components = frozenset({"clm"})
     required_capabilities = frozenset({CAUSAL})
-    data_layout = "streams"
+    natural_layout = "streams"
     metric_denominators = {"clm_bits_per_token": "clm", "clm_correct": "clm"}
 
     def __init__(self, config: ClmConfig, model: nn.Module, vocab: Vocab):
@@ -60,9 +64,20 @@ class CausalLanguageModeling(MemoryObjective):
             self.adaptive = nn.AdaptiveLogSoftmaxWithLoss(
                 hidden_size, vocab_size, cutoffs, div_value=config.adaptive_softmax_div_value
             )
-        else:
+        elif getattr(type(model), "lm_head_bias", True):
             # The decoder is the input embedding (weights tied, as in the paper's code); only its bias lives here.
             self.bias = nn.Parameter(torch.zeros(vocab_size))
+        else:
+            self.bias = None  # GPT: the tied embedding alone, as its released checkpoints
+
+    @classmethod
+    def data_plan(cls, config, data_cfg, model_config) -> DataPlan:
+        """Windows of max_seq_len + 1 tokens (inputs and their next-token targets), read in stream order by a
+        model with recurrent memory (Transformer-XL: each row continues its text) and shuffled otherwise (GPT:
+        every window stands alone, documents joined by the end-of-text token)."""
+        plan = super().data_plan(config, data_cfg, model_config)
+        recurrent = RECURRENT_MEMORY in MODELS.get(model_config.name).builder.capabilities
+        return dataclasses.replace(plan, order="stream" if recurrent and plan.layout == "streams" else "shuffled")
 
     @classmethod
     def check_config(cls, config) -> None:
@@ -71,6 +86,13 @@ class CausalLanguageModeling(MemoryObjective):
             raise ConfigError(f"objective.adaptive_softmax_cutoffs={cutoffs}: expected increasing positive ids")
         if config.adaptive_softmax_div_value < 1.0:
             raise ConfigError("objective.adaptive_softmax_div_value must be at least 1")
+
+    def next_token_logits(self, model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+        """(B, H) last hidden states -> (B, V) scores of the next token (log-probabilities for an adaptive
+        softmax): the LM head that generation (``plm_toolkit/generation.py``) decodes with."""
+        if self.adaptive is not None:
+            return self.adaptive.log_prob(hidden.float())
+        return F.linear(hidden, model.input_embeddings.weight, self.bias)
 
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
         return {"clm": int(batch["attention_mask"][:, 1:].sum())}
@@ -84,16 +106,17 @@ class CausalLanguageModeling(MemoryObjective):
             reps = model(input_ids=inputs, memories=memories)
             self.memory.set(self.training, reps.memories)
         else:
-            reps = model(input_ids=inputs, attention_mask=batch["attention_mask"][:, :-1])
+            mask = batch["attention_mask"][:, :-1]
+            # Full windows (the stream layout) need no padding mask: attention takes its fused causal path.
+            reps = model(input_ids=inputs, attention_mask=None if bool(mask.all()) else mask)
         hidden, gold = reps.hidden[keep], labels[keep]  # (N, H), (N,)
         if self.adaptive is not None:
             log_probs = self.adaptive(hidden.float(), gold).output  # (N,): log p(gold)
             loss_sum = -log_probs.sum()
             correct = (self.adaptive.predict(hidden.detach().float()) == gold).sum()
         else:
-            logits = F.linear(hidden, model.input_embeddings.weight, self.bias)  # (N, V)
-            loss_sum = F.cross_entropy(logits.float(), gold, reduction="sum")
-            correct = (logits.detach().argmax(dim=-1) == gold).sum()
+            # Every position is a target: the (N, V) logits are never held at once (nn/losses.py).
+            loss_sum, correct = linear_cross_entropy(hidden, model.input_embeddings.weight, self.bias, gold)
         return ObjectiveOutput(
             loss_sums={"clm": loss_sum},
             metrics={"clm_bits_per_token": loss_sum.detach() / math.log(2), "clm_correct": correct},

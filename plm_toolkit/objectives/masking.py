@@ -110,7 +110,7 @@ def masking_from_config(cfg: Any, vocab: Any) -> MaskingTransform:
     """
     return MaskingTransform(
         vocab_size=vocab.size,
-        mask_id=vocab.mask_id,
+        mask_id=vocab.require("mask_id", "masked language modeling"),
         special_ids=vocab.special_ids,
         mask_prob=cfg.mask_prob,
         mask_token_prob=cfg.mask_token_prob,

@@ -17,6 +17,7 @@ from torch import nn
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import BIDIRECTIONAL, Representations
+from plm_toolkit.models.bert import head_activation
 from plm_toolkit.nn.heads import MaskedLMHead
 from plm_toolkit.objectives.base import BatchTransform, Objective, ObjectiveOutput
 from plm_toolkit.objectives.masking import IGNORE_INDEX, MaskingUnit, check_masking_config, masking_from_config
@@ -61,7 +62,6 @@ class MaskedLanguageModeling(Objective):
     perplexity_components = frozenset({"mlm"})
 
     required_capabilities = frozenset({BIDIRECTIONAL})
-    data_layout = "full_sentences"
     # ``metrics["mlm_correct"]`` counts correct predictions; the loop logs it / count["mlm"] as mlm_accuracy.
     metric_denominators = {"mlm_correct": "mlm"}
 
@@ -71,14 +71,13 @@ class MaskedLanguageModeling(Objective):
         self.head = MaskedLMHead(
             model_config.hidden_size,
             model_config.vocab_size,
-            model_config.hidden_act,
+            head_activation(model_config),
             model_config.layer_norm_eps,
             initializer_range=getattr(model_config, "initializer_range", 0.02),
             # A factorized embedding (ALBERT) decodes from its width E, not from H.
             embedding_size=getattr(model_config, "embedding_size", None),
         )
         self.masking = masking_from_config(config, vocab)
-        self.dupe_factor = config.dupe_factor
 
     @classmethod
     def check_config(cls, config) -> None:

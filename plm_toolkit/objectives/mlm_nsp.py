@@ -34,14 +34,13 @@ class MlmNsp(Objective):
     perplexity_components = frozenset({"mlm"})
 
     required_capabilities = MaskedLanguageModeling.required_capabilities | NextSentencePrediction.required_capabilities
-    data_layout = "sentence_pairs"
+    natural_layout = "sentence_pairs"
     metric_denominators = {**MaskedLanguageModeling.metric_denominators, **NextSentencePrediction.metric_denominators}
 
     def __init__(self, config: MlmNspConfig, model: nn.Module, vocab: Vocab):
         super().__init__()
         self.check_config(config)
         self.mlm = MaskedLanguageModeling(config, model, vocab)
-        self.dupe_factor = self.mlm.dupe_factor
         self.nsp = NextSentencePrediction(config, model, vocab)
         self.nsp_weight = config.nsp_weight
 

@@ -50,14 +50,13 @@ class MlmSop(Objective):
     perplexity_components = frozenset({"mlm"})
 
     required_capabilities = MaskedLanguageModeling.required_capabilities | SentenceOrderPrediction.required_capabilities
-    data_layout = "segment_pairs"
+    natural_layout = "segment_pairs"
     metric_denominators = {**MaskedLanguageModeling.metric_denominators, **SentenceOrderPrediction.metric_denominators}
 
     def __init__(self, config: MlmSopConfig, model: nn.Module, vocab: Vocab):
         super().__init__()
         self.check_config(config)
         self.mlm = MaskedLanguageModeling(config, model, vocab)
-        self.dupe_factor = self.mlm.dupe_factor
         self.sop = SentenceOrderPrediction(config, model, vocab)
         self.sop_weight = config.sop_weight
 

@@ -31,7 +31,7 @@ class NextSentencePrediction(Objective):
     """NSP over ``next_sentence_label``; its metric sum ``nsp_correct`` is logged as ``nsp_accuracy``."""
 
     required_capabilities = frozenset({BIDIRECTIONAL, POOLER, SEGMENTS})
-    data_layout = "sentence_pairs"
+    natural_layout = "sentence_pairs"
     # ``metrics["nsp_correct"]`` counts correct predictions; the loop logs it / count["nsp"] as nsp_accuracy.
     metric_denominators = {"nsp_correct": "nsp"}
 

@@ -28,10 +28,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from plm_toolkit.data.plan import choose_layout
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import TWO_STREAM
-from plm_toolkit.objectives.base import BatchTransform, MemoryObjective, ObjectiveOutput
+from plm_toolkit.objectives.base import BatchTransform, DataPlan, MemoryObjective, ObjectiveOutput
 from plm_toolkit.registry import OBJECTIVES
 
 SPECIALS = 3  # SEP after A, SEP after B, CLS
@@ -101,7 +102,8 @@ class PermutationTransform:
     def __init__(self, config: PlmConfig, vocab: Vocab, bi_data: bool = False):
         self.k, self.max_span = float(config.partial_prediction_k), int(config.max_span_length)
         self.config, self.bi_data = config, bi_data
-        self.sep_id, self.cls_id = vocab.sep_id, vocab.cls_id
+        self.sep_id = vocab.require("sep_id", "permutation LM's [reuse, A, SEP, B, SEP, CLS] layout")
+        self.cls_id = vocab.require("cls_id", "permutation LM's [reuse, A, SEP, B, SEP, CLS] layout")
 
     def row(self, window: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
         length = window.shape[0] + SPECIALS
@@ -167,7 +169,7 @@ class PermutationTransform:
 class PermutationLanguageModeling(MemoryObjective):
     perplexity_components = frozenset({"plm"})
     required_capabilities = frozenset({TWO_STREAM})
-    data_layout = "streams"
+    natural_layout = "streams"
     metric_denominators = {"plm_correct": "plm"}
 
     def __init__(self, config: PlmConfig, model: nn.Module, vocab: Vocab):
@@ -179,9 +181,15 @@ class PermutationLanguageModeling(MemoryObjective):
         self.transform = PermutationTransform(config, vocab, self.backward_half)
 
     @classmethod
-    def stream_window(cls, config, max_seq_len: int) -> tuple[int, int]:
-        # Window k + 1 starts where window k's reused part ends, so its reused part continues the memory.
-        return max_seq_len - SPECIALS, sizes(config, max_seq_len)[0]
+    def data_plan(cls, config, data_cfg, model_config) -> DataPlan:
+        """Stream windows of max_seq_len - 3 tokens (SEP, SEP, CLS are added per row) in stream order; window
+        k + 1 starts where window k's reused part ends, so its reused part continues the memory. With the
+        model's bi_data the second half of every batch reads backwards."""
+        max_seq_len = int(data_cfg.max_seq_len)
+        layout = choose_layout(data_cfg, cls.natural_layout, config.name)
+        window, stride = max_seq_len - SPECIALS, sizes(config, max_seq_len)[0]
+        backward = bool(getattr(model_config, "bi_data", False))
+        return DataPlan(layout, window=window, stride=stride, order="stream", backward_half=backward)
 
     @classmethod
     def check_config(cls, config) -> None:

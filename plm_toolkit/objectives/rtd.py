@@ -30,7 +30,7 @@ from torch import nn
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import BIDIRECTIONAL
-from plm_toolkit.models.bert import BertConfig, BertEncoder, embedding_width, init_weights
+from plm_toolkit.models.bert import BertConfig, BertEncoder, embedding_width, head_activation, init_weights
 from plm_toolkit.nn.attention import padding_mask
 from plm_toolkit.nn.embeddings import TokenEmbeddings
 from plm_toolkit.nn.heads import MaskedLMHead, activation
@@ -124,7 +124,7 @@ class Generator(nn.Module):
         self.head = MaskedLMHead(
             config.hidden_size,
             config.vocab_size,
-            config.hidden_act,
+            head_activation(config),
             config.layer_norm_eps,
             config.initializer_range,
             embedding_size=width,
@@ -165,7 +165,6 @@ class ReplacedTokenDetection(Objective):
     perplexity_components = frozenset({"mlm"})
 
     required_capabilities = frozenset({BIDIRECTIONAL})
-    data_layout = "full_sentences"
     metric_denominators = {"mlm_correct": "mlm", "rtd_correct": "rtd"}
 
     def __init__(self, config: RtdConfig, model: nn.Module, vocab: Vocab):

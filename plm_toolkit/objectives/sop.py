@@ -78,7 +78,7 @@ class SentenceOrderPrediction(Objective):
     """SOP over ``sop_label``; its metric sum ``sop_correct`` is logged as ``sop_accuracy``."""
 
     required_capabilities = frozenset({BIDIRECTIONAL, POOLER, SEGMENTS})
-    data_layout = "segment_pairs"
+    natural_layout = "segment_pairs"
     metric_denominators = {"sop_correct": "sop"}
 
     def __init__(self, config: SopConfig, model: nn.Module, vocab: Vocab):

@@ -13,15 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from plm_toolkit.data.sentinels import check_sentinels
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import ENCODER_DECODER
-from plm_toolkit.objectives.base import BatchTransform, Objective, ObjectiveOutput
-from plm_toolkit.objectives.span_noise import IGNORE_INDEX, SpanCorruption, random_spans_helper, span_counts
+from plm_toolkit.nn.losses import linear_cross_entropy
+from plm_toolkit.objectives.base import BatchTransform, DataPlan, Objective, ObjectiveOutput, choose_layout
+from plm_toolkit.objectives.span_noise import IGNORE_INDEX, SpanCorruption, random_spans_helper
 from plm_toolkit.registry import OBJECTIVES
 
 
@@ -40,19 +40,12 @@ class SpanCorruptionObjective(Objective):
     required_capabilities = frozenset({ENCODER_DECODER})
     perplexity_components = frozenset({"span_corruption"})
     metric_denominators = {"span_corruption_correct": "span_corruption"}
-    data_layout = "streams"
+    natural_layout = "streams"
 
     def __init__(self, config: SpanCorruptionConfig, model: nn.Module, vocab: Vocab):
         super().__init__()
-        self.config = config
-        self.transform = SpanCorruption(
-            vocab.sentinel_ids,
-            vocab.require("eos_id", "span corruption"),
-            vocab.require("pad_id", "span corruption"),
-            decoder_start_id=model.config.pad_token_id,
-            noise_density=config.noise_density,
-            mean_noise_span_length=config.mean_noise_span_length,
-        )
+        self.config, self.vocab = config, vocab
+        self.decoder_start_id = model.config.pad_token_id
 
     @classmethod
     def check_config(cls, config) -> None:
@@ -64,27 +57,28 @@ class SpanCorruptionObjective(Objective):
             )
 
     @classmethod
-    def stream_window(cls, config, max_seq_len: int) -> tuple[int, int]:
-        """Raw windows whose corrupted form fills ``max_seq_len`` exactly, one after the other."""
-        tokens, _ = cls.window_lengths(config, max_seq_len)
-        return tokens, tokens
-
-    @staticmethod
-    def window_lengths(config, max_seq_len: int) -> tuple[int, int]:
-        """(raw tokens per window, target tokens) for encoder inputs of ``max_seq_len``."""
-        return random_spans_helper(max_seq_len, config.noise_density, config.mean_noise_span_length)
-
-    @staticmethod
-    def spans_per_window(config, max_seq_len: int) -> int:
-        tokens, _ = SpanCorruptionObjective.window_lengths(config, max_seq_len)
-        return span_counts(tokens, config.noise_density, config.mean_noise_span_length)[1]
-
-    def check_vocab(self, vocab: Vocab, max_seq_len: int) -> None:
-        """DataError unless the vocabulary has T5's sentinels, enough of them for a window's spans."""
-        check_sentinels(vocab.sentinel_ids, vocab.size, self.spans_per_window(self.config, max_seq_len))
+    def data_plan(cls, config, data_cfg, model_config) -> DataPlan:
+        """Shuffled windows of one token stream (documents joined by </s>), each as long as makes the corrupted
+        input fill data.max_seq_len exactly (T5's ``random_spans_helper``)."""
+        layout = choose_layout(data_cfg, cls.natural_layout, config.name)
+        tokens, _ = random_spans_helper(int(data_cfg.max_seq_len), config.noise_density, config.mean_noise_span_length)
+        return DataPlan(layout, window=tokens, stride=tokens, order="shuffled")
 
     def batch_transform(self) -> BatchTransform:
-        return self.transform
+        """The corruption, once the vocabulary is known to hold T5's sentinels at its top (DataError naming what
+        is missing otherwise; a window with more spans than sentinels is refused when it is corrupted)."""
+        pad_id = self.vocab.require("pad_id", "span corruption")
+        eos_id = self.vocab.require("eos_id", "span corruption")
+        sentinels = self.vocab.sentinel_ids
+        check_sentinels(sentinels, self.vocab.size)
+        return SpanCorruption(
+            sentinels,
+            eos_id,
+            pad_id,
+            decoder_start_id=self.decoder_start_id,
+            noise_density=self.config.noise_density,
+            mean_noise_span_length=self.config.mean_noise_span_length,
+        )
 
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
         return {"span_corruption": int((batch["labels"] != IGNORE_INDEX).sum())}
@@ -93,8 +87,6 @@ class SpanCorruptionObjective(Objective):
         reps = model(batch["input_ids"], batch["attention_mask"], batch["decoder_input_ids"])
         labels = batch["labels"]
         targets = labels != IGNORE_INDEX  # (B, L)
-        logits = model.logits(reps.hidden[targets])  # (N, V): only real targets reach the output layer
-        gold = labels[targets]  # (N,)
-        loss_sum = F.cross_entropy(logits.float(), gold, reduction="sum")
-        correct = (logits.detach().argmax(dim=-1) == gold).sum()
+        weight, hidden = model.output_layer(reps.hidden[targets])  # (V, H), (N, H): only real targets
+        loss_sum, correct = linear_cross_entropy(hidden, weight, None, labels[targets])
         return ObjectiveOutput(loss_sums={"span_corruption": loss_sum}, metrics={"span_corruption_correct": correct})

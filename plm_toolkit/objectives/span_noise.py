@@ -19,6 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from plm_toolkit.errors import DataError
+
 # Label of a position that is not a target; cross-entropy's default ignore_index.
 IGNORE_INDEX = -100
 
@@ -97,7 +99,10 @@ def corrupt_spans(
         first = marked & ~previous  # (n,): the first token of every marked run
         run = np.cumsum(first) - 1  # index of the run each token belongs to
         if first.sum() > len(sentinel_ids):
-            raise ValueError(f"{int(first.sum())} spans need more than the {len(sentinel_ids)} sentinels")
+            raise DataError(
+                f"a window of {len(tokens)} tokens has {int(first.sum())} spans, more than the vocabulary's "
+                f"{len(sentinel_ids)} sentinels: lower data.max_seq_len or raise objective.mean_noise_span_length"
+            )
         sentinels = np.asarray(sentinel_ids, dtype=tokens.dtype)
         replaced = np.where(first, sentinels[np.clip(run, 0, None)], tokens)
         return np.concatenate([replaced[~(marked & previous)], [eos_id]]).astype(tokens.dtype)

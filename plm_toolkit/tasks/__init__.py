@@ -1,3 +1,2 @@
-"""Fine-tuning tasks; importing this package registers each one in ``plm_toolkit.registry.TASKS``."""
-
-from plm_toolkit.tasks import glue, ner, squad  # noqa: F401
+"""Fine-tuning tasks; ``plm_toolkit.catalog.load_all`` imports them, which registers each one in
+``plm_toolkit.registry.TASKS``."""

@@ -18,6 +18,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
+from plm_toolkit.data.template import Template, template_of  # noqa: F401  (the tasks' import path)
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import Representations
@@ -124,7 +125,7 @@ class Task(Objective):
         raise NotImplementedError
 
     def collator(self) -> PadCollator:
-        return PadCollator(self.vocab.pad_id)
+        return PadCollator(self.vocab.padding_id)
 
 
 def limit(items: list, max_items: int | None, what: str) -> list:
@@ -138,40 +139,3 @@ def limit(items: list, max_items: int | None, what: str) -> list:
 def require(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
-
-
-@dataclass
-class Template:
-    """Where a family's special tokens go around one or two segments, read off its tokenizer's post-processor:
-    BERT ``[CLS] A [SEP] B [SEP]``, RoBERTa ``<s> A </s></s> B </s>``, XLNet ``A <sep> B <sep> <cls>``."""
-
-    # Each piece: ("A" | "B" | a special token id, token type id).
-    pieces: list[tuple[Any, int]]
-
-    @property
-    def num_special(self) -> int:
-        return sum(1 for piece, _ in self.pieces if piece not in ("A", "B"))
-
-    def assemble(self, a: Sequence[int], b: Sequence[int] = ()) -> tuple[list[int], list[int], dict[str, int]]:
-        """(input_ids, token_type_ids, {"A": first position of A, "B": first position of B})."""
-        ids: list[int] = []
-        types: list[int] = []
-        starts: dict[str, int] = {}
-        for piece, type_id in self.pieces:
-            tokens = a if piece == "A" else b if piece == "B" else [piece]
-            if piece in ("A", "B"):
-                starts[piece] = len(ids)
-            ids.extend(tokens)
-            types.extend([type_id] * len(tokens))
-        return ids, types, starts
-
-
-def template_of(tokenizer: Tokenizer, pair: bool) -> Template:
-    encoding = tokenizer.encode("a", "b") if pair else tokenizer.encode("a")
-    pieces: list[tuple[Any, int]] = []
-    for token_id, type_id, sequence in zip(encoding.ids, encoding.type_ids, encoding.sequence_ids, strict=True):
-        if sequence is None:
-            pieces.append((token_id, type_id))
-        elif not pieces or pieces[-1][0] != "AB"[sequence]:
-            pieces.append(("AB"[sequence], type_id))
-    return Template(pieces)

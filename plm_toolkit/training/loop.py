@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from plm_toolkit.data.loader import BatchLayout, MicroBatches, eval_loader, micro_batch_loader, mix_seed
+from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.errors import TrainingError
 from plm_toolkit.objectives.base import Objective, ObjectiveOutput, normalized_loss
 from plm_toolkit.training import checkpoint as ckpt
@@ -111,7 +112,7 @@ class Trainer:
         config_yaml: str,
         tokenizer_json: str | None,
         num_workers: int = 0,
-        streams: bool = False,
+        plan: DataPlan | None = None,
     ):
         self.cfg, self.runtime, self.run_dir = trainer_cfg, runtime, run_dir
         self.process = runtime.process
@@ -120,8 +121,8 @@ class Trainer:
         self.train_examples, self.eval_examples, self.collate = train_examples, eval_examples, collate
         self.config_yaml, self.tokenizer_json = config_yaml, tokenizer_json
         self.num_workers = num_workers
-        # Examples are consecutive windows of a token stream, read in order (data/loader.py, StreamOrder).
-        self.streams = streams
+        # How batches are read and transformed (order, static copies, the objective's batch transform).
+        self.plan = plan if plan is not None else DataPlan(transform=objective.batch_transform())
         self.optimizer = build_optimizer(self.module, optimizer_cfg)
         self.scheduler = build_scheduler(self.optimizer, optimizer_cfg, trainer_cfg.max_steps)
         self.scaler = LossScaler(runtime, hardware_cfg.min_loss_scale, hardware_cfg.max_overflow_steps)
@@ -203,11 +204,11 @@ class Trainer:
                     self.layout,
                     self.samples_seen,
                     self.collate,
-                    self.objective.batch_transform(),
+                    self.plan.transform,
                     cfg.seed,
-                    static_copies=self.objective.dupe_factor,
-                    streams=self.streams,
-                    backward_half=self.objective.backward_half,
+                    static_copies=self.plan.static_copies,
+                    streams=self.plan.streams,
+                    backward_half=self.plan.backward_half,
                 ),
                 num_workers=self.num_workers,
             )
@@ -311,11 +312,11 @@ class Trainer:
             self.process.world_size,
             self.process.rank,
             self.collate,
-            self.objective.batch_transform(),
+            self.plan.transform,
             self.cfg.seed,
             self.cfg.eval_batches,
-            streams=self.streams,
-            backward_half=self.objective.backward_half,
+            streams=self.plan.streams,
+            backward_half=self.plan.backward_half,
         )
         outputs: dict[str, list[torch.Tensor]] = defaultdict(list)
         for batch in batches:

@@ -12,21 +12,19 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-NO_DECAY_MODULES = (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d)
-
 
 def parameter_groups(module: nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: weights that decay, and biases and normalisation weights that never do (BERT, Sec. A.2)."""
-    no_decay: set[int] = set()
-    for sub in module.modules():
-        if isinstance(sub, NO_DECAY_MODULES):
-            no_decay.update(id(p) for p in sub.parameters(recurse=False))
+    """Two groups: matrices that decay, and vectors that never do (BERT, Sec. A.2: biases and LayerNorm weights).
+
+    Chosen by shape, not by module type, so that any normalisation (LayerNorm, RMSNorm, ...) and any bias vector
+    is exempt without a list of classes; parameters named ``*bias`` (Transformer-XL's u and v, one vector per
+    head) are biases too."""
     decay, rest, seen = [], [], set()
     for name, param in module.named_parameters():
         if not param.requires_grad or id(param) in seen:
             continue
         seen.add(id(param))
-        if id(param) in no_decay or name.endswith("bias"):
+        if param.dim() < 2 or name.endswith("bias"):
             rest.append(param)
         else:
             decay.append(param)

@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import save_file
 
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.models.hf_t5 import export_hf_t5, import_hf_t5
+from plm_toolkit.models.hf import export_hf, import_hf
 from plm_toolkit.models.t5 import T5, T5Config
 
 transformers = pytest.importorskip("transformers")
@@ -69,7 +69,7 @@ def theirs_logits(model, input_ids, attention_mask, decoder_input_ids) -> torch.
 def test_import_matches_transformers(tmp_path, version):
     reference = hf_model(version)
     write_hf_folder(reference, tmp_path / "hf", version)
-    imported = import_hf_t5(tmp_path / "hf")
+    imported = import_hf(tmp_path / "hf")
     assert imported.model_config.tie_word_embeddings == (version == "v1.0")
     model = T5(imported.model_config).eval()
     model.load_state_dict(imported.model_state)
@@ -87,14 +87,14 @@ def test_export_matches_transformers(tmp_path, version):
                       relative_attention_max_distance=9, feed_forward="gated_gelu" if gated else "relu",
                       tie_word_embeddings=not gated)  # fmt: skip
     model = T5(config).eval()
-    export_hf_t5(tmp_path / "out", model)
+    export_hf(tmp_path / "out", model)
     reference = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path / "out").eval()
     assert (reference.lm_head.weight is reference.shared.weight) == (not gated)
     inputs = batch()
     diff = (ours_logits(model, *inputs) - theirs_logits(reference, *inputs)).abs().max().item()
     assert diff <= 1e-5
     # And back: the exported folder imports to the same weights.
-    again = import_hf_t5(tmp_path / "out")
+    again = import_hf(tmp_path / "out")
     assert again.model_config == config
     assert all(torch.equal(again.model_state[k], v) for k, v in model.state_dict().items())
 
@@ -105,7 +105,7 @@ def test_transformers_5_saved_v1_1_imports_as_an_untied_copy(tmp_path):
     config = transformers.T5Config(**SIZES, **VERSIONS["v1.1"], decoder_start_token_id=0)
     reference = transformers.T5ForConditionalGeneration(config).eval()
     reference.save_pretrained(tmp_path / "hf")
-    imported = import_hf_t5(tmp_path / "hf")
+    imported = import_hf(tmp_path / "hf")
     assert not imported.model_config.tie_word_embeddings
     model = T5(imported.model_config).eval()
     model.load_state_dict(imported.model_state)
@@ -118,4 +118,4 @@ def test_import_refuses_unknown_feed_forward(tmp_path):
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     (tmp_path / "hf" / "config.json").write_text(json.dumps(config | {"feed_forward_proj": "gated-silu"}))
     with pytest.raises(CheckpointError, match="feed_forward_proj 'gated-silu'"):
-        import_hf_t5(tmp_path / "hf")
+        import_hf(tmp_path / "hf")

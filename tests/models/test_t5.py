@@ -58,16 +58,18 @@ def test_key_value_cache_equals_recomputation():
         full = model.logits(model.decode(decoder, encoder_hidden, mask))
         cache = model.new_cache()
         steps = [
-            model.logits(model.decode(decoder[:, t : t + 1], encoder_hidden, mask, cache=cache, offset=t))
+            model.logits(model.decode(decoder[:, t : t + 1], encoder_hidden, mask, cache=cache))
             for t in range(decoder.shape[1])
         ]
     assert (torch.cat(steps, dim=1) - full).abs().max().item() <= 1e-5
-    assert cache[0]["self"]["k"].shape == (2, 5, 8, 7)  # (B, nh, T, hs): one key per decoded position
-    assert cache[0]["cross"]["k"].shape == (2, 5, 10, 7)  # the encoder states, projected once
+    assert cache[0].self_attention.key.shape == (2, 5, 8, 7)  # (B, nh, T, hs): one key per decoded position
+    assert cache[0].cross_attention.key.shape == (2, 5, 10, 7)  # the encoder states, projected once
 
 
 def test_configuration_errors():
     with pytest.raises(ConfigError, match="model.vocab_size is null"):
         T5(T5Config())
+    with pytest.raises(ConfigError, match="model.relative_attention_max_distance=8"):
+        T5(T5Config(vocab_size=10, relative_attention_num_buckets=32, relative_attention_max_distance=8))
     with pytest.raises(ConfigError, match="model.num_decoder_layers=0"):
         T5(T5Config(vocab_size=10, num_decoder_layers=0))

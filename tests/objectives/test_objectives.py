@@ -189,7 +189,9 @@ def test_mlm_nsp_is_mlm_plus_nsp_with_one_forward(model, nsp_weight):
     counts = both.target_counts(batch)
     assert counts == {"mlm": int((batch["mlm_labels"] != IGNORE_INDEX).sum()), "nsp": 6}
     assert both.required_capabilities == {BIDIRECTIONAL, POOLER, SEGMENTS}
-    assert both.data_layout == "sentence_pairs" and mlm.data_layout == "full_sentences"
+    data = OmegaConf.create({"packing": "auto", "max_seq_len": 32})
+    assert MlmNsp.data_plan(MlmNspConfig(), data, None).layout == "sentence_pairs"
+    assert MaskedLanguageModeling.data_plan(MlmConfig(), data, None).layout == "full_sentences"
 
 
 def test_mlm_nsp_state_dict_keys():

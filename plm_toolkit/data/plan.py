@@ -1,0 +1,83 @@
+"""What the data side needs to know from an objective, in one place: the objective's data plan.
+
+The objective returns it (``Objective.data_plan``) from its config, the data config and the model config, before
+anything is built: validation reads its layout, train.py builds the examples from it, and the loop reads batches
+in its order through its transform. A new kind of data (parallel text for translation) is a new layout name and
+its example builder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from plm_toolkit.errors import ConfigError
+
+# A batch transform: (collated CPU batch, one seed per row) -> batch. All randomness of row i comes from seeds[i]
+# and is drawn over the row's unpadded length, so the result does not depend on how rows are grouped into
+# micro-batches or processes, nor on how much padding a batch has.
+BatchTransform = Callable[[dict[str, torch.Tensor], Sequence[int]], dict[str, torch.Tensor]]
+
+# sentence_pairs: BERT's, B random half the time (NSP); segment_pairs: two consecutive segments of one document,
+# in order (SOP swaps them per batch); full_sentences: RoBERTa's packing; streams: windows of one token stream.
+LAYOUTS = ("sentence_pairs", "segment_pairs", "full_sentences", "streams")
+# shuffled: a seeded permutation of the examples per epoch; stream: consecutive windows dealt out in order over
+# batch_size sub-streams, so that a carried memory continues each row's text (Transformer-XL section 3.2).
+ORDERS = ("shuffled", "stream")
+_LAYOUT_WORDS = {
+    "sentence_pairs": "sentence pairs",
+    "segment_pairs": "in-order segment pairs",
+    "streams": "streams",
+    "full_sentences": "full sentences or pairs",
+}
+
+
+@dataclass(frozen=True)
+class DataPlan:
+    # How examples are cut from the corpus (LAYOUTS).
+    layout: str = "full_sentences"
+    # streams: tokens per window and the distance between consecutive window starts.
+    window: int | None = None
+    stride: int | None = None
+    # How the loader reads the examples (ORDERS).
+    order: str = "shuffled"
+    # 0: the batch transform draws afresh for every batch (dynamic masking). N > 0: each example gets N fixed
+    # draws, used in turn epoch after epoch (BERT's static masking with dupe_factor N).
+    static_copies: int = 0
+    # stream order: the second half of every batch reads its sub-streams backwards (XLNet's bi_data).
+    backward_half: bool = False
+    # Runs on the CPU in the data-loader workers (masking, swaps, permutation sampling); None: batches as collated.
+    transform: BatchTransform | None = None
+
+    def __post_init__(self) -> None:
+        if self.order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}, got {self.order!r}")
+
+    @property
+    def streams(self) -> bool:
+        """Whether the loader deals the examples out in stream order."""
+        return self.order == "stream"
+
+    @property
+    def stream_window(self) -> tuple[int, int] | None:
+        return (self.window, self.stride) if self.layout == "streams" else None
+
+    def with_transform(self, transform: BatchTransform | None) -> DataPlan:
+        return dataclasses.replace(self, transform=transform)
+
+
+def choose_layout(data_cfg, wanted: str, objective: str) -> str:
+    """``data.packing`` resolved against the layout an objective wants: ``auto`` takes it; a full-sentences
+    objective (MLM) also reads pairs; anything else must be the wanted layout, or ConfigError names the fix."""
+    packing = getattr(data_cfg.packing, "value", data_cfg.packing)
+    if packing == "auto":
+        return wanted
+    if packing == wanted or (wanted == "full_sentences" and packing != "streams"):
+        return packing
+    raise ConfigError(
+        f"data.packing={packing}: objective={objective} needs {_LAYOUT_WORDS.get(wanted, wanted)}; "
+        "set data.packing=auto"
+    )

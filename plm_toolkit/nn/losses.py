@@ -1,0 +1,75 @@
+"""Cross-entropy through a vocabulary projection without materializing all the logits.
+
+A causal LM predicts at every position: N = batch x length rows of a (N, V) logit matrix, 1.6 GB in fp32 for 8 x 1024
+tokens of GPT-2's 50,257 entries, plus as much again for its softmax and its gradient. ``linear_cross_entropy``
+walks the rows in chunks: each chunk's logits give its loss and, straight away, their gradient (softmax minus the
+one-hot target), which is folded into the gradients of the hidden states and of the weight before the next chunk;
+backward then only scales those by the incoming gradient. Peak memory is one chunk's logits, and the projection
+costs the same three matmuls as the plain form (forward, and the two of its backward). Written here because torch
+has no fused linear + cross-entropy; the idea is that of Liger-Kernel's FusedLinearCrossEntropy and of
+Wijmans et al. 2024 ("Cut Your Losses in Large-Vocabulary Language Models").
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+# Rows per chunk: (CHUNK, V) fp32 logits stay in a few tens of MB for V = 50k.
+CHUNK = 1024
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, chunk):
+        loss = hidden.new_zeros((), dtype=torch.float32)
+        correct = torch.zeros((), dtype=torch.long, device=hidden.device)
+        grad_hidden = torch.empty_like(hidden)
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32)
+        grad_bias = torch.zeros_like(bias, dtype=torch.float32) if bias is not None else None
+        for start in range(0, hidden.shape[0], chunk):
+            h, gold = hidden[start : start + chunk], targets[start : start + chunk]  # (C, H), (C,)
+            logits = F.linear(h, weight, bias).float()  # (C, V)
+            log_z = torch.logsumexp(logits, dim=-1)  # (C,)
+            loss += (log_z - logits.gather(1, gold[:, None]).squeeze(1)).sum()
+            correct += (logits.argmax(dim=-1) == gold).sum()
+            grad_logits = torch.exp(logits - log_z[:, None])  # (C, V): softmax
+            grad_logits[torch.arange(gold.shape[0], device=gold.device), gold] -= 1.0  # d loss / d logits
+            grad_logits = grad_logits.to(h.dtype)
+            grad_hidden[start : start + chunk] = grad_logits @ weight.to(h.dtype)  # (C, H)
+            grad_weight += (grad_logits.T @ h).float()  # (V, H)
+            if grad_bias is not None:
+                grad_bias += grad_logits.float().sum(dim=0)
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+        ctx.weight_dtype, ctx.bias_dtype = weight.dtype, None if bias is None else bias.dtype
+        ctx.mark_non_differentiable(correct)
+        return loss, correct
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_correct):
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+        grad_hidden = grad_hidden * grad_loss.to(grad_hidden.dtype)
+        grad_weight = (grad_weight * grad_loss).to(ctx.weight_dtype)
+        grad_bias = None if grad_bias is None else (grad_bias * grad_loss).to(ctx.bias_dtype)
+        return grad_hidden, grad_weight, grad_bias, None, None
+
+
+def linear_cross_entropy(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor, chunk: int = CHUNK
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, H) states, (V, H) weight, (V,) bias or None, (N,) targets -> (summed cross-entropy of
+    ``hidden @ weight.T + bias`` against ``targets``, number of rows whose argmax is the target).
+
+    The same values and gradients as ``F.cross_entropy(F.linear(hidden, weight, bias).float(), targets,
+    reduction="sum")``, in O(chunk x V) memory. Without gradients (evaluation) it computes no gradient either.
+    """
+    if not torch.is_grad_enabled() or not (hidden.requires_grad or weight.requires_grad):
+        loss = hidden.new_zeros((), dtype=torch.float32)
+        correct = torch.zeros((), dtype=torch.long, device=hidden.device)
+        for start in range(0, hidden.shape[0], chunk):
+            logits = F.linear(hidden[start : start + chunk], weight, bias).float()
+            gold = targets[start : start + chunk]
+            loss += F.cross_entropy(logits, gold, reduction="sum")
+            correct += (logits.argmax(dim=-1) == gold).sum()
+        return loss, correct
+    return _LinearCrossEntropy.apply(hidden, weight, bias, targets, chunk)
