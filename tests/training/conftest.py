@@ -56,3 +56,37 @@ def make_config(small_corpus):
 
 def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+# GPT-2 with odd sizes, on the same small corpus.
+GPT2_SMALL = [
+    "model=gpt2",
+    "model.hidden_size=36",
+    "model.num_layers=2",
+    "model.num_heads=3",
+    "model.intermediate_size=37",
+    "model.max_position_embeddings=64",
+    "data.max_seq_len=32",
+    "data.tokenizer.vocab_size=600",
+    "trainer.batch_size=8",
+    "optimizer.lr=3e-3",
+]
+
+
+@pytest.fixture(scope="session")
+def gpt_run(small_corpus, tmp_path_factory) -> Path:
+    """60 steps of model=gpt2 (tiny, odd sizes) ending with an evaluation: a plm-train run directory."""
+    import plm_toolkit.train as train
+
+    run_dir = tmp_path_factory.mktemp("gpt2")
+    base = [
+        "data=text_files",
+        f"data.train_files=[{small_corpus['train']}]",
+        f"data.validation_files=[{small_corpus['valid']}]",
+        f"data.cache_dir={small_corpus['cache']}",
+    ]
+    quiet = [o for o in TINY if not o.startswith(("model", "data", "trainer.batch_size"))]
+    with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
+        cfg = compose("train", overrides=[*quiet, *GPT2_SMALL, *base, "trainer.max_steps=60", "trainer.eval_every=60"])
+    train.run(cfg, run_dir)
+    return run_dir
