@@ -152,7 +152,7 @@ class OursRunner:
         with autocast():
             out = self.objective(self.model, batch)
         # The loop divides loss sums by the global target count; here one batch is the whole window.
-        loss = normalized_loss(out, {"mlm": float((batch["mlm_labels"] != -100).sum())})
+        loss = normalized_loss(out, {k: float(v) for k, v in self.objective.target_counts(batch).items()})
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -179,14 +179,17 @@ class TransformersRunner:
         self.optimizer = make_optimizer(list(self.model.parameters()), device)
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
 
+    def inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {
+            "input_ids": batch["input_ids"],
+            "attention_mask": batch["attention_mask"],
+            "token_type_ids": batch["token_type_ids"],
+            "labels": batch["mlm_labels"],
+        }
+
     def step(self, batch: dict[str, torch.Tensor], autocast) -> None:
         with autocast():
-            out = self.model(
-                input_ids=batch["input_ids"],
-                attention_mask=batch["attention_mask"],
-                token_type_ids=batch["token_type_ids"],
-                labels=batch["mlm_labels"],
-            )
+            out = self.model(**self.inputs(batch))
         out.loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -368,10 +371,8 @@ def make_t5_batches(args: argparse.Namespace, vocab: Vocab, transform, count: in
     return batches
 
 
-class T5OursRunner:
+class T5OursRunner(OursRunner):
     """Our T5 with the registered ``span_corruption`` objective."""
-
-    name = "ours"
 
     def __init__(self, config: T5Config, vocab: Vocab, device: torch.device):
         self.model = T5(config).to(device).train()
@@ -380,19 +381,8 @@ class T5OursRunner:
         self.optimizer = make_optimizer(list(self.model.parameters()), device)
         self.num_parameters = self.model.num_parameters()
 
-    def batch_transform(self):
-        return self.objective.batch_transform()
 
-    def step(self, batch: dict[str, torch.Tensor], autocast) -> None:
-        with autocast():
-            out = self.objective(self.model, batch)
-        loss = normalized_loss(out, {"span_corruption": float((batch["labels"] != -100).sum())})
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-
-
-class T5TransformersRunner:
+class T5TransformersRunner(TransformersRunner):
     """``transformers.T5ForConditionalGeneration`` on the same config, trained through its ``labels`` argument."""
 
     name = "transformers"
@@ -417,17 +407,9 @@ class T5TransformersRunner:
         self.optimizer = make_optimizer(list(self.model.parameters()), device)
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
 
-    def step(self, batch: dict[str, torch.Tensor], autocast) -> None:
-        with autocast():
-            out = self.model(
-                input_ids=batch["input_ids"],
-                attention_mask=batch["attention_mask"],
-                decoder_input_ids=batch["decoder_input_ids"],
-                labels=batch["labels"],
-            )
-        out.loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+    def inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        keys = ("input_ids", "attention_mask", "decoder_input_ids", "labels")
+        return {key: batch[key] for key in keys}
 
 
 if __name__ == "__main__":

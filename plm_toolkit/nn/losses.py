@@ -63,6 +63,11 @@ def linear_cross_entropy(
     The same values and gradients as ``F.cross_entropy(F.linear(hidden, weight, bias).float(), targets,
     reduction="sum")``, in O(chunk x V) memory. Without gradients (evaluation) it computes no gradient either.
     """
+    if hidden.shape[0] <= chunk:
+        # One chunk holds all the logits anyway: plain autograd costs the same memory and skips the fused path's
+        # (V, H) fill, sum and rescale of the weight gradient (T5's ~100 targets per row).
+        logits = F.linear(hidden, weight, bias).float()  # (N, V)
+        return F.cross_entropy(logits, targets, reduction="sum"), (logits.detach().argmax(dim=-1) == targets).sum()
     if not torch.is_grad_enabled() or not (hidden.requires_grad or weight.requires_grad):
         loss = hidden.new_zeros((), dtype=torch.float32)
         correct = torch.zeros((), dtype=torch.long, device=hidden.device)
