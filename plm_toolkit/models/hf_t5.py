@@ -149,7 +149,7 @@ class T5Adapter(Adapter):
         return [ExportPart("", tensors, config_to_hf(config))]
 
 
-def config_to_hf(config: T5Config, eos_token_id: int = 1) -> dict:
+def config_to_hf(config: T5Config) -> dict:
     return {
         "architectures": ["T5ForConditionalGeneration"],
         "model_type": "t5",
@@ -170,5 +170,5 @@ def config_to_hf(config: T5Config, eos_token_id: int = 1) -> dict:
         "is_encoder_decoder": True,
         "pad_token_id": config.pad_token_id,
         "decoder_start_token_id": config.pad_token_id,
-        "eos_token_id": eos_token_id,
+        "eos_token_id": 1,  # </s> in T5's vocabulary and in a trained t5_unigram one
     }

@@ -20,9 +20,7 @@ import numpy as np
 import torch
 
 from plm_toolkit.errors import DataError
-
-# Label of a position that is not a target; cross-entropy's default ignore_index.
-IGNORE_INDEX = -100
+from plm_toolkit.objectives.masking import IGNORE_INDEX
 
 
 def span_counts(length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
