@@ -36,22 +36,26 @@ class Decoder(Protocol):
 
 
 @dataclass
-class SearchConfig:
-    # Tokens to generate after the prompt, at most (fewer when every row has produced eos_id).
+class DecodingOptions:
+    # Tokens to generate after each prompt, at most (fewer where a row produces the end-of-text token).
     max_new_tokens: int = 32
-    # Sample from the (temperature-scaled, top-k / top-p filtered) distribution; false takes the argmax.
+    # Sample the next token; false takes the most likely one (greedy search, or beam search with num_beams > 1).
     do_sample: bool = False
-    # Divide the logits by this before sampling (below 1: sharper, above 1: flatter).
+    # Divide the logits by this before sampling (below 1 sharper, above 1 flatter); must be positive.
     temperature: float = 1.0
     # Sample among the k most likely tokens only; 0 keeps all.
     top_k: int = 0
-    # Sample among the smallest set of tokens whose probabilities sum to at least top_p (nucleus); 1 keeps all.
+    # Sample from the smallest set of tokens whose probabilities reach top_p (nucleus sampling); in (0, 1].
     top_p: float = 1.0
-    # Beams of beam search; 1 is greedy search or sampling.
+    # Beams of beam search (1: greedy search or sampling).
     num_beams: int = 1
-    # GNMT's length penalty alpha (Wu et al. 2016, eq. 14): hypotheses are ranked by log p / ((5 + |Y|) / 6)^alpha;
-    # 0 ranks by log p alone.
+    # Beam search's GNMT length penalty alpha (Wu et al. 2016, eq. 14): hypotheses are ranked by
+    # log p / ((5 + length) / 6)^alpha; 0 ranks by log p alone.
     length_penalty: float = 0.0
+
+
+@dataclass
+class SearchConfig(DecodingOptions):
     # The token that ends a text (finished rows stop there); None: generate max_new_tokens everywhere.
     eos_id: int | None = None
 

@@ -1,10 +1,8 @@
-"""Pretraining throughput and peak memory: our BERT + MLM objective against ``transformers.BertForMaskedLM``, or
-(``--model t5``) our T5 + span corruption against ``transformers.T5ForConditionalGeneration``.
+"""Pretraining throughput and peak memory: our BERT + MLM objective against ``transformers.BertForMaskedLM``.
 
-Both train on the same batches (same ``mlm_labels``; the same corrupted spans) with the same AdamW settings, step
-for step in one process: each step runs one model then the other, alternating which goes first, and the warm-up
-steps are not timed. Throughput counts non-padding tokens through forward, backward and the optimizer step (for
-T5 the encoder's input tokens plus the decoder's target tokens).
+Both train on the same masked batches (same ``mlm_labels``) with the same AdamW settings, step for step in one
+process: each step runs one model then the other, alternating which goes first, and the warm-up steps are not
+timed. Throughput counts non-padding tokens through forward, backward and the optimizer step.
 
 Peak memory: on CUDA, ``torch.cuda.max_memory_allocated`` over the timed steps, less what was allocated before
 them. On CPU, each model runs a few steps again in a fresh process and reports its peak resident set (``VmHWM``
@@ -12,9 +10,11 @@ in ``/proc/self/status``) less its resident set before the first step: gradients
 
     python scripts/bench_pretrain.py --config tiny
     python scripts/bench_pretrain.py --config base --seq-len 128 --precision bf16   # on a GPU: MFU as well
-    python scripts/bench_pretrain.py --model t5 --config small --seq-len 128 --batch-size 8   # T5-Small v1.0
+    python scripts/bench_pretrain.py --model gpt2 --config tiny    # GPT-2 against GPT2LMHeadModel, + generation
+    python scripts/bench_pretrain.py --model t5 --config small --batch-size 8    # T5 against T5ForConditionalGeneration
 
-Prints one JSON object. Needs ``transformers`` (the ``test`` extra).
+Prints one JSON object. Needs ``transformers`` (the ``test`` extra). ``--model gpt2`` runs ``bench_gpt2.py``;
+``--model t5`` takes its runners and batches from ``bench_t5.py``.
 """
 
 from __future__ import annotations
@@ -31,11 +31,8 @@ import torch
 
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.models.bert import Bert, BertConfig
-from plm_toolkit.models.t5 import T5, T5Config
 from plm_toolkit.objectives.base import normalized_loss
 from plm_toolkit.objectives.mlm import MlmConfig
-from plm_toolkit.objectives.span_corruption import SpanCorruptionConfig
-from plm_toolkit.objectives.span_noise import random_spans_helper
 from plm_toolkit.registry import OBJECTIVES
 from plm_toolkit.training.precision import cpu_supports_bf16
 
@@ -43,18 +40,18 @@ from plm_toolkit.training.precision import cpu_supports_bf16
 SIZES = {"tiny": (2, 128, 2, 512), "base": (12, 768, 12, 3072)}
 # bert-base-uncased's special ids.
 VOCAB_IDS = dict(pad_id=0, unk_id=100, cls_id=101, sep_id=102, mask_id=103)
-# (layers per stack, d_model, heads of 64, d_ff): T5-Small and T5-Base v1.0, and a tiny one.
-T5_SIZES = {"tiny": (2, 128, 2, 512), "small": (6, 512, 8, 2048), "base": (12, 768, 12, 3072)}
-# The released T5 vocabulary: 32000 pieces with <pad> 0, </s> 1, <unk> 2, then 100 sentinels down from
-# <extra_id_0> = 32099; the checkpoints' embedding has 32128 rows.
-T5_TOKENS, T5_VOCAB_SIZE = 32100, 32128
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=["bert", "t5"], default="bert")
-    parser.add_argument("--config", choices=sorted(SIZES | T5_SIZES), default="tiny")
-    parser.add_argument("--vocab-size", type=int, default=None, help="default: the released vocabulary's size")
+    parser.add_argument("--model", choices=["bert", "gpt2", "t5"], default="bert")
+    parser.add_argument(
+        "--config",
+        choices=["tiny", "base", "small"],
+        default="tiny",
+        help="bert: tiny, base; gpt2: tiny, small; t5: tiny, small, base",
+    )
+    parser.add_argument("--vocab-size", type=int, default=None, help="default: 30522 (bert), 50257 (gpt2), 32128 (t5)")
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per model")
@@ -65,13 +62,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--memory-steps", type=int, default=3, help="CPU: steps of each memory probe process")
     parser.add_argument("--no-memory", action="store_true", help="skip the CPU memory probes")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prompt-len", type=int, default=32, help="gpt2: prompt tokens of the generation benchmark")
+    parser.add_argument("--new-tokens", type=int, default=64, help="gpt2: tokens each prompt is continued by")
+    parser.add_argument("--generate-batch", type=int, default=4, help="gpt2: prompts generated together")
+    parser.add_argument("--no-generate", action="store_true", help="gpt2: skip the generation benchmark")
     # Internal: run one model's CPU memory probe and print its JSON.
     parser.add_argument("--memory-probe", choices=["ours", "transformers"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.config not in (T5_SIZES if args.model == "t5" else SIZES):
-        parser.error(f"--config {args.config} is not a size of --model {args.model}")
     if args.vocab_size is None:
-        args.vocab_size = T5_VOCAB_SIZE if args.model == "t5" else 30522
+        args.vocab_size = {"gpt2": 50257, "t5": 32128}.get(args.model, 30522)
+    sizes = {"bert": SIZES, "gpt2": {"tiny": None, "small": None}, "t5": {"tiny": None, "small": None, "base": None}}
+    sizes = sizes[args.model]
+    if args.config not in sizes:
+        parser.error(f"--config {args.config} is not a {args.model} size; choose from {', '.join(sorted(sizes))}")
     return args
 
 
@@ -217,7 +220,11 @@ def bert_suite(args: argparse.Namespace):
 
 
 def suite(args: argparse.Namespace):
-    return (t5_suite if args.model == "t5" else bert_suite)(args)
+    if args.model == "t5":
+        from bench_t5 import t5_suite
+
+        return t5_suite(args)
+    return bert_suite(args)
 
 
 def benchmark(args: argparse.Namespace, device: torch.device) -> dict:
@@ -311,6 +318,13 @@ def cpu_memory(argv: list[str], precision: str) -> dict[str, float | None]:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.model == "gpt2":
+        from bench_gpt2 import run
+
+        if args.memory_probe and args.precision == "auto":
+            args.precision = "fp32"
+        print(json.dumps(run(args, argv), indent=None if args.memory_probe else 2))
+        return
     if args.memory_probe:
         if args.precision == "auto":
             args.precision = "fp32"
@@ -319,9 +333,9 @@ def main(argv: list[str] | None = None) -> None:
     wants_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda" if wants_cuda else "cpu")
     result = {
+        "model": args.model,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "threads": torch.get_num_threads(),
-        "model": args.model,
         "config": args.config,
         "vocab_size": args.vocab_size,
         "seq_len": args.seq_len,
@@ -338,78 +352,6 @@ def main(argv: list[str] | None = None) -> None:
     if ours_memory and their_memory:
         result["memory_ratio"] = round(ours_memory / their_memory, 2)
     print(json.dumps(result, indent=2))
-
-
-# --- T5 (--model t5) ---------------------------------------------------------------------------------------------
-
-
-def t5_suite(args: argparse.Namespace):
-    """(config, vocab, our runner class, transformers' runner class, batch maker) of --model t5."""
-    layers, hidden, heads, intermediate = T5_SIZES[args.config]
-    config = T5Config(
-        vocab_size=args.vocab_size,
-        hidden_size=hidden,
-        num_layers=layers,
-        num_heads=heads,
-        head_size=64,
-        intermediate_size=intermediate,
-    )
-    sentinels = tuple(range(T5_TOKENS - 1, T5_TOKENS - 101, -1))
-    vocab = Vocab(size=T5_TOKENS, pad_id=0, eos_id=1, unk_id=2, sentinel_ids=sentinels)
-    return config, vocab, T5OursRunner, T5TransformersRunner, make_t5_batches
-
-
-def make_t5_batches(args: argparse.Namespace, vocab: Vocab, transform, count: int) -> list[dict[str, torch.Tensor]]:
-    """Span-corrupted batches of random raw windows, each as long as fills --seq-len encoder tokens."""
-    generator = torch.Generator().manual_seed(args.seed)
-    window, _ = random_spans_helper(args.seq_len, 0.15, 3.0)
-    batches = []
-    for index in range(count):
-        ids = torch.randint(3, T5_TOKENS - 100, (args.batch_size, window), generator=generator)
-        seeds = [args.seed * 1_000_003 + index * args.batch_size + row for row in range(args.batch_size)]
-        batches.append(transform({"input_ids": ids, "attention_mask": torch.ones_like(ids)}, seeds))
-    return batches
-
-
-class T5OursRunner(OursRunner):
-    """Our T5 with the registered ``span_corruption`` objective."""
-
-    def __init__(self, config: T5Config, vocab: Vocab, device: torch.device):
-        self.model = T5(config).to(device).train()
-        entry = OBJECTIVES.get("span_corruption")
-        self.objective = entry.builder(SpanCorruptionConfig(), self.model, vocab).to(device).train()
-        self.optimizer = make_optimizer(list(self.model.parameters()), device)
-        self.num_parameters = self.model.num_parameters()
-
-
-class T5TransformersRunner(TransformersRunner):
-    """``transformers.T5ForConditionalGeneration`` on the same config, trained through its ``labels`` argument."""
-
-    name = "transformers"
-
-    def __init__(self, config: T5Config, vocab: Vocab, device: torch.device):
-        import transformers
-
-        hf_config = transformers.T5Config(
-            vocab_size=config.vocab_size,
-            d_model=config.hidden_size,
-            d_kv=config.head_size,
-            d_ff=config.intermediate_size,
-            num_layers=config.num_layers,
-            num_heads=config.num_heads,
-            dropout_rate=config.dropout,
-            feed_forward_proj="relu",
-            pad_token_id=vocab.pad_id,
-            eos_token_id=vocab.eos_id,
-            decoder_start_token_id=vocab.pad_id,
-        )
-        self.model = transformers.T5ForConditionalGeneration(hf_config).to(device).train()
-        self.optimizer = make_optimizer(list(self.model.parameters()), device)
-        self.num_parameters = sum(p.numel() for p in self.model.parameters())
-
-    def inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        keys = ("input_ids", "attention_mask", "decoder_input_ids", "labels")
-        return {key: batch[key] for key in keys}
 
 
 if __name__ == "__main__":

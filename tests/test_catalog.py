@@ -20,6 +20,6 @@ def test_registry_imports_no_family_and_the_loader_registers_every_module():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     models, objectives, tasks, adapters = json.loads(done.stdout)
-    assert {"bert", "albert", "electra", "transformer_xl", "xlnet"} <= set(models)
+    assert {"bert", "albert", "electra", "transformer_xl", "xlnet", "gpt", "gpt2"} <= set(models)
     assert {"mlm", "mlm_nsp", "mlm_sop", "nsp", "sop", "rtd", "clm", "plm"} <= set(objectives)
-    assert tasks >= 13 and {"bert", "roberta", "albert", "electra", "xlnet"} <= set(adapters)
+    assert tasks >= 13 and {"bert", "roberta", "albert", "electra", "xlnet", "gpt2", "openai-gpt"} <= set(adapters)

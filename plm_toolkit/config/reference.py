@@ -66,7 +66,8 @@ def table(prefix: str, cls: type) -> list[str]:
     rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
     nested = []
     for f in dataclasses.fields(cls):
-        rows.append(f"| `{prefix}.{f.name}` | {_type(f)} | {_default(f)} | {comments.get(f.name, '')} |")
+        key = f"{prefix}.{f.name}" if prefix else f.name
+        rows.append(f"| `{key}` | {_type(f)} | {_default(f)} | {comments.get(f.name, '')} |")
         if f.default_factory is not dataclasses.MISSING and dataclasses.is_dataclass(f.default_factory()):
             nested.append((f"{prefix}.{f.name}", type(f.default_factory())))
     for sub_prefix, sub_cls in nested:
@@ -100,8 +101,12 @@ def render() -> str:
     for name in registry.TASKS.names():
         tasks.setdefault(registry.TASKS.get(name).config_cls, []).append(name)
     groups += [(f"task ({', '.join(names)})", cls) for cls, names in tasks.items()]
+    # plm-generate: top-level keys (checkpoint=PATH prompt=TEXT ...).
+    from plm_toolkit.generate import GenerateConfig
+
+    groups.append(("plm-generate (top-level keys)", GenerateConfig))
     for title, cls in groups:
-        prefix = title.split(" ")[0]
+        prefix = "" if title.startswith("plm-generate") else title.split(" ")[0]
         lines += [f"## {title}", "", *table(prefix, cls), ""]
     return "\n".join(lines)
 

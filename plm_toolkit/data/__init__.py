@@ -22,7 +22,7 @@ from plm_toolkit.data.corpus import (
     resource_path,
     split_sentences,
 )
-from plm_toolkit.data.plan import LAYOUTS, DataPlan
+from plm_toolkit.data.plan import LAYOUT_BUILDERS, LAYOUTS, DataPlan, register_layout
 from plm_toolkit.data.pretraining import build_pretraining_examples, pack_full_sentences
 from plm_toolkit.data.tokenizer import (
     SPECIAL_TOKENS,
@@ -52,10 +52,15 @@ def prepare_pretraining_data(
     """Tokenizer (loaded or trained), then the train and validation examples in `layout` (a layout name, or an
     objective's ``DataPlan``, which also gives the window); all cached. ``window`` = (length, stride) of the
     "streams" layout."""
+    plan = layout if isinstance(layout, DataPlan) else DataPlan(str(getattr(layout, "value", layout)))
     if isinstance(layout, DataPlan):
         layout, window = layout.layout, layout.stream_window
     tokenizer = load_or_train_tokenizer(data_cfg)
     vocab = vocab_from_tokenizer(tokenizer)
+    builder = LAYOUT_BUILDERS.get(plan.layout)
+    if builder is not None:  # a layout an objective module registered (data/plan.py)
+        train = builder(data_cfg, tokenizer, vocab, plan, "train", seed)
+        return PretrainingData(tokenizer, vocab, train, builder(data_cfg, tokenizer, vocab, plan, "validation", seed))
     train = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "train", seed, window)
     assert train is not None  # the training split always has a source, or reading it raised
     validation = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "validation", seed, window)
@@ -76,6 +81,7 @@ __all__ = [
     "load_tokenizer",
     "pack_full_sentences",
     "prepare_pretraining_data",
+    "register_layout",
     "read_documents",
     "register_resolvers",
     "resource_path",

@@ -2,8 +2,9 @@
 
 The objective returns it (``Objective.data_plan``) from its config, the data config and the model config, before
 anything is built: validation reads its layout, train.py builds the examples from it, and the loop reads batches
-in its order through its transform. A new kind of data (parallel text for translation) is a new layout name and
-its example builder.
+in its order through its transform. A new kind of data (parallel text for translation) is a new layout: the
+objective's module registers its example builder with ``@register_layout("parallel_text")``, and nothing else
+changes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -27,6 +29,9 @@ LAYOUTS = ("sentence_pairs", "segment_pairs", "full_sentences", "streams")
 # shuffled: a seeded permutation of the examples per epoch; stream: consecutive windows dealt out in order over
 # batch_size sub-streams, so that a carried memory continues each row's text (Transformer-XL section 3.2).
 ORDERS = ("shuffled", "stream")
+# Layouts that objective modules add for their own kind of data: name -> builder(data_cfg, tokenizer, vocab, plan,
+# split, seed) returning the split's examples (a datasets.Dataset or a list of dicts), or None without that split.
+LAYOUT_BUILDERS: dict[str, Callable[..., Any]] = {}
 _LAYOUT_WORDS = {
     "sentence_pairs": "sentence pairs",
     "segment_pairs": "in-order segment pairs",
@@ -67,6 +72,18 @@ class DataPlan:
 
     def with_transform(self, transform: BatchTransform | None) -> DataPlan:
         return dataclasses.replace(self, transform=transform)
+
+
+def register_layout(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: ``@register_layout("parallel_text")`` over an example builder (see ``LAYOUT_BUILDERS``)."""
+
+    def wrap(builder: Callable[..., Any]) -> Callable[..., Any]:
+        if name in LAYOUTS or name in LAYOUT_BUILDERS:
+            raise ValueError(f"layout {name!r} exists already")
+        LAYOUT_BUILDERS[name] = builder
+        return builder
+
+    return wrap
 
 
 def choose_layout(data_cfg, wanted: str, objective: str) -> str:

@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
 from plm_toolkit.catalog import load_all
+from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.registry import MODELS, OBJECTIVES
@@ -255,14 +256,25 @@ def write_folder(folder: Path, tensors: dict[str, torch.Tensor], hf_config: dict
 
 
 def _write_bpe_files(tokenizer_json: Path, folder: Path) -> None:
-    """A byte-level BPE tokenizer.json also as vocab.json + merges.txt, the files transformers' slow GPT-2 and
-    RoBERTa tokenizers read."""
+    """A byte-level BPE tokenizer.json also as vocab.json + merges.txt (what transformers' slow GPT-2 and RoBERTa
+    tokenizers read), with a tokenizer_config.json that keeps its add_prefix_space and names its special tokens:
+    transformers' tokenizer classes otherwise impose their own default and tokenize differently."""
     try:
         tokenizer = Tokenizer.from_file(str(tokenizer_json))
     except Exception:  # noqa: BLE001 - not ours to judge here; the tokenizer.json is copied as it is
         return
-    if type(tokenizer.model).__name__ == "BPE":
-        tokenizer.model.save(str(folder))
+    if type(tokenizer.model).__name__ != "BPE":
+        return
+    tokenizer.model.save(str(folder))
+    settings = json.loads(tokenizer.to_str()).get("pre_tokenizer") or {}
+    if settings.get("type") != "ByteLevel":
+        return
+    vocab = vocab_from_tokenizer(tokenizer)
+    roles = {"bos_token": vocab.bos_id, "eos_token": vocab.eos_id, "unk_token": vocab.unk_id, "pad_token": vocab.pad_id}
+    roles |= {"cls_token": vocab.cls_id, "sep_token": vocab.sep_id, "mask_token": vocab.mask_id}
+    config = {name: tokenizer.id_to_token(i) for name, i in roles.items() if i is not None}
+    config["add_prefix_space"] = bool(settings.get("add_prefix_space", False))
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def tokenizer_file(folder: Path, required: bool = True) -> Path | None:

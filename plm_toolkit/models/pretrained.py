@@ -2,6 +2,7 @@
 
     loaded = load_backbone("runs/demo/checkpoints/step_300")      # plm-train: config.yaml + model.safetensors
     loaded = load_backbone("/models/all-MiniLM-L6-v2")           # Hugging Face: config.json + weights
+    lm = load_language_model("runs/gpt2/checkpoints/last")       # + the LM head, for generation
 
 A ``plm-train`` checkpoint is rebuilt through the model registry from the ``model`` section of its
 ``config.yaml`` (a fine-tuned checkpoint keeps the backbone's under ``backbone``). A Hugging Face folder goes
@@ -13,17 +14,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 from torch import nn
 
 from plm_toolkit import registry
 from plm_toolkit.catalog import load_all
-from plm_toolkit.data.tokenizer import load_tokenizer
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.data.tokenizer import load_tokenizer, vocab_from_tokenizer
+from plm_toolkit.errors import CheckpointError, ConfigError
+from plm_toolkit.models.base import GENERATIVE
 from plm_toolkit.models.hf import HFImport, import_hf
 from plm_toolkit.training import checkpoint as ckpt
 
@@ -76,7 +80,7 @@ def model_config_of(checkpoint_dir: Path):
     return OmegaConf.to_object(OmegaConf.merge(schema, section))
 
 
-def _load_plm(checkpoint_dir: Path) -> tuple[nn.Module, Path]:
+def load_plm_checkpoint(checkpoint_dir: Path) -> tuple[nn.Module, Path]:
     config = model_config_of(checkpoint_dir)
     model = registry.MODELS.get(config.name).builder(config)
     ckpt.load_weights(model, checkpoint_dir / ckpt.MODEL_FILE)
@@ -93,7 +97,9 @@ def with_dropout(model: nn.Module, dropout: float) -> nn.Module:
             module.p = dropout
     config = getattr(model, "config", None)
     if dataclasses.is_dataclass(config):
-        changes = {k: dropout for k in ("hidden_dropout", "attention_dropout") if hasattr(config, k)}
+        changes = {
+            k: dropout for k in ("hidden_dropout", "attention_dropout", "embedding_dropout") if hasattr(config, k)
+        }
         model.config = dataclasses.replace(config, **changes)
     return model
 
@@ -105,7 +111,7 @@ def load_backbone(path: str | Path, dropout: float | None = None) -> LoadedBackb
         raise CheckpointError(f"model.checkpoint={path}: no such file or directory")
     step_dir = plm_checkpoint_dir(path)
     if step_dir is not None:
-        model, tokenizer_file, source, kind = *_load_plm(step_dir), step_dir, "plm_train"
+        model, tokenizer_file, source, kind = *load_plm_checkpoint(step_dir), step_dir, "plm_train"
     elif (path / "config.json").is_file():
         model, tokenizer_file, _ = import_hf_backbone(path)
         source, kind = path, f"hf:{json.loads((path / 'config.json').read_text()).get('model_type')}"
@@ -121,3 +127,75 @@ def load_backbone(path: str | Path, dropout: float | None = None) -> LoadedBackb
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return LoadedBackbone(model, tokenizer, source, kind)
+
+
+@dataclass
+class LoadedLanguageModel:
+    model: nn.Module
+    # (B, H) last hidden states -> (B, V) scores of the next token: the LM head of the checkpoint's objective.
+    head: Callable[[torch.Tensor], torch.Tensor]
+    tokenizer: Tokenizer
+    source: Path
+    kind: str
+
+
+def load_language_model(path: str | Path) -> LoadedLanguageModel:
+    """A backbone that can generate, with the LM head of its objective, from a plm-train checkpoint or a Hugging
+    Face folder. A bidirectional family is refused in one line (BERT cannot generate)."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise CheckpointError(f"checkpoint={path}: no such file or directory")
+    step_dir = plm_checkpoint_dir(path)
+    if step_dir is not None:
+        model, tokenizer_file = load_plm_checkpoint(step_dir)
+        saved = OmegaConf.load(step_dir / ckpt.CONFIG_FILE)
+        section = saved.get("objective")
+        name = section.name if section is not None and "name" in section else None
+        objective_file = step_dir / ckpt.OBJECTIVE_FILE
+        state = ckpt.read_weights(objective_file) if name and objective_file.is_file() else {}
+        objective_config = typed_objective_config(name, section) if name in registry.OBJECTIVES else None
+        source, kind = step_dir, "plm_train"
+    elif (path / "config.json").is_file():
+        model, tokenizer_file, imported = import_hf_backbone(path)
+        name, state = imported.objective, imported.objective_state
+        objective_config = registry.OBJECTIVES.get(name).config_cls(**imported.objective_overrides)
+        source, kind = path, f"hf:{json.loads((path / 'config.json').read_text()).get('model_type')}"
+    else:
+        raise CheckpointError(
+            f"checkpoint={path}: neither a plm-train checkpoint ({ckpt.MODEL_FILE} + {ckpt.CONFIG_FILE}) nor a "
+            "Hugging Face folder (config.json)"
+        )
+    if not type(model).capabilities & GENERATIVE:
+        able = [n for n in registry.MODELS.names() if registry.MODELS.get(n).builder.capabilities & GENERATIVE]
+        raise ConfigError(
+            f"model={model.config.name} is bidirectional: it cannot generate text; plm-generate needs a causal or "
+            f"encoder-decoder model ({', '.join(able)})"
+        )
+    tokenizer = load_tokenizer(tokenizer_file)
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    head = _lm_head(model, name, objective_config, state, vocab_from_tokenizer(tokenizer), source)
+    return LoadedLanguageModel(model.eval(), head, tokenizer, source, kind)
+
+
+def typed_objective_config(name: str, section):
+    schema = OmegaConf.structured(registry.OBJECTIVES.get(name).config_cls)
+    return OmegaConf.to_object(OmegaConf.merge(schema, section))
+
+
+def _lm_head(model: nn.Module, name: str | None, objective_config, state, vocab, source: Path):
+    """The next-token scorer: the objective's (``next_token_logits``), else, for a family whose LM head is the
+    tied embedding alone (GPT), that embedding."""
+    if name in registry.OBJECTIVES and objective_config is not None:
+        objective = registry.OBJECTIVES.get(name).builder(objective_config, model, vocab)
+        if hasattr(objective, "next_token_logits"):
+            if state:
+                objective.load_state_dict(state)
+            objective.eval()
+            return lambda hidden: objective.next_token_logits(model, hidden)
+    if not getattr(type(model), "lm_head_bias", True):
+        return lambda hidden: torch.nn.functional.linear(hidden, model.input_embeddings.weight)
+    raise CheckpointError(
+        f"{source}: no language-model head (objective {name or 'none'}); generate from a checkpoint trained with "
+        "objective=clm"
+    )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import CAUSAL, RECURRENT_MEMORY, Backbone, Representations, check_vocab_size
 from plm_toolkit.nn.feed_forward import HiddenAct
 from plm_toolkit.nn.relative_attention import (
@@ -117,6 +118,13 @@ class TransformerXL(Backbone):
     def input_embeddings(self) -> nn.Embedding:
         return self.word_embeddings
 
+    def decoder(self, head) -> MemoryDecoder:
+        """Generation over the segment memory (``plm_toolkit/generation.py``): each step feeds one token and
+        attends to the cached states of the eval_mem_len (default mem_len) tokens before it."""
+        if self.config.mem_len <= 0 and not self.config.eval_mem_len:
+            raise ConfigError("model.mem_len=0: Transformer-XL generates through its memory and has none")
+        return MemoryDecoder(self, head)
+
     def memory_length(self) -> int:
         """mem_len in training mode, eval_mem_len (default mem_len) in evaluation mode."""
         if self.training or self.config.eval_mem_len is None:
@@ -154,3 +162,25 @@ class TransformerXL(Backbone):
             hidden = layer(hidden, memory, positions, may_attend)
         hidden = self.dropout(hidden)
         return Representations(hidden=hidden, memories=next_memories if mem_len > 0 else None)
+
+
+class MemoryDecoder:
+    """Transformer-XL's decoder state is its memory: the prompt fills it, every step extends it by one token
+    (dropping the oldest beyond the memory length). Memories have no padding, so prompts of different lengths
+    are decoded in separate batches."""
+
+    supports_padding = False
+
+    def __init__(self, model: TransformerXL, head):
+        self.model, self.head = model, head
+
+    def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        reps = self.model(input_ids)
+        return self.head(reps.hidden[:, -1]), reps.memories
+
+    def step(self, tokens: torch.Tensor, memories: list[torch.Tensor]):
+        reps = self.model(tokens[:, None], memories=memories)
+        return self.head(reps.hidden[:, -1]), reps.memories
+
+    def reorder(self, memories: list[torch.Tensor], index: torch.Tensor) -> list[torch.Tensor]:
+        return [memory.index_select(0, index) for memory in memories]

@@ -109,7 +109,10 @@ class CausalLanguageModeling(MemoryObjective):
             mask = batch["attention_mask"][:, :-1]
             # Full windows (the stream layout) need no padding mask: attention takes its fused causal path.
             reps = model(input_ids=inputs, attention_mask=None if bool(mask.all()) else mask)
-        hidden, gold = reps.hidden[keep], labels[keep]  # (N, H), (N,)
+        if bool(keep.all()):  # no padding: every position is a target, and a view avoids gathering them
+            hidden, gold = reps.hidden.reshape(-1, reps.hidden.shape[-1]), labels.reshape(-1)  # (N, H), (N,)
+        else:
+            hidden, gold = reps.hidden[keep], labels[keep]  # (N, H), (N,)
         if self.adaptive is not None:
             log_probs = self.adaptive(hidden.float(), gold).output  # (N,): log p(gold)
             loss_sum = -log_probs.sum()

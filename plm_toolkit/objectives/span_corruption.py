@@ -80,6 +80,10 @@ class SpanCorruptionObjective(Objective):
             mean_noise_span_length=self.config.mean_noise_span_length,
         )
 
+    def next_token_logits(self, model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+        """(B, H) decoder states -> (B, V) scores: the model's own output layer (``plm-generate``)."""
+        return model.logits(hidden)
+
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
         return {"span_corruption": int((batch["labels"] != IGNORE_INDEX).sum())}
 

@@ -4,9 +4,13 @@ import math
 
 import pytest
 import torch
+from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from plm_toolkit.errors import ConfigError, DataError
+from plm_toolkit.export import export_checkpoint
+from plm_toolkit.generate import run as generate
+from plm_toolkit.models.pretrained import load_language_model
 from plm_toolkit.train import run
 
 from .conftest import read_metrics
@@ -32,7 +36,7 @@ T5 = [
 
 
 @pytest.mark.slow
-def test_sixty_steps_of_span_corruption_lower_the_loss(make_config, tmp_path):
+def test_sixty_steps_of_span_corruption_lower_the_loss_then_generate_and_export(make_config, tmp_path):
     steps = ["trainer.max_steps=60", "trainer.eval_every=20", "trainer.eval_batches=4"]
     final = run(make_config(*T5, *steps, tiny=False), tmp_path)
     records = read_metrics(tmp_path)
@@ -45,6 +49,34 @@ def test_sixty_steps_of_span_corruption_lower_the_loss(make_config, tmp_path):
     evals = [r["eval_span_corruption_loss"] for r in records if "eval_loss" in r]
     assert len(evals) == 3 and evals[-1] < evals[0] and evals[-1] < math.log(300) - 1.0, evals
     assert final["eval_span_corruption_perplexity"] == pytest.approx(math.exp(evals[-1]), rel=1e-6)
+    check_generate_and_export(tmp_path / "checkpoints" / "last", tmp_path)
+
+
+def check_generate_and_export(checkpoint, tmp_path):
+    """plm-generate decodes the trained checkpoint greedily (each token the argmax given the ones before) and with
+    beams; plm-export writes a folder transformers' T5ForConditionalGeneration loads with the same logits."""
+    lm = load_language_model(checkpoint)
+    rows = generate(generate_config(f"checkpoint={checkpoint}", "prompt='The <extra_id_0> of the'", "max_new_tokens=6"))
+    source = torch.tensor([rows[0]["prompt_ids"]])
+    tokens = rows[0]["token_ids"]
+    assert tokens and tokens[0] == lm.model.config.vocab_size - 1  # a trained T5 starts with <extra_id_0>
+    decoder_input = torch.tensor([[0, *tokens[:-1]]])
+    with torch.no_grad():
+        scores = lm.head(lm.model(source, torch.ones_like(source), decoder_input).hidden[0])
+    assert scores.argmax(-1).tolist() == tokens
+    beams = generate(generate_config(f"checkpoint={checkpoint}", "prompt='The <extra_id_0>'", "num_beams=3"))
+    assert beams[0]["token_ids"]
+    transformers = pytest.importorskip("transformers")
+    export_checkpoint(checkpoint, tmp_path / "hf")
+    reference = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path / "hf").eval()
+    with torch.no_grad():
+        theirs = reference(input_ids=source, decoder_input_ids=decoder_input).logits[0]
+    assert (theirs - lm.model.logits(lm.model(source, None, decoder_input).hidden)[0]).abs().max() <= 1e-4
+
+
+def generate_config(*overrides):
+    with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
+        return compose("generate", overrides=list(overrides))
 
 
 @pytest.mark.slow

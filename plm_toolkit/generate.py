@@ -1,0 +1,187 @@
+"""plm-generate: continue prompts with a causal model (GPT, GPT-2, Transformer-XL with its memory; encoder-decoders
+through the same decoding module).
+
+plm-generate checkpoint=runs/gpt2/checkpoints/last prompt="The history of"
+plm-generate checkpoint=/models/gpt2 prompts_file=prompts.txt max_new_tokens=50 do_sample=true top_p=0.9 seed=1 \
+    output_file=continuations.jsonl
+plm-generate checkpoint=PATH prompt="..." num_beams=4 length_penalty=0.6
+
+Without ``output_file`` the continuations are printed, one per prompt; with it, a JSONL row per prompt holds
+``prompt``, ``prompt_ids``, ``text`` and ``token_ids`` (the generated ids, without the prompt). Greedy decoding
+(the default) gives the same tokens as transformers' ``generate`` on the same weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import hydra
+import torch
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig
+
+from plm_toolkit.config.schema import Device
+from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+from plm_toolkit.errors import ConfigError, DataError, PlmError
+from plm_toolkit.generation import DecodingOptions, SearchConfig, generate
+from plm_toolkit.models.pretrained import LoadedLanguageModel, load_language_model
+
+log = logging.getLogger("plm_toolkit")
+
+
+@dataclass
+class GenerateConfig(DecodingOptions):
+    # A plm-train checkpoint (checkpoints/step_N, checkpoints/last or a run directory) or a local Hugging Face
+    # folder (config.json, weights, tokenizer) of a causal family.
+    checkpoint: str = MISSING
+    # The text to continue; or prompts_file.
+    prompt: str | None = None
+    # A UTF-8 file with one prompt per line (blank lines are skipped); or prompt.
+    prompts_file: str | None = None
+    # Seeds sampling: the same seed and settings give the same texts.
+    seed: int = 0
+    # Stop a continuation at the end-of-text token (kept in token_ids, not in text).
+    stop_at_eos: bool = True
+    # Prompts decoded together (left-padded; families without padding support batch prompts of equal length).
+    batch_size: int = 8
+    # Write JSONL rows (prompt, prompt_ids, text, token_ids) here instead of printing the texts.
+    output_file: str | None = None
+    # Where to run: auto picks cuda when a GPU is visible.
+    device: Device = Device.auto
+
+
+ConfigStore.instance().store(name="generate_schema", node=GenerateConfig)
+
+
+def check(cfg) -> None:
+    """One message per impossible setting, naming the key."""
+    found = []
+    if (cfg.prompt is None) == (cfg.prompts_file is None):
+        found.append("give exactly one of prompt=TEXT and prompts_file=PATH")
+    if cfg.prompts_file is not None and not Path(cfg.prompts_file).expanduser().is_file():
+        found.append(f"prompts_file={cfg.prompts_file}: no such file")
+    if not 0.0 < cfg.top_p <= 1.0:
+        found.append(f"top_p={cfg.top_p}: expected a probability in (0, 1]")
+    if cfg.temperature <= 0:
+        found.append(f"temperature={cfg.temperature}: must be positive")
+    for key in ("max_new_tokens", "num_beams", "batch_size"):
+        if cfg[key] < 1:
+            found.append(f"{key}={cfg[key]}: must be at least 1")
+    if cfg.top_k < 0:
+        found.append(f"top_k={cfg.top_k}: must be 0 (off) or positive")
+    if cfg.num_beams > 1 and cfg.do_sample:
+        found.append(f"num_beams={cfg.num_beams} with do_sample=true: beam search is deterministic; pick one")
+    if found:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(found))
+
+
+def read_prompts(cfg) -> list[str]:
+    if cfg.prompt is not None:
+        return [cfg.prompt]
+    path = Path(cfg.prompts_file).expanduser()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not UTF-8 text ({err.reason}); expected one prompt per line") from None
+    prompts = [line for line in lines if line.strip()]
+    if not prompts:
+        raise DataError(f"{path}: no prompts; expected one prompt per line")
+    return prompts
+
+
+def encode_prompts(lm: LoadedLanguageModel, prompts: list[str], max_new_tokens: int) -> list[list[int]]:
+    """Token ids of every prompt (no template tokens); an empty prompt starts from the start-of-text token. A
+    prompt that leaves no room for max_new_tokens in the position table is refused, naming it."""
+    vocab = vocab_from_tokenizer(lm.tokenizer)
+    longest = type(lm.model).max_length(lm.model.config)
+    out = []
+    for number, (prompt, encoding) in enumerate(
+        zip(prompts, lm.tokenizer.encode_batch(prompts, add_special_tokens=False), strict=True), start=1
+    ):
+        ids = encoding.ids or ([vocab.bos_id] if vocab.bos_id is not None else [])
+        if not ids:
+            raise DataError(f"prompt {number} is empty and the tokenizer has no start-of-text token to start from")
+        if longest is not None and len(ids) + max_new_tokens > longest:
+            raise DataError(
+                f"prompt {number} ({prompt[:40]!r}...) has {len(ids)} tokens: with max_new_tokens={max_new_tokens} "
+                f"that is {len(ids) + max_new_tokens} positions, more than the model's {longest} "
+                "(max_position_embeddings); shorten the prompt or lower max_new_tokens"
+            )
+        out.append(ids)
+    return out
+
+
+def batches(prompt_ids: list[list[int]], batch_size: int, padding: bool):
+    """Indices of the prompts decoded together: consecutive ones when the decoder takes left padding, else prompts
+    of one length."""
+    if padding:
+        order = list(range(len(prompt_ids)))
+        yield from (order[i : i + batch_size] for i in range(0, len(order), batch_size))
+        return
+    by_length: dict[int, list[int]] = {}
+    for index, ids in enumerate(prompt_ids):
+        by_length.setdefault(len(ids), []).append(index)
+    for group in by_length.values():
+        yield from (group[i : i + batch_size] for i in range(0, len(group), batch_size))
+
+
+def left_padded(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row) :] = torch.tensor(row)
+        mask[i, width - len(row) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def run(cfg: DictConfig) -> list[dict]:
+    check(cfg)
+    prompts = read_prompts(cfg)
+    lm = load_language_model(cfg.checkpoint)
+    device_name = getattr(cfg.device, "value", cfg.device)
+    device = torch.device(
+        "cuda" if device_name == "cuda" or (device_name == "auto" and torch.cuda.is_available()) else "cpu"
+    )
+    model = lm.model.to(device)
+    decoder = model.decoder(lm.head)
+    vocab = vocab_from_tokenizer(lm.tokenizer)
+    options = {f.name: cfg[f.name] for f in dataclasses.fields(DecodingOptions)}
+    search = SearchConfig(**options, eos_id=vocab.eos_id if cfg.stop_at_eos else None)
+    prompt_ids = encode_prompts(lm, prompts, cfg.max_new_tokens)
+    generator = torch.Generator(device).manual_seed(cfg.seed)
+    generated: list[list[int]] = [[] for _ in prompts]
+    for group in batches(prompt_ids, cfg.batch_size, decoder.supports_padding):
+        ids, mask = left_padded([prompt_ids[i] for i in group], vocab.padding_id, device)
+        for index, tokens in zip(group, generate(decoder, ids, mask, search, generator), strict=True):
+            generated[index] = tokens
+    rows = [
+        {"prompt": p, "prompt_ids": ids, "text": lm.tokenizer.decode(new), "token_ids": new}
+        for p, ids, new in zip(prompts, prompt_ids, generated, strict=True)
+    ]
+    if cfg.output_file:
+        path = Path(cfg.output_file).expanduser()
+        path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+        log.info("%d continuation(s) written to %s", len(rows), path)
+    else:
+        for row in rows:
+            print(row["prompt"] + row["text"])
+    return rows
+
+
+@hydra.main(version_base="1.3", config_path="pkg://plm_toolkit.configs", config_name="generate")
+def main(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except PlmError as err:
+        log.error("error: %s", err)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
