@@ -7,9 +7,13 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
-from plm_toolkit.data.sentinels import add_sentinels, sentinel_ids, t5_unigram_trainer
-from plm_toolkit.data.tokenizer import unigram_tokenizer
+from plm_toolkit.config.schema import DataConfig, TokenizerConfig, TokenizerKind
+from plm_toolkit.data import prepare_pretraining_data
+from plm_toolkit.data.sentinels import sentinel_ids
+from plm_toolkit.models.t5 import T5Config
+from plm_toolkit.objectives.span_corruption import SpanCorruptionConfig, SpanCorruptionObjective
 from plm_toolkit.objectives.span_noise import (
     IGNORE_INDEX,
     SpanCorruption,
@@ -92,22 +96,27 @@ def test_transform_is_per_row_and_shifts_targets():
 
 
 @pytest.fixture
-def wikitext_windows(shared_data):
-    """WikiText-2's validation text in a T5 vocabulary (2,000 pieces + 100 sentinels), cut into windows of the raw
-    length that fills 128 encoder tokens."""
-    lines = (shared_data / "wikitext2" / "wiki.valid.tokens").read_text(encoding="utf-8").splitlines()
-    tokenizer = unigram_tokenizer(lowercase=False)
-    tokenizer.train_from_iterator(lines, trainer=t5_unigram_trainer(2000))
-    add_sentinels(tokenizer)
-    stream = np.concatenate([e.ids for e in tokenizer.encode_batch(lines, add_special_tokens=False) if e.ids])
-    tokens_length, targets_length = random_spans_helper(128, 0.15, 3.0)
-    count = len(stream) // tokens_length
-    windows = torch.as_tensor(stream[: count * tokens_length].reshape(count, tokens_length), dtype=torch.long)
-    return tokenizer, windows, targets_length
+def wikitext_windows(shared_data, tmp_path):
+    """WikiText-2's validation text through the real pipeline: a trained T5 vocabulary (1,900 pieces + 100
+    sentinels) and span_corruption's data plan for 128 encoder tokens (shuffled stream windows of 141 tokens)."""
+    data = OmegaConf.structured(
+        DataConfig(
+            train_files=[str(shared_data / "wikitext2" / "wiki.valid.tokens")],
+            cache_dir=str(tmp_path / "cache"),
+            max_seq_len=128,
+            tokenizer=TokenizerConfig(kind=TokenizerKind.t5_unigram, vocab_size=2000),
+        )
+    )
+    plan = SpanCorruptionObjective.data_plan(SpanCorruptionConfig(), data, T5Config())
+    prepared = prepare_pretraining_data(data, plan, seed=0)
+    rows = prepared.train[: len(prepared.train)]["input_ids"]
+    windows = torch.tensor(rows, dtype=torch.long)
+    return prepared.tokenizer, windows, random_spans_helper(128, 0.15, 3.0)[1]
 
 
 def test_span_corruption_statistics_on_wikitext(wikitext_windows):
     tokenizer, windows, targets_length = wikitext_windows
+    assert windows.shape[1] == 141 and len(windows) > 500
     sentinels = sentinel_ids(tokenizer)
     assert sentinels[0] == tokenizer.get_vocab_size() - 1 and len(sentinels) == 100
     transform = SpanCorruption(sentinels, tokenizer.token_to_id("</s>"), PAD, PAD)
