@@ -207,8 +207,8 @@ def _add(hypotheses: list[tuple[float, list[int]]], score: float, tokens: list[i
 class CachedState:
     # One nn.layers.LayerCache per layer (or whatever the backbone's cache is).
     cache: Any
-    # (B, K) 1 for every real key so far, 0 for left padding.
-    attention_mask: torch.Tensor
+    # (B, K) 1 for every real key so far, 0 for left padding; None when no row is padded.
+    attention_mask: torch.Tensor | None
     # (B,) position id of the next token of each row.
     next_position: torch.Tensor
 
@@ -225,12 +225,13 @@ class CachedDecoder:
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, CachedState]:
         positions = position_ids(attention_mask)  # (B, T): left padding shifts each row back to 0
         cache = self.model.new_cache()
-        reps = self.model(input_ids, attention_mask=attention_mask, position_ids=positions, cache=cache)
+        mask = None if bool(attention_mask.all()) else attention_mask  # no padding: attention needs no mask
+        reps = self.model(input_ids, attention_mask=mask, position_ids=positions, cache=cache)
         # Left padding puts every row's last real token in the last column.
-        return self.head(reps.hidden[:, -1]), CachedState(cache, attention_mask, positions[:, -1] + 1)
+        return self.head(reps.hidden[:, -1]), CachedState(cache, mask, positions[:, -1] + 1)
 
     def step(self, tokens: torch.Tensor, state: CachedState) -> tuple[torch.Tensor, CachedState]:
-        mask = F.pad(state.attention_mask, (0, 1), value=1)  # (B, K + 1)
+        mask = None if state.attention_mask is None else F.pad(state.attention_mask, (0, 1), value=1)  # (B, K + 1)
         reps = self.model(
             tokens[:, None], attention_mask=mask, position_ids=state.next_position[:, None], cache=state.cache
         )
@@ -239,4 +240,5 @@ class CachedDecoder:
     def reorder(self, state: CachedState, index: torch.Tensor) -> CachedState:
         for layer in state.cache:
             layer.reorder(index)
-        return CachedState(state.cache, state.attention_mask[index], state.next_position[index])
+        mask = None if state.attention_mask is None else state.attention_mask[index]
+        return CachedState(state.cache, mask, state.next_position[index])

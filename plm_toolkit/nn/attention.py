@@ -41,7 +41,8 @@ def attention_bias(
     all does the job (the caller then passes ``is_causal=is_causal and query_len == key_len``)."""
     if mask is not None and mask.dim() == 2:
         mask = padding_mask(mask)  # (B, 1, 1, K)
-    if not is_causal or (mask is None and query_len == key_len):
+    # One query (a decoding step) is the last position: it may see every key, causality adds nothing.
+    if not is_causal or query_len == 1 or (mask is None and query_len == key_len):
         return mask
     causal = causal_mask(query_len, key_len, device)[None, None]  # (1, 1, Q, K)
     if mask is None:

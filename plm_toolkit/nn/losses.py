@@ -31,7 +31,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         loss = hidden.new_zeros((), dtype=torch.float32)
         correct = torch.zeros((), dtype=torch.long, device=hidden.device)
         grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros_like(weight, dtype=torch.float32)
+        grad_weight = None  # (V, H) fp32, started by the first chunk's matmul (no zero fill)
         grad_bias = torch.zeros_like(bias, dtype=torch.float32) if bias is not None else None
         for start in range(0, hidden.shape[0], chunk):
             h, gold = hidden[start : start + chunk], targets[start : start + chunk]  # (C, H), (C,)
@@ -46,8 +46,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_logits[rows, gold] -= 1.0
             grad_logits, compute = grad_logits.to(raw.dtype), raw.dtype  # the matmuls in the forward's precision
             grad_hidden[start : start + chunk] = grad_logits @ weight.to(compute)  # (C, H)
-            if compute == grad_weight.dtype:
-                grad_weight.addmm_(grad_logits.T, h.to(compute))  # (V, H), accumulated in place
+            if grad_weight is None:
+                grad_weight = (grad_logits.T @ h.to(compute)).float()  # (V, H)
+            elif compute == grad_weight.dtype:
+                grad_weight.addmm_(grad_logits.T, h.to(compute))  # accumulated in place
             else:
                 grad_weight += (grad_logits.T @ h.to(compute)).float()
             if grad_bias is not None:
@@ -60,9 +62,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss, _grad_correct):
         grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
-        grad_hidden = grad_hidden * grad_loss.to(grad_hidden.dtype)
-        grad_weight = (grad_weight * grad_loss).to(ctx.weight_dtype)
-        grad_bias = None if grad_bias is None else (grad_bias * grad_loss).to(ctx.bias_dtype)
+        # In place: the saved gradients are used once (the (V, H) one is as large as the embedding).
+        grad_hidden = grad_hidden.mul_(grad_loss.to(grad_hidden.dtype))
+        grad_weight = grad_weight.mul_(grad_loss).to(ctx.weight_dtype)
+        grad_bias = None if grad_bias is None else grad_bias.mul_(grad_loss).to(ctx.bias_dtype)
         return grad_hidden, grad_weight, grad_bias, None, None
 
 
