@@ -84,11 +84,6 @@ def linear_cross_entropy(
     (evaluation) it computes no gradient either.
     """
     chunk = chunk or chunk_rows(weight.shape[0])
-    if hidden.shape[0] <= chunk:
-        # One chunk holds all the logits anyway: plain autograd takes the same memory and skips the fused path's
-        # (V, H) fill, accumulation and rescale of the weight gradient (T5: ~100 target rows per sequence).
-        logits = F.linear(hidden, weight, bias).float()  # (N, V)
-        return F.cross_entropy(logits, targets, reduction="sum"), (logits.detach().argmax(dim=-1) == targets).sum()
     if not torch.is_grad_enabled() or not (hidden.requires_grad or weight.requires_grad):
         loss = hidden.new_zeros((), dtype=torch.float32)
         correct = torch.zeros((), dtype=torch.long, device=hidden.device)
