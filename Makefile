@@ -8,7 +8,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_VERSION ?= 2.13.0
-DEMO_FINETUNE_STEPS ?= 200
+DEMO_FINETUNE_EPOCHS ?= 2
 DEMO_FINETUNE_LR ?= 1e-3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.plm_toolkit-installed
@@ -31,7 +31,7 @@ demo: setup
 	$(BIN)/plm-finetune task=sst2 model.checkpoint=$$run/pretrain/checkpoints/last \
 		'data.train_file=$${plm_resource:corpora/sst2/train.tsv}' \
 		'data.validation_file=$${plm_resource:corpora/sst2/dev.tsv}' \
-		data.max_seq_len=64 trainer.max_steps=$(DEMO_FINETUNE_STEPS) optimizer.lr=$(DEMO_FINETUNE_LR) \
+		data.max_seq_len=64 trainer.epochs=$(DEMO_FINETUNE_EPOCHS) optimizer.lr=$(DEMO_FINETUNE_LR) \
 		hydra.run.dir=$$run/sst2 && \
 	echo "pretraining: $$run/pretrain (metrics.jsonl, checkpoints/)" && \
 	echo "fine-tuning: $$run/sst2 (eval_results.json, predictions.json, metrics.jsonl, checkpoints/)"

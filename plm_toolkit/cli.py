@@ -1,48 +1,178 @@
-"""What `plm-train` and `plm-finetune` share around their run: its first steps, the Hydra run directory in and a
-one-line error out."""
+"""What `plm-train` and `plm-finetune` share around their run: its first steps, the loop's set-up, the Hydra run
+directory in, and expected failures out as one line (``failures.py``)."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import logging
+import random
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+import torch
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from plm_toolkit import failures
+from plm_toolkit.config import setup
 from plm_toolkit.config.validate import validate
-from plm_toolkit.errors import PlmError
+from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.training import checkpoint as ckpt
-from plm_toolkit.training.distributed import destroy_process_group, init_process_group, launched_world_size
+from plm_toolkit.training.distributed import (
+    adopt_submitit_environment,
+    destroy_process_group,
+    init_process_group,
+    launched_world_size,
+)
+from plm_toolkit.training.loop import Trainer
 from plm_toolkit.training.precision import Runtime, resolve_runtime
+from plm_toolkit.training.preemption import EXIT_REQUEUE, Preempted
 
 log = logging.getLogger("plm_toolkit")
+
+
+# Hydra launchers that come from an optional extra: the override's prefix -> (package, extra).
+LAUNCHER_EXTRAS = {"hydra/launcher=submitit": ("hydra_plugins.hydra_submitit_launcher", "slurm")}
+
+
+def require_launcher_plugin(argv: list[str]) -> None:
+    """Stop with the extra to install when the command line picks a launcher whose plugin is missing (Hydra alone
+    would only list the launchers it has)."""
+    for arg in argv:
+        for prefix, (module, extra) in LAUNCHER_EXTRAS.items():
+            if arg.startswith(prefix) and importlib.util.find_spec(module) is None:
+                raise ConfigError(
+                    f"{arg} needs the hydra-submitit-launcher package: pip install 'plm_toolkit[{extra}]'"
+                )
 
 
 def start_run(cfg: DictConfig, run_dir: Path) -> tuple[Runtime, ckpt.Checkpoint | None]:
     """Validate, choose the device and precision, join the process group under torchrun, clear half-written
     checkpoints and find the one ``trainer.resume`` names: the first steps of every run."""
     validate(cfg)
+    adopt_submitit_environment()
     runtime = resolve_runtime(cfg.hardware)
-    if launched_world_size() > 1:
+    if launched_world_size() > 1 or runtime.fsdp:
         runtime = resolve_runtime(cfg.hardware, init_process_group(runtime.backend))
     if runtime.process.is_main:
         ckpt.clean_temporary(run_dir)
     return runtime, ckpt.find_checkpoint(str(cfg.trainer.resume), run_dir)
 
 
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def fit(
+    cfg: DictConfig,
+    run_dir: Path,
+    runtime: Runtime,
+    checkpoint: ckpt.Checkpoint | None,
+    *,
+    resolved: dict,
+    tokenizer_json: str | None,
+    optimizer_cfg=None,
+    **pieces,
+) -> tuple[Trainer, dict]:
+    """The loop over what a command built (``pieces``: model, objective, train_examples, eval_examples, collate and
+    optionally streams), resumed from ``checkpoint``; ``resolved`` is the config saved with every checkpoint."""
+    if len(pieces["train_examples"]) == 0:
+        raise DataError("the training data holds no examples: check data.train_file(s) and data.max_train_samples")
+    trainer = Trainer(
+        **pieces,
+        runtime=runtime,
+        trainer_cfg=cfg.trainer,
+        optimizer_cfg=cfg.optimizer if optimizer_cfg is None else optimizer_cfg,
+        hardware_cfg=cfg.hardware,
+        run_dir=run_dir,
+        config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
+        tokenizer_json=tokenizer_json,
+        num_workers=cfg.data.num_workers,
+    )
+    if checkpoint is not None:
+        trainer.restore(checkpoint)
+    examples = len(trainer.train_examples)
+    log.info(
+        "training for %d optimizer steps: %.3g epochs of %d examples at a global batch of %d",
+        trainer.max_steps,
+        trainer.max_steps * trainer.layout.global_batch / examples,
+        examples,
+        trainer.layout.global_batch,
+    )
+    final = trainer.fit()
+    if runtime.process.is_main:
+        log.info("run directory: %s", run_dir)
+        log.info("checkpoint: %s", trainer.last_checkpoint)
+    return trainer, final
+
+
+EVAL_RESULTS = "eval_results.json"
+
+
+def write_json(path: Path, value) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+
+
+def write_results(run_dir: Path, objective) -> None:
+    """The last evaluation's figures (``eval_results.json``) and files (``artifacts``: predictions,
+    translations) of an objective or task that keeps them (``last_metrics``), into the run directory."""
+    metrics = getattr(objective, "last_metrics", None)
+    if not metrics:
+        return
+    for name, value in objective.artifacts.items():
+        if isinstance(value, str):
+            (run_dir / name).write_text(value)
+        else:
+            write_json(run_dir / name, value)
+    write_json(run_dir / EVAL_RESULTS, metrics)
+    log.info("eval results: %s %s", run_dir / EVAL_RESULTS, json.dumps(metrics))
+
+
 def run_command(run: Callable[[DictConfig, Path], dict], cfg: DictConfig) -> float | None:
-    """Run in Hydra's output directory; a PlmError (bad input, impossible config) exits 1 with its message alone.
-    Returns the final evaluation loss (else the training loss) for Hydra sweepers that optimise an objective."""
+    """Run in Hydra's output directory. An expected failure (bad input, impossible config: ``failures.explain``)
+    prints one line on stderr, goes to the run's log file too, and makes the command exit with status 1; anything
+    else is a bug and keeps its traceback. Returns the final evaluation loss (else the training loss) for Hydra
+    sweepers that optimise an objective."""
+    failures.task_started()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     finished = False
     try:
         final = run(cfg, run_dir)
         finished = True
-    except PlmError as err:
-        log.error("error: %s", err)
-        sys.exit(1)
+    except Preempted as stopped:
+        log.warning("%s; exiting with status %d so that the job is requeued", stopped, EXIT_REQUEUE)
+        sys.exit(EXIT_REQUEUE)
+    except Exception as err:
+        if not failures.report(err):
+            raise
+        _log_to_files(f"error: {failures.explain(err)}")
+        return None
     finally:
         destroy_process_group(wait_for_peers=finished)
     return final.get("eval_loss", final.get("loss"))
+
+
+def _log_to_files(message: str) -> None:
+    """Write to the log files only (Hydra's <run dir>/<job>.log): the console gets the message on stderr."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
+def main(hydra_main: Callable[[], object]) -> None:
+    """The console entry point around a ``@hydra.main`` function: expected failures become one line on stderr."""
+    setup()
+
+    def checked() -> None:
+        require_launcher_plugin(sys.argv[1:])
+        hydra_main()
+
+    failures.guard(checked)

@@ -19,12 +19,15 @@ import logging
 import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from plm_toolkit import registry
 from plm_toolkit.errors import CheckpointError, PlmError
 from plm_toolkit.models.hf import export_hf
-from plm_toolkit.models.pretrained import load_plm_checkpoint, plm_checkpoint_dir, typed_objective_config
+from plm_toolkit.models.pretrained import (
+    load_plm_checkpoint,
+    plm_checkpoint_dir,
+    read_config_yaml,
+    typed_objective_config,
+)
 from plm_toolkit.training import checkpoint as ckpt
 
 log = logging.getLogger("plm_toolkit")
@@ -40,7 +43,7 @@ def export_checkpoint(source: str | Path, out: str | Path, backbone_only: bool =
             f"{ckpt.MODEL_FILE} and {ckpt.CONFIG_FILE})"
         )
     model, tokenizer_file = load_plm_checkpoint(step)
-    saved = OmegaConf.load(step / ckpt.CONFIG_FILE)
+    saved = read_config_yaml(step / ckpt.CONFIG_FILE)
     objective_state, objective_config = {}, None
     section = saved.get("objective")
     if not backbone_only and "task" not in saved and section is not None and section.get("name") in registry.OBJECTIVES:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,9 +24,10 @@ import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
+from plm_toolkit import cli, failures
 from plm_toolkit.config.schema import Device
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
-from plm_toolkit.errors import ConfigError, DataError, PlmError
+from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.generation import DecodingOptions, SearchConfig, generate
 from plm_toolkit.models.pretrained import LoadedLanguageModel, load_language_model
 
@@ -175,12 +175,17 @@ def run(cfg: DictConfig) -> list[dict]:
 
 
 @hydra.main(version_base="1.3", config_path="pkg://plm_toolkit.configs", config_name="generate")
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
+    failures.task_started()
     try:
         run(cfg)
-    except PlmError as err:
-        log.error("error: %s", err)
-        sys.exit(1)
+    except Exception as err:
+        if not failures.report(err):
+            raise
+
+
+def main() -> None:
+    cli.main(hydra_main)
 
 
 if __name__ == "__main__":

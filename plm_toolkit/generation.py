@@ -15,12 +15,14 @@ stopping and length normalization live here and know nothing of families.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 
+from plm_toolkit.errors import ConfigError
 from plm_toolkit.nn.positions import position_ids
 
 
@@ -39,6 +41,9 @@ class Decoder(Protocol):
 class DecodingOptions:
     # Tokens to generate after each prompt, at most (fewer where a row produces the end-of-text token).
     max_new_tokens: int = 32
+    # Makes the limit relative to each row's input: max_new_tokens + max_length_a x the row's input length
+    # (fairseq's max_len_a x source length + max_len_b; the Transformer decodes up to the source length + 50).
+    max_length_a: float = 0.0
     # Sample the next token; false takes the most likely one (greedy search, or beam search with num_beams > 1).
     do_sample: bool = False
     # Divide the logits by this before sampling (below 1 sharper, above 1 flatter); must be positive.
@@ -69,9 +74,24 @@ def generate(
 ) -> list[list[int]]:
     """Continue each row of a left-padded (B, T) prompt batch; returns each row's new token ids (up to and
     including eos_id when it came)."""
+    if config.num_beams < 1:
+        raise ConfigError(f"num_beams={config.num_beams}: beam search needs at least 1 beam (1 = greedy or sampling)")
     if config.num_beams > 1:
         return beam_search(decoder, input_ids, attention_mask, config)
     return sample(decoder, input_ids, attention_mask, config, generator)
+
+
+def row_limits(
+    decoder: Decoder, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, config: SearchConfig
+) -> list[int]:
+    """How many tokens each row may generate: max_new_tokens + max_length_a x its input length, at least 1 and at
+    most what the decoder's position table leaves (``decoder.max_new_tokens``, where it has one)."""
+    if attention_mask is None:  # no padding: every row is as long as the batch
+        lengths = [input_ids.shape[1]] * input_ids.shape[0]
+    else:
+        lengths = attention_mask.sum(dim=1).tolist()
+    cap = getattr(decoder, "max_new_tokens", None) or float("inf")
+    return [int(max(1, min(cap, config.max_new_tokens + config.max_length_a * n))) for n in lengths]
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
@@ -109,14 +129,15 @@ def sample(
     rows = input_ids.shape[0]
     out: list[list[int]] = [[] for _ in range(rows)]
     done = [False] * rows
+    limits = row_limits(decoder, input_ids, attention_mask, config)
     logits, state = decoder.prefill(input_ids, attention_mask)
-    for step in range(config.max_new_tokens):
+    for step in range(max(limits)):
         tokens = choose(logits, config, generator)  # (B,)
         for row, token in enumerate(tokens.tolist()):
             if not done[row]:
                 out[row].append(token)
-                done[row] = token == config.eos_id
-        if all(done) or step == config.max_new_tokens - 1:
+                done[row] = token == config.eos_id or step + 1 >= limits[row]
+        if all(done) or step == max(limits) - 1:
             break
         logits, state = decoder.step(tokens, state)
     return out
@@ -136,11 +157,12 @@ def beam_search(
     Every step extends each live beam by every token and keeps the 2 x num_beams best continuations by summed
     log-probability; one ending in eos_id becomes a finished hypothesis (ranked by log p / lp(|Y|)) when it is
     among the num_beams best, the others continue. A row is done when it holds num_beams hypotheses and none of
-    its live beams can still beat the worst of them; at max_new_tokens the live beams join the hypotheses. With
-    one beam and alpha = 0 this is greedy search.
+    its live beams can still beat the worst of them; at its length limit (``row_limits``) a row's live beams join
+    the hypotheses. With one beam and alpha = 0 this is greedy search.
     """
     beams, alpha = config.num_beams, config.length_penalty
     rows = input_ids.shape[0]
+    limits = row_limits(decoder, input_ids, attention_mask, config)
     logits, state = decoder.prefill(input_ids, attention_mask)
     vocab = logits.shape[-1]
     state = decoder.reorder(state, torch.arange(rows, device=logits.device).repeat_interleave(beams))
@@ -151,7 +173,7 @@ def beam_search(
     sequences = torch.zeros(rows * beams, 0, dtype=torch.long, device=logits.device)
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(rows)]
     done = [False] * rows
-    for step in range(config.max_new_tokens):
+    for step in range(max(limits)):
         candidates = (scores[:, :, None] + log_probs.view(rows, beams, vocab)).view(rows, beams * vocab)
         top_scores, top_index = candidates.topk(2 * beams, dim=-1)  # (B, 2K)
         next_scores = torch.full((rows, beams), float("-inf"), device=logits.device)
@@ -176,12 +198,23 @@ def beam_search(
             done[row] = done[row] or (
                 len(finished[row]) == beams and finished[row][-1][0] >= best_live / length_penalty(step + 1, alpha)
             )
+            if not done[row] and step + 1 >= limits[row]:  # the row's last token: its live beams end here
+                for k in range(beams):
+                    if next_scores[row, k] > float("-inf"):
+                        tokens = sequences[row * beams + next_beam[row, k]].tolist() + [int(next_token[row, k])]
+                        _add(
+                            finished[row],
+                            next_scores[row, k].item() / length_penalty(len(tokens), alpha),
+                            tokens,
+                            beams,
+                        )
+                done[row] = True
         if all(done):
             break
         flat = (torch.arange(rows, device=logits.device)[:, None] * beams + next_beam).view(-1)  # (B * K,)
         sequences = torch.cat([sequences[flat], next_token.view(-1, 1)], dim=1)
         scores = next_scores
-        if step == config.max_new_tokens - 1:
+        if step == max(limits) - 1:
             break
         state = decoder.reorder(state, flat)
         logits, state = decoder.step(next_token.view(-1), state)
@@ -242,3 +275,46 @@ class CachedDecoder:
             layer.reorder(index)
         mask = None if state.attention_mask is None else state.attention_mask[index]
         return CachedState(state.cache, mask, state.next_position[index])
+
+
+@dataclass
+class EncoderDecoderState:
+    # One nn.layers.LayerCache per decoder layer: the self-attention's keys so far, the cross-attention's once.
+    cache: Any
+    # (B, S, H) encoder states and the (B, S) source mask the cross-attention reads.
+    encoder_hidden: torch.Tensor
+    attention_mask: torch.Tensor
+    # Position of the next decoder input.
+    offset: int
+
+
+class EncoderDecoderDecoder:
+    """An encoder-decoder backbone (``models/base.py``: ``encode``, ``decode(..., cache, offset)``, ``new_cache()``,
+    ``decoder_start_token_id``): ``prefill`` encodes the right-padded sources once and feeds the decoder its start
+    token; each ``step`` feeds one token over the cache."""
+
+    supports_padding = True
+
+    def __init__(self, model, head):
+        self.model, self.head = model, head
+        # The start token takes position 0, so a family with a position table generates at most that many tokens.
+        self.max_new_tokens = type(model).max_length(model.config)
+
+    def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        encoder_hidden = self.model.encode(input_ids, attention_mask)  # (B, S, H)
+        start = torch.full((input_ids.shape[0], 1), self.model.decoder_start_token_id, device=input_ids.device)
+        state = EncoderDecoderState(self.model.new_cache(), encoder_hidden, attention_mask, 0)
+        return self.step(start[:, 0], state)
+
+    def step(self, tokens: torch.Tensor, state: EncoderDecoderState) -> tuple[torch.Tensor, EncoderDecoderState]:
+        hidden = self.model.decode(
+            tokens[:, None], state.encoder_hidden, state.attention_mask, state.cache, state.offset
+        )
+        return self.head(hidden[:, -1]), dataclasses.replace(state, offset=state.offset + 1)
+
+    def reorder(self, state: EncoderDecoderState, index: torch.Tensor) -> EncoderDecoderState:
+        for layer in state.cache:
+            layer.reorder(index)
+        return dataclasses.replace(
+            state, encoder_hidden=state.encoder_hidden[index], attention_mask=state.attention_mask[index]
+        )

@@ -1,20 +1,27 @@
-"""Pretraining throughput and peak memory: our BERT + MLM objective against ``transformers.BertForMaskedLM``.
+"""Pretraining throughput, peak memory and MFU: our BERT + MLM training step, with each speed switch, against
+``transformers.BertForMaskedLM`` (sdpa attention) on the same batches.
 
-Both train on the same masked batches (same ``mlm_labels``) with the same AdamW settings, step for step in one
-process: each step runs one model then the other, alternating which goes first, and the warm-up steps are not
-timed. Throughput counts non-padding tokens through forward, backward and the optimizer step.
+"Ours" is the real training step of ``plm-train`` (``training.loop.Trainer.train_step``: autocast, the objective,
+the normalised loss, gradient clipping, the optimizer and schedule), built with the hardware switches each variant
+names; the batches come from the CPU as the data loader hands them over. ``transformers`` runs the same batches
+(same ``mlm_labels``) with the same AdamW settings and clipping. Variants are timed in turn, in blocks of
+``--steps`` steps after ``--warmup`` untimed ones (compilation happens there), and ``--repeats`` rounds give the
+median. Throughput counts non-padding tokens through forward, backward and the optimizer step; MFU counts 6N +
+attention FLOPs per token (training/flops.py) against the device's peak.
 
-Peak memory: on CUDA, ``torch.cuda.max_memory_allocated`` over the timed steps, less what was allocated before
-them. On CPU, each model runs a few steps again in a fresh process and reports its peak resident set (``VmHWM``
-in ``/proc/self/status``) less its resident set before the first step: gradients, optimizer state, activations.
+Peak memory: on CUDA, ``torch.cuda.max_memory_allocated`` over a variant's timed steps, less what was allocated
+before them. On CPU, each variant runs a few steps again in a fresh process and reports its peak resident set
+(``VmHWM``) less its resident set before the first step.
 
     python scripts/bench_pretrain.py --config tiny
-    python scripts/bench_pretrain.py --config base --seq-len 128 --precision bf16   # on a GPU: MFU as well
+    python scripts/bench_pretrain.py --config base --seq-len 128 --precision bf16 --device cuda
+    python scripts/bench_pretrain.py --config tiny --threads 1 --repeats 5     # on a machine others keep busy
     python scripts/bench_pretrain.py --model gpt2 --config tiny    # GPT-2 against GPT2LMHeadModel, + generation
     python scripts/bench_pretrain.py --model t5 --config small --batch-size 8    # T5 against T5ForConditionalGeneration
 
-Prints one JSON object. Needs ``transformers`` (the ``test`` extra). ``--model gpt2`` runs ``bench_gpt2.py``;
-``--model t5`` takes its runners and batches from ``bench_t5.py``.
+Prints one JSON object: per variant tokens/s (median and every round), step time, peak memory, MFU; ``speedup``
+is ``ours`` (plm-train's defaults on this device) over ``transformers``. Needs ``transformers`` (test extra).
+``--model gpt2`` runs ``bench_gpt2.py``, ``--model t5`` ``bench_t5.py``.
 """
 
 from __future__ import annotations
@@ -22,24 +29,51 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import resource
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
+from plm_toolkit.config.schema import HardwareConfig, OptimizerConfig, TrainerConfig
+from plm_toolkit.data.collate import pack_rows
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.models.bert import Bert, BertConfig
-from plm_toolkit.objectives.base import normalized_loss
+from plm_toolkit.objectives.masking import masking_from_config
 from plm_toolkit.objectives.mlm import MlmConfig
 from plm_toolkit.registry import OBJECTIVES
-from plm_toolkit.training.precision import cpu_supports_bf16
+from plm_toolkit.training.distributed import ProcessInfo
+from plm_toolkit.training.flops import peak_tflops
+from plm_toolkit.training.loop import Trainer
+from plm_toolkit.training.precision import Runtime, cpu_supports_bf16
 
 # (layers, hidden, heads, intermediate): Google's BERT-Tiny and BERT-Base.
 SIZES = {"tiny": (2, 128, 2, 512), "base": (12, 768, 12, 3072)}
 # bert-base-uncased's special ids.
 VOCAB_IDS = dict(pad_id=0, unk_id=100, cls_id=101, sep_id=102, mask_id=103)
+# Our variants: each adds one switch to the one before (hardware.* keys; "batch" multiplies the batch size).
+SWITCHES = {
+    "eager": {"optimizer_implementation": "foreach"},
+    "fused": {"optimizer_implementation": "fused"},
+    "fused+compile": {"optimizer_implementation": "fused", "compile": True},
+    "fused+compile+unpad": {"optimizer_implementation": "fused", "compile": True, "unpad": True},
+    "fused+unpad": {"optimizer_implementation": "fused", "unpad": True},
+    "fused+compile+cudagraphs": {
+        "optimizer_implementation": "fused",
+        "compile": True,
+        "compile_mode": "reduce-overhead",
+    },
+}
+DEFAULT_VARIANTS = {
+    "cpu": ["eager", "fused", "fused+unpad"],
+    "cuda": ["eager", "fused", "fused+compile", "fused+compile+unpad"],
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -54,11 +88,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--vocab-size", type=int, default=None, help="default: 30522 (bert), 50257 (gpt2), 32128 (t5)")
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per model")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per model before the timed ones")
+    parser.add_argument(
+        "--large-batch",
+        type=int,
+        default=None,
+        help="also run the best variant and transformers at this batch size (default: 256 on CUDA, none on CPU)",
+    )
+    parser.add_argument("--min-fill", type=float, default=0.8, help="rows hold min-fill..1 x seq-len real tokens")
+    parser.add_argument("--variants", nargs="+", choices=sorted(SWITCHES), help="our variants (default per device)")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per variant and round")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per variant before the first round")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds; tokens/s is their median")
     parser.add_argument("--precision", choices=["fp32", "bf16", "auto"], default="auto")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    parser.add_argument("--peak-tflops", type=float, default=989.0, help="accelerator peak (H100 bf16 dense: 989)")
+    parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
+    parser.add_argument("--peak-tflops", type=float, default=0.0, help="device peak; 0 looks the GPU up")
     parser.add_argument("--memory-steps", type=int, default=3, help="CPU: steps of each memory probe process")
     parser.add_argument("--no-memory", action="store_true", help="skip the CPU memory probes")
     parser.add_argument("--seed", type=int, default=0)
@@ -66,8 +110,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--new-tokens", type=int, default=64, help="gpt2: tokens each prompt is continued by")
     parser.add_argument("--generate-batch", type=int, default=4, help="gpt2: prompts generated together")
     parser.add_argument("--no-generate", action="store_true", help="gpt2: skip the generation benchmark")
-    # Internal: run one model's CPU memory probe and print its JSON.
-    parser.add_argument("--memory-probe", choices=["ours", "transformers"], help=argparse.SUPPRESS)
+    # Internal: run one variant's (or, gpt2, one model's) CPU memory probe and print its JSON.
+    parser.add_argument("--memory-probe", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.vocab_size is None:
         args.vocab_size = {"gpt2": 50257, "t5": 32128}.get(args.model, 30522)
@@ -90,85 +134,74 @@ def bert_config(args: argparse.Namespace) -> BertConfig:
     )
 
 
-def pick_precision(requested: str, device: torch.device, runner=None, batches=None) -> str:
-    """auto: bf16 on GPUs that support it. On CPU, bf16 only where a whole training step of our model is faster
-    in it: a bf16 matmul alone wins wherever AMX or AVX512-BF16 exist, but the casts around it and the fp32
-    softmax over the vocabulary can eat the gain (they do for the tiny config)."""
-    if requested != "auto":
-        return requested
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    if not cpu_supports_bf16():  # emulated bf16 is slower; a timing on a busy machine could say otherwise
-        return "fp32"
-    seconds = {}
-    for precision in ("fp32", "bf16", "fp32", "bf16"):  # the first round warms the kernels up
-        start = time.perf_counter()
-        try:
-            runner.step(batches[0], autocast_factory(precision, device))
-        except RuntimeError:  # no bf16 kernels on this CPU
-            return "fp32"
-        seconds[precision] = time.perf_counter() - start
-    return "bf16" if seconds["bf16"] < 0.9 * seconds["fp32"] else "fp32"
-
-
-def make_batches(args: argparse.Namespace, vocab: Vocab, transform, count: int) -> list[dict[str, torch.Tensor]]:
-    """Masked batches of [CLS] tokens [SEP] rows, 80-100% of seq_len long, padded to seq_len."""
+def make_batches(args, vocab: Vocab, transform, count: int, batch_size: int) -> list[dict[str, torch.Tensor]]:
+    """Masked batches of [CLS] tokens [SEP] rows, min-fill..100% of seq_len long, padded to seq_len."""
     generator = torch.Generator().manual_seed(args.seed)
     first_word = max(vocab.special_ids) + 1
     batches = []
     for index in range(count):
-        b, t = args.batch_size, args.seq_len
+        b, t = batch_size, args.seq_len
         ids = torch.randint(first_word, args.vocab_size, (b, t), generator=generator)
-        lengths = torch.randint(int(0.8 * t), t + 1, (b,), generator=generator)
-        positions = torch.arange(t).expand(b, t)
-        attention_mask = (positions < lengths[:, None]).long()
+        lengths = torch.randint(max(int(args.min_fill * t), 3), t + 1, (b,), generator=generator)
+        attention_mask = (torch.arange(t).expand(b, t) < lengths[:, None]).long()
         ids[:, 0] = vocab.cls_id
         ids[torch.arange(b), lengths - 1] = vocab.sep_id
         ids[attention_mask == 0] = vocab.pad_id
-        special = ((ids == vocab.cls_id) | (ids == vocab.sep_id) | (attention_mask == 0)).long()
-        batch = {
-            "input_ids": ids,
-            "attention_mask": attention_mask,
-            "token_type_ids": torch.zeros_like(ids),
-            "special_tokens_mask": special,
-        }
+        special = (ids == vocab.cls_id) | (ids == vocab.sep_id) | (attention_mask == 0)
+        batch = {"input_ids": ids, "attention_mask": attention_mask, "token_type_ids": torch.zeros_like(ids)}
+        batch["special_tokens_mask"] = special
         batches.append(transform(batch, [args.seed * 1_000_003 + index * b + row for row in range(b)]))
     return batches
 
 
+def _pin(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.pin_memory() for k, v in batch.items()} if device.type == "cuda" else batch
+
+
 class OursRunner:
-    """Our Bert with the registered ``mlm`` objective (its head runs only at the masked positions)."""
+    """plm-train's training step on our Bert + the registered mlm objective, with the given hardware switches."""
 
-    name = "ours"
+    def __init__(self, name, config, vocab, device, precision, switches: dict, batch_size: int, run_dir: Path):
+        self.name, self.batch_size, self.unpad = name, batch_size, bool(switches.get("unpad"))
+        model = Bert(config)
+        objective = OBJECTIVES.get("mlm").builder(MlmConfig(), model, vocab)
+        hardware = OmegaConf.structured(HardwareConfig(**switches, precision=precision))
+        trainer_cfg = OmegaConf.structured(TrainerConfig(batch_size=batch_size, progress_bar=False, tensorboard=False))
+        optimizer_cfg = OmegaConf.structured(OptimizerConfig(lr=1e-4, schedule="constant", d_model=config.hidden_size))
+        runtime = Runtime(device, precision, ProcessInfo(), ddp=False, backend="gloo")
+        self.trainer = Trainer(
+            model=model,
+            objective=objective,
+            train_examples=[],
+            eval_examples=None,
+            collate=None,
+            runtime=runtime,
+            trainer_cfg=trainer_cfg,
+            optimizer_cfg=optimizer_cfg,
+            hardware_cfg=hardware,
+            run_dir=run_dir,
+            config_yaml="",
+            tokenizer_json=None,
+        )
+        self.num_parameters = sum(p.numel() for p in self.trainer.module.parameters())
+        self.flops = self.trainer.flops
 
-    def __init__(self, config: BertConfig, vocab: Vocab, device: torch.device):
-        self.model = Bert(config).to(device).train()
-        self.objective = OBJECTIVES.get("mlm").builder(MlmConfig(), self.model, vocab).to(device).train()
-        params = [*self.model.parameters(), *self.objective.parameters()]
-        self.optimizer = make_optimizer(params, device)
-        self.num_parameters = sum(p.numel() for p in params)
+    def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """What the data loader would hand over (packed by a loader worker under hardware.unpad)."""
+        return pack_rows(batch) if self.unpad else batch
 
-    def batch_transform(self):
-        return self.objective.batch_transform()
-
-    def step(self, batch: dict[str, torch.Tensor], autocast) -> None:
-        with autocast():
-            out = self.objective(self.model, batch)
-        # The loop divides loss sums by the global target count; here one batch is the whole window.
-        loss = normalized_loss(out, {k: float(v) for k, v in self.objective.target_counts(batch).items()})
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+    def step(self, batch: dict[str, torch.Tensor]) -> None:
+        self.trainer.train_step([batch])
+        self.trainer.step += 1
 
 
 class TransformersRunner:
-    """``transformers.BertForMaskedLM`` on the same config, trained through its ``labels`` argument."""
+    """``transformers.BertForMaskedLM`` (sdpa attention) on the same config, trained through its ``labels``."""
 
-    name = "transformers"
-
-    def __init__(self, config: BertConfig, vocab: Vocab, device: torch.device):
+    def __init__(self, name, config, vocab, device, precision, batch_size: int):
         import transformers
 
+        self.name, self.batch_size, self.device = name, batch_size, device
         hf_config = transformers.BertConfig(
             vocab_size=config.vocab_size,
             hidden_size=config.hidden_size,
@@ -178,35 +211,41 @@ class TransformersRunner:
             max_position_embeddings=config.max_position_embeddings,
             pad_token_id=vocab.pad_id,
         )
+        hf_config._attn_implementation = "sdpa"
         self.model = transformers.BertForMaskedLM(hf_config).to(device).train()
-        self.optimizer = make_optimizer(list(self.model.parameters()), device)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
+        self.autocast = (
+            (lambda: torch.autocast(device.type, dtype=torch.bfloat16))
+            if precision == "bf16"
+            else contextlib.nullcontext
+        )
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
 
-    def inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {
-            "input_ids": batch["input_ids"],
-            "attention_mask": batch["attention_mask"],
-            "token_type_ids": batch["token_type_ids"],
-            "labels": batch["mlm_labels"],
-        }
+    def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return batch
 
-    def step(self, batch: dict[str, torch.Tensor], autocast) -> None:
-        with autocast():
-            out = self.model(**self.inputs(batch))
+    def step(self, batch: dict[str, torch.Tensor]) -> None:
+        batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+        with self.autocast():
+            out = self.model(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                token_type_ids=batch["token_type_ids"],
+                labels=batch["mlm_labels"],
+            )
         out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
 
-def make_optimizer(params: list[torch.nn.Parameter], device: torch.device) -> torch.optim.Optimizer:
-    # The same settings for both models; fused kernels exist for CPU and CUDA.
-    return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, fused=True)
-
-
-def autocast_factory(precision: str, device: torch.device):
-    if precision == "bf16":
-        return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext
+def pick_precision(requested: str, device: torch.device) -> str:
+    """auto: bf16 on GPUs that support it; on a CPU only where it has native bf16 matmuls (AMX / AVX512-BF16)."""
+    if requested != "auto":
+        return requested
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if cpu_supports_bf16() else "fp32"
 
 
 def synchronize(device: torch.device) -> None:
@@ -214,82 +253,105 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def bert_suite(args: argparse.Namespace):
-    """(config, vocab, our runner class, transformers' runner class, batch maker) of --model bert."""
-    return bert_config(args), Vocab(size=args.vocab_size, **VOCAB_IDS), OursRunner, TransformersRunner, make_batches
-
-
-def suite(args: argparse.Namespace):
-    if args.model == "t5":
-        from bench_t5 import t5_suite
-
-        return t5_suite(args)
-    return bert_suite(args)
-
-
-def benchmark(args: argparse.Namespace, device: torch.device) -> dict:
+def build_runners(args, device, precision, run_dir: Path) -> list:
+    config = bert_config(args)
+    vocab = Vocab(size=args.vocab_size, **VOCAB_IDS)
+    runners = []
+    variants = args.variants or DEFAULT_VARIANTS[device.type]
+    for name in variants:
+        torch.manual_seed(args.seed)
+        runners.append(
+            OursRunner(name, config, vocab, device, precision, SWITCHES[name], args.batch_size, run_dir / name)
+        )
     torch.manual_seed(args.seed)
-    config, vocab, ours_class, theirs_class, batch_maker = suite(args)
-    ours, theirs = ours_class(config, vocab, device), theirs_class(config, vocab, device)
-    cpu_batches = batch_maker(args, vocab, ours.batch_transform(), args.warmup + args.steps)
-    batches = [{key: value.to(device) for key, value in batch.items()} for batch in cpu_batches]
-    precision = pick_precision(args.precision, device, ours, batches)
-    autocast = autocast_factory(precision, device)
+    runners.append(TransformersRunner("transformers", config, vocab, device, precision, args.batch_size))
+    if args.large_batch:
+        best = variants[-1]
+        large = args.large_batch
+        torch.manual_seed(args.seed)
+        runners.append(
+            OursRunner(f"{best}@{large}", config, vocab, device, precision, SWITCHES[best], large, run_dir / "large")
+        )
+        torch.manual_seed(args.seed)
+        runners.append(TransformersRunner(f"transformers@{large}", config, vocab, device, precision, large))
+    return runners
 
-    seconds = {ours.name: 0.0, theirs.name: 0.0}
-    memory = {ours.name: 0, theirs.name: 0}
-    tokens = 0
-    for index, batch in enumerate(batches):
-        timed = index >= args.warmup
-        tokens += count_tokens(batch) if timed else 0
-        # Alternate the order so that neither model always runs on a cache the other warmed.
-        for runner in (ours, theirs) if index % 2 == 0 else (theirs, ours):
+
+def benchmark(args, device: torch.device, precision: str) -> dict:
+    vocab = Vocab(size=args.vocab_size, **VOCAB_IDS)
+    masking = masking_from_config(MlmConfig(), vocab)
+    with tempfile.TemporaryDirectory() as tmp:
+        runners = build_runners(args, device, precision, Path(tmp))
+        count = args.warmup + args.steps
+        cpu_batches = {}
+        for size in sorted({r.batch_size for r in runners}):
+            cpu_batches[size] = make_batches(args, vocab, masking, count, size)
+        # Each runner's batches as its data loader hands them over, pinned for an asynchronous copy to a GPU.
+        data = {r.name: [_pin(r.prepare(b), device) for b in cpu_batches[r.batch_size]] for r in runners}
+        tokens = {
+            size: sum(int(b["attention_mask"].sum()) for b in batches[args.warmup :])
+            for size, batches in cpu_batches.items()
+        }
+        for runner in runners:  # warm-up, compilation included
+            for batch in data[runner.name][: args.warmup]:
+                runner.step(batch)
             synchronize(device)
-            if device.type == "cuda":
-                before = torch.cuda.memory_allocated(device)
-                torch.cuda.reset_peak_memory_stats(device)
-            start = time.perf_counter()
-            runner.step(batch, autocast)
-            synchronize(device)
-            if timed:
-                seconds[runner.name] += time.perf_counter() - start
+        rounds = {r.name: [] for r in runners}
+        memory = {r.name: 0 for r in runners}
+        for round_index in range(args.repeats):
+            order = runners[round_index % len(runners) :] + runners[: round_index % len(runners)]
+            for runner in order:  # a rotating order, so that no runner always follows the same one
+                synchronize(device)
+                if device.type == "cuda":
+                    before = torch.cuda.memory_allocated(device)
+                    torch.cuda.reset_peak_memory_stats(device)
+                start = time.perf_counter()
+                for batch in data[runner.name][args.warmup :]:
+                    runner.step(batch)
+                synchronize(device)
+                rounds[runner.name].append(tokens[runner.batch_size] / (time.perf_counter() - start))
                 if device.type == "cuda":
                     memory[runner.name] = max(memory[runner.name], torch.cuda.max_memory_allocated(device) - before)
-
-    result = {"precision": precision}
-    for runner in (ours, theirs):
-        tokens_per_s = tokens / seconds[runner.name]
-        entry = {
-            "tokens_per_s": round(tokens_per_s, 1),
-            "step_ms": round(1000 * seconds[runner.name] / args.steps, 2),
-            "parameters": runner.num_parameters,
-        }
-        if device.type == "cuda":
-            entry["peak_memory_mb"] = round(memory[runner.name] / 2**20, 1)
-            # Model FLOPs utilization: 6 N FLOPs per token for forward + backward (Kaplan et al. 2020, 2.1).
-            entry["mfu"] = round(6 * runner.num_parameters * tokens_per_s / (args.peak_tflops * 1e12), 4)
-        result[runner.name] = entry
-    return result
+        peak = peak_tflops(device, precision, True, args.peak_tflops)
+        flops = runners[0].flops
+        result = {}
+        for runner in runners:
+            tokens_per_s = statistics.median(rounds[runner.name])
+            entry = {
+                "batch_size": runner.batch_size,
+                "tokens_per_s": round(tokens_per_s, 1),
+                "tokens_per_s_rounds": [round(x, 1) for x in rounds[runner.name]],
+                "step_ms": round(1000 * tokens[runner.batch_size] / args.steps / tokens_per_s, 2),
+                "parameters": runner.num_parameters,
+            }
+            if device.type == "cuda":
+                entry["peak_memory_mb"] = round(memory[runner.name] / 2**20, 1)
+            if peak:
+                entry["mfu"] = round(flops.per_token(args.seq_len) * tokens_per_s / (peak * 1e12), 4)
+            result[runner.name] = entry
+        return {"peak_tflops": peak, "flops_per_token": flops.per_token(args.seq_len), "runs": result}
 
 
 def memory_probe(args: argparse.Namespace) -> dict:
-    """CPU peak resident set of a few training steps of one model, less the resident set before them (MiB)."""
+    """CPU peak resident set of a few training steps of one variant, less the resident set before them (MiB)."""
+    device = torch.device("cpu")
+    args.steps, args.warmup = args.memory_steps, 0
+    vocab = Vocab(size=args.vocab_size, **VOCAB_IDS)
+    masking = masking_from_config(MlmConfig(), vocab)
+    batches = make_batches(args, vocab, masking, args.memory_steps, args.batch_size)
+    config = bert_config(args)
     torch.manual_seed(args.seed)
-    device, precision = torch.device("cpu"), args.precision  # the parent passes the precision it picked
-    config, vocab, ours_class, theirs_class, batch_maker = suite(args)
-    transform = ours_class(config, vocab, device).batch_transform()
-    batches = batch_maker(args, vocab, transform, args.memory_steps)
-    runner = (ours_class if args.memory_probe == "ours" else theirs_class)(config, vocab, device)
-    baseline_kib = _memory_kib("VmRSS")
-    for batch in batches:
-        runner.step(batch, autocast_factory(precision, device))
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.memory_probe == "transformers":
+            runner = TransformersRunner("transformers", config, vocab, device, args.precision, args.batch_size)
+        else:
+            switches = SWITCHES[args.memory_probe]
+            runner = OursRunner("probe", config, vocab, device, args.precision, switches, args.batch_size, Path(tmp))
+        prepared = [runner.prepare(b) for b in batches]
+        baseline_kib = _memory_kib("VmRSS")
+        for batch in prepared:
+            runner.step(batch)
     return {"peak_memory_mb": round((_memory_kib("VmHWM") - baseline_kib) / 1024, 1)}
-
-
-def count_tokens(batch: dict[str, torch.Tensor]) -> int:
-    """Non-padding tokens of a batch: the inputs, plus the decoder's targets for an encoder-decoder."""
-    decoder = batch.get("decoder_attention_mask")
-    return int(batch["attention_mask"].sum()) + (int(decoder.sum()) if decoder is not None else 0)
 
 
 def _memory_kib(field: str) -> int:
@@ -305,53 +367,78 @@ def _memory_kib(field: str) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: KiB
 
 
-def cpu_memory(argv: list[str], precision: str) -> dict[str, float | None]:
-    """Run each model's memory probe in its own process, so that neither sees the other's allocations."""
+def cpu_memory(argv: list[str], names: list[str], precision: str) -> dict[str, float | None]:
+    """Run each variant's memory probe in its own process, so that none sees another's allocations."""
     peaks = {}
-    for name in ("ours", "transformers"):
+    for name in names:
         command = [sys.executable, __file__, *argv, "--precision", precision, "--memory-probe", name]
         done = subprocess.run(command, capture_output=True, text=True)
         peaks[name] = json.loads(done.stdout)["peak_memory_mb"] if done.returncode == 0 else None
     return peaks
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    if args.model == "gpt2":
-        from bench_gpt2 import run
-
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    if args.model in ("gpt2", "t5"):
+        run = __import__(f"bench_{args.model}").run
         if args.memory_probe and args.precision == "auto":
             args.precision = "fp32"
         print(json.dumps(run(args, argv), indent=None if args.memory_probe else 2))
-        return
+        return {}
     if args.memory_probe:
         if args.precision == "auto":
             args.precision = "fp32"
         print(json.dumps(memory_probe(args)))
-        return
+        return {}
     wants_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda" if wants_cuda else "cpu")
+    if args.large_batch is None:
+        args.large_batch = 256 if device.type == "cuda" else 0
+    precision = pick_precision(args.precision, device)
     result = {
-        "model": args.model,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "load_average_before": [round(x, 2) for x in os.getloadavg()],
         "config": args.config,
         "vocab_size": args.vocab_size,
         "seq_len": args.seq_len,
         "batch_size": args.batch_size,
+        "min_fill": args.min_fill,
         "steps": args.steps,
         "warmup": args.warmup,
+        "repeats": args.repeats,
+        "precision": precision,
     }
-    result.update(benchmark(args, device))
+    result.update(benchmark(args, device, precision))
+    result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    runs = result["runs"]
     if device.type == "cpu" and not args.no_memory:
-        for name, peak in cpu_memory(argv, result["precision"]).items():
-            result[name]["peak_memory_mb"] = peak
-    result["speedup"] = round(result["ours"]["tokens_per_s"] / result["transformers"]["tokens_per_s"], 2)
-    ours_memory, their_memory = result["ours"].get("peak_memory_mb"), result["transformers"].get("peak_memory_mb")
+        names = [n for n in runs if n in SWITCHES or n == "transformers"]
+        for name, peak in cpu_memory(argv, names, precision).items():
+            runs[name]["peak_memory_mb"] = peak
+    # "ours" is what plm-train does by default here: fused optimizer kernels, no compilation, padded rows.
+    result["ours"] = runs["fused"] if "fused" in runs else runs[next(iter(runs))]
+    result["transformers"] = runs["transformers"]
+    result["speedup"] = round(result["ours"]["tokens_per_s"] / runs["transformers"]["tokens_per_s"], 2)
+    result["speedups"] = {
+        name: round(entry["tokens_per_s"] / runs["transformers"]["tokens_per_s"], 2)
+        for name, entry in runs.items()
+        if not name.startswith("transformers") and entry["batch_size"] == args.batch_size
+    }
+    if args.large_batch:
+        best = next(n for n in runs if n.endswith(f"@{args.large_batch}") and not n.startswith("transformers"))
+        reference = runs[f"transformers@{args.large_batch}"]["tokens_per_s"]
+        result["speedups"][best] = round(runs[best]["tokens_per_s"] / reference, 2)
+    ours_memory, their_memory = result["ours"].get("peak_memory_mb"), runs["transformers"].get("peak_memory_mb")
     if ours_memory and their_memory:
         result["memory_ratio"] = round(ours_memory / their_memory, 2)
     print(json.dumps(result, indent=2))
+    return result
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-import plm_toolkit.train  # noqa: F401  (registers schemas, registries and resolvers)
 from plm_toolkit import registry
+from plm_toolkit.config import setup
 from plm_toolkit.config.validate import data_plan
 from plm_toolkit.data import prepare_pretraining_data
 from plm_toolkit.data.collate import Collator
@@ -77,7 +77,7 @@ def evaluate(checkpoint: Path) -> dict:
         "checkpoint": str(checkpoint.resolve()),
         "model": cfg.model.name,
         "objective": cfg.objective.name,
-        "step": ckpt.Checkpoint(checkpoint).step,
+        "step": ckpt.Checkpoint(checkpoint).step(),
         "parameters_backbone": model.num_parameters(),
         "mlm_accuracy": sums["mlm_correct"] / sums["targets"],
     }
@@ -92,6 +92,7 @@ def evaluate(checkpoint: Path) -> dict:
 
 
 def main() -> None:
+    setup()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoints", nargs="+", type=Path)
     for checkpoint in parser.parse_args().checkpoints:

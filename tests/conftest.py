@@ -4,6 +4,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from plm_toolkit.config import setup
+
+# Schemas, registries and resolvers, as the entry points set them up before Hydra composes.
+setup()
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("PLM_SHARED_DATA", REPO.parent / "shared" / "data"))
 

@@ -8,6 +8,21 @@ from plm_toolkit.config.schema import (
     register_schemas,
 )
 
+
+def setup() -> None:
+    """What Hydra needs before it composes a plm-train or plm-finetune config, done once by the entry points (and by
+    anything else that composes, such as tests): the schemas, every registered model, objective and task in the
+    ConfigStore, and the resolvers the presets use. Calling it again is harmless."""
+    from plm_toolkit.catalog import load_all
+    from plm_toolkit.config.help import register_help_resolver
+    from plm_toolkit.data.corpus import register_resolvers
+
+    register_schemas()
+    load_all()
+    register_resolvers()
+    register_help_resolver()
+
+
 __all__ = [
     "DataConfig",
     "HardwareConfig",
@@ -16,4 +31,5 @@ __all__ = [
     "TrainConfig",
     "TrainerConfig",
     "register_schemas",
+    "setup",
 ]

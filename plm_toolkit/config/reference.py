@@ -61,11 +61,15 @@ def _type(f: dataclasses.Field) -> str:
     return t.replace("|", "\\|")
 
 
-def table(prefix: str, cls: type) -> list[str]:
+def table(prefix: str, cls: type, base: type | None = None) -> list[str]:
+    """The keys of ``cls`` (those it adds to ``base`` when given) as a markdown table, nested configs after it."""
     comments = field_comments(cls)
     rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
     nested = []
+    inherited = {f.name for f in dataclasses.fields(base)} if base is not None else set()
     for f in dataclasses.fields(cls):
+        if f.name in inherited:
+            continue
         key = f"{prefix}.{f.name}" if prefix else f.name
         rows.append(f"| `{key}` | {_type(f)} | {_default(f)} | {comments.get(f.name, '')} |")
         if f.default_factory is not dataclasses.MISSING and dataclasses.is_dataclass(f.default_factory()):
@@ -108,6 +112,9 @@ def render() -> str:
     for title, cls in groups:
         prefix = "" if title.startswith("plm-generate") else title.split(" ")[0]
         lines += [f"## {title}", "", *table(prefix, cls), ""]
+        if cls is schema.DataConfig:
+            doc = " ".join(line.strip() for line in (schema.ParallelDataConfig.__doc__ or "").splitlines())
+            lines += ["## data (parallel)", "", doc, "", *table(prefix, schema.ParallelDataConfig, cls), ""]
     return "\n".join(lines)
 
 

@@ -25,7 +25,9 @@ OptimizerName = choices("OptimizerName", "adamw", "adam", "sgd")
 Schedule = choices("Schedule", "linear", "cosine", "constant", "noam", "inverse_sqrt")
 Device = choices("Device", "auto", "cpu", "cuda")
 Precision = choices("Precision", "auto", "fp32", "bf16", "fp16")
-Distributed = choices("Distributed", "auto", "none", "ddp")
+Distributed = choices("Distributed", "auto", "none", "ddp", "fsdp")
+CompileMode = choices("CompileMode", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+OptimizerImplementation = choices("OptimizerImplementation", "auto", "fused", "foreach", "for_loop")
 Backend = choices("Backend", "auto", "nccl", "gloo")
 
 
@@ -81,6 +83,24 @@ class DataConfig:
 
 
 @dataclass
+class ParallelDataConfig(DataConfig):
+    """``data=parallel``: sentence pairs for translation. train_files / validation_files name a prefix per corpus
+    (``corpus/train`` reads ``corpus/train.<source_lang>`` and ``corpus/train.<target_lang>``, line-aligned) or a
+    ``.jsonl`` file with one key per language; max_seq_len is the longest sentence in tokens, end token included."""
+
+    # Language of the input side: the suffix of its file, or its key in a JSONL row.
+    source_lang: str = "en"
+    # Language of the output side.
+    target_lang: str = "de"
+    # Padded tokens per batch on each side: sentence pairs of similar length are grouped until rows x longest
+    # sentence reaches this on the source or the target side (the Transformer: about 25,000 per side per step, e.g.
+    # 25000 on one device or 3125 on each of 8). trainer.batch_size is not used with parallel data.
+    max_tokens: int = 4096
+    # At most this many sentence pairs per batch (0: no limit beyond max_tokens).
+    max_sentences: int = 0
+
+
+@dataclass
 class OptimizerConfig:
     # Update rule.
     name: OptimizerName = OptimizerName.adamw
@@ -102,11 +122,11 @@ class OptimizerConfig:
     warmup_steps: int = 0
     # Warm-up as a fraction of total_steps, used when warmup_steps is 0.
     warmup_ratio: float = 0.0
-    # Length of the decay (linear, cosine); null means trainer.max_steps.
+    # Length of the decay (linear, cosine); null means the run's length (trainer.max_steps, or from trainer.epochs).
     total_steps: int | None = None
     # The decay ends at lr * min_lr_ratio.
     min_lr_ratio: float = 0.0
-    # Model width for the Noam formula.
+    # Model width for the Noam formula (plm-finetune: 0 takes the backbone's hidden size).
     d_model: int = "${model.hidden_size}"  # type: ignore[assignment]
 
 
@@ -116,24 +136,51 @@ class HardwareConfig:
     device: Device = Device.auto
     # fp32; bf16 autocast; fp16 autocast with a dynamic loss scale. auto = bf16 on GPUs that support it, else fp32.
     precision: Precision = Precision.auto
-    # Data parallelism: ddp when launched by torchrun with several processes; auto = ddp whenever WORLD_SIZE > 1.
+    # Data parallelism over the processes a launcher started (torchrun, or a submitit task): ddp replicates the
+    # model; fsdp shards parameters, gradients and optimizer state (PyTorch FSDP2, one unit per transformer
+    # block, bf16 parameters with fp32 gradient reduction under precision=bf16; checkpoints written shard by shard
+    # with torch.distributed.checkpoint); auto = ddp whenever WORLD_SIZE > 1, else none.
     distributed: Distributed = Distributed.auto
-    # Process-group backend; auto = nccl on cuda, gloo on cpu.
+    # Process-group backend; auto = nccl on cuda (with gloo beside it for small CPU messages), gloo on cpu.
     backend: Backend = Backend.auto
+    # fsdp only: free each block's gathered parameters after its forward pass (less memory; they are gathered
+    # again for the backward pass). false keeps them until the backward pass.
+    reshard_after_forward: bool = True
     # fp16 only: stop with advice after this many consecutive skipped steps at the minimum loss scale.
     max_overflow_steps: int = 20
     # fp16 only: the loss scale below which overflows count towards max_overflow_steps.
     min_loss_scale: float = 1.0
-    # Compile the model with torch.compile.
+    # torch.compile the backbone together with the objective's loss (per transformer block under fsdp). Pays on
+    # GPUs; on a CPU the compile time rarely comes back. Without a working compiler it falls back to eager with
+    # one warning.
     compile: bool = False
+    # torch.compile's mode: default; reduce-overhead replays CUDA graphs (less launch overhead at small batches,
+    # more memory, one recording per input shape); max-autotune also searches matmul kernels (long compiles).
+    compile_mode: CompileMode = CompileMode.default
+    # Optimizer kernels: fused (one kernel over all parameters), foreach (batched tensor ops) or for_loop (one
+    # parameter at a time); auto = fused where torch has it for the optimizer and device, else foreach.
+    optimizer_implementation: OptimizerImplementation = OptimizerImplementation.auto
+    # objective=mlm only: pack each batch's sequences into as few rows as hold them, each attending only to itself
+    # (a block-diagonal attention mask, positions restarting per sequence), so padding costs no compute.
+    unpad: bool = False
+    # Peak dense TFLOP/s of one device at the run's precision, for the MFU (model FLOPs utilization) in logs;
+    # 0 looks the GPU up in a table of known ones (an unknown device or a CPU then logs no MFU).
+    peak_tflops: float = 0.0
+    # CPU threads of each process's intra-op parallelism (torch.set_num_threads); 0 keeps torch's default, one
+    # per core. On a machine that other processes keep busy, 1 can be many times faster: every parallel region
+    # waits for all of its threads, and a descheduled one stalls it for a scheduler slice.
+    num_threads: int = 0
     # Allow TF32 matmuls on Ampere and newer GPUs.
     allow_tf32: bool = True
 
 
 @dataclass
 class TrainerConfig:
-    # Optimizer steps to train for.
-    max_steps: int = 300
+    # Optimizer steps to train for; null derives them from trainer.epochs. Give exactly one of the two.
+    max_steps: int | None = 300
+    # Passes over the training examples (after data.max_train_samples; fractions allowed): the run lasts
+    # ceil(epochs * examples / global batch) optimizer steps. Needs trainer.max_steps=null.
+    epochs: float | None = None
     # Sequences per micro-batch per process.
     batch_size: int = 32
     # Micro-batches per optimizer step; the global batch is batch_size * grad_accum_steps * processes.
@@ -152,6 +199,13 @@ class TrainerConfig:
     keep_last: int = 2
     # none; auto (newest checkpoint in the run directory, or a fresh start); or a checkpoint/run directory path.
     resume: str = "auto"
+    # Wall-clock budget of the training steps, in hours (null: none). The learning-rate schedule then runs over
+    # the budget instead of max_steps (as cramming does), and the run saves and stops on the last step that fits
+    # (or at max_steps, whichever comes first).
+    time_budget: float | None = None
+    # Batches of similar length: each shuffled epoch is cut into groups of 50 global batches, sorted by length
+    # within a group, so that padding to the longest row costs little (plm-finetune's default).
+    group_by_length: bool = False
     # Seeds weights, data order, masking and dropout.
     seed: int = 1234
     # Write TensorBoard scalars under <run dir>/tensorboard.
@@ -210,5 +264,6 @@ def register_schemas() -> None:
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="finetune_schema", node=FinetuneConfig)
     cs.store(group="schema/data", name="data", node=DataConfig)
+    cs.store(group="schema/data", name="parallel", node=ParallelDataConfig)
     cs.store(group="schema/optimizer", name="optimizer", node=OptimizerConfig)
     cs.store(group="schema/hardware", name="hardware", node=HardwareConfig)

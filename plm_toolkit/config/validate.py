@@ -1,17 +1,22 @@
 """One check of the composed config before any data or model work.
 
-Hydra and the dataclass schemas already refuse unknown keys, wrong types and unknown group options. This step
-refuses the combinations that are each valid alone but impossible together, and names the keys and the fix.
+Hydra and the dataclass schemas already refuse misspelt keys, wrong types and unknown group options. This step
+refuses keys added with ``+`` that no schema declares, numbers out of range (NaN and infinities included), and the
+combinations that are each valid alone but impossible together, and names the keys and the fix.
 """
 
 from __future__ import annotations
 
+import inspect
+import math
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from plm_toolkit.data.parallel import resolve
 from plm_toolkit.data.plan import DataPlan
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.errors import ConfigError, PlmError
+from plm_toolkit.failures import did_you_mean, key_names
 from plm_toolkit.models.base import SEGMENTS
 from plm_toolkit.registry import MODELS, OBJECTIVES, TASKS
 
@@ -51,28 +56,131 @@ def tokenizer_kind(cfg: DictConfig) -> str:
     return _value(cfg.model.get("tokenizer", "wordpiece")) if kind == "auto" else kind
 
 
-def training_problems(t, opt) -> list[str]:
-    """Checks of the trainer and optimizer groups, shared by plm-train and plm-finetune."""
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def _range(out: list[str], key: str, value, low: float, high: float = math.inf, *, low_open=False, high_open=False):
+    """Append a message when ``value`` is not a finite number in the interval (NaN and infinities never pass)."""
+    above = value > low if low_open else value >= low
+    ok = _finite(value) and above and (value < high if high_open else value <= high)
+    if not ok:
+        left, right = "(" if low_open else "[", ")" if high_open or high == math.inf else "]"
+        upper = "inf" if high == math.inf else f"{high:g}"
+        out.append(f"{key}={value}: expected a finite number in {left}{low:g}, {upper}{right}")
+
+
+def training_problems(t, opt, d_model_from_backbone: bool = False) -> list[str]:
+    """Range checks of every trainer and optimizer (and schedule) key, shared by plm-train and plm-finetune: NaN,
+    infinities and negative values are refused here, before any data or model work."""
     out: list[str] = []
-    for key in ("max_steps", "batch_size", "grad_accum_steps", "log_every"):
+    if (t.max_steps is None) == (t.epochs is None):
+        out.append(
+            f"trainer.max_steps={t.max_steps} and trainer.epochs={t.epochs}: give exactly one length, the other null "
+            "(e.g. trainer.epochs=null trainer.max_steps=1000, or trainer.max_steps=null trainer.epochs=3)"
+        )
+    if t.max_steps is not None and t.max_steps < 1:
+        out.append(f"trainer.max_steps={t.max_steps}: must be at least 1 (or null with trainer.epochs)")
+    if t.epochs is not None:
+        _range(out, "trainer.epochs", t.epochs, 0.0, low_open=True)
+    for key in ("batch_size", "grad_accum_steps", "log_every"):
         if t[key] < 1:
             out.append(f"trainer.{key}={t[key]}: must be at least 1")
     for key in ("eval_every", "save_every", "keep_last", "eval_batches"):
         if t[key] < 0:
             out.append(f"trainer.{key}={t[key]}: must be 0 (off) or positive")
-    if opt.lr <= 0:
-        out.append(f"optimizer.lr={opt.lr}: must be positive")
-    if len(opt.betas) != 2 or not all(0.0 <= b < 1.0 for b in opt.betas):
+    _range(out, "trainer.clip_grad_norm", t.clip_grad_norm, 0.0)
+    _range(out, "optimizer.lr", opt.lr, 0.0, low_open=True)
+    if len(opt.betas) != 2 or not all(_finite(b) and 0.0 <= b < 1.0 for b in opt.betas):
         out.append(f"optimizer.betas={list(opt.betas)}: expected two values in [0, 1)")
+    _range(out, "optimizer.eps", opt.eps, 0.0, low_open=True)
+    _range(out, "optimizer.weight_decay", opt.weight_decay, 0.0)
+    _range(out, "optimizer.momentum", opt.momentum, 0.0)
+    if opt.warmup_steps < 0:
+        out.append(f"optimizer.warmup_steps={opt.warmup_steps}: must be 0 (use warmup_ratio) or positive")
     if _value(opt.schedule) in ("noam", "inverse_sqrt") and opt.warmup_steps < 1:
         out.append(f"optimizer.schedule={_value(opt.schedule)} needs optimizer.warmup_steps >= 1")
-    if not 0.0 <= opt.warmup_ratio < 1.0:
-        out.append(f"optimizer.warmup_ratio={opt.warmup_ratio}: expected a value in [0, 1)")
-    if opt.total_steps is not None and opt.total_steps < t.max_steps and _value(opt.schedule) in ("linear", "cosine"):
+    if t.get("time_budget") is not None:
+        _range(out, "trainer.time_budget", t.time_budget, 0.0, low_open=True)
+    _range(out, "optimizer.warmup_ratio", opt.warmup_ratio, 0.0, 1.0, high_open=True)
+    _range(out, "optimizer.min_lr_ratio", opt.min_lr_ratio, 0.0, 1.0)
+    if opt.total_steps is not None and opt.total_steps < 1:
+        out.append(f"optimizer.total_steps={opt.total_steps}: must be at least 1 (or null for the run's length)")
+    elif (
+        opt.total_steps is not None
+        and t.max_steps is not None
+        and opt.total_steps < t.max_steps
+        and _value(opt.schedule) in ("linear", "cosine")
+    ):
         out.append(
             f"optimizer.total_steps={opt.total_steps} is shorter than trainer.max_steps={t.max_steps}: the "
             "schedule would sit at its floor; raise it or leave it null"
         )
+    if _value(opt.schedule) == "noam" and not d_model_from_backbone and opt.d_model < 1:
+        out.append(f"optimizer.d_model={opt.d_model}: the noam schedule needs the model width (at least 1)")
+    return out
+
+
+def hardware_problems(h) -> list[str]:
+    out: list[str] = []
+    if h.max_overflow_steps < 1:
+        out.append(f"hardware.max_overflow_steps={h.max_overflow_steps}: must be at least 1")
+    _range(out, "hardware.min_loss_scale", h.min_loss_scale, 0.0, low_open=True)
+    if h.get("num_threads", 0) < 0:
+        out.append(f"hardware.num_threads={h.num_threads}: must be 0 (torch's default) or a positive count")
+    if h.get("peak_tflops") is not None:
+        _range(out, "hardware.peak_tflops", h.peak_tflops, 0.0)
+    return out
+
+
+def unknown_keys(cfg: DictConfig) -> list[str]:
+    """Keys that no schema declares: a typo Hydra let through because it was added with ``+`` (``+trainer.max_step=5``
+    would otherwise be stored and ignored). Each message suggests the closest real key."""
+    out: list[str] = []
+
+    def walk(node: DictConfig, prefix: str) -> None:
+        names = key_names(OmegaConf.get_type(node))
+        for key in node:
+            full = f"{prefix}{key}"
+            if names and key not in names:
+                valid = "" if did_you_mean(str(key), names) else f" (valid keys: {', '.join(names)})"
+                out.append(f"{full}: unknown key{did_you_mean(str(key), names, prefix)}{valid}")
+                continue
+            child = node._get_node(key)
+            if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+                walk(child, f"{full}.")
+
+    walk(cfg, "")
+    return out
+
+
+def file_problems(d) -> list[str]:
+    return [
+        f"data.{key}: {f} is not a file"
+        for key in ("train_files", "validation_files")
+        for f in d[key]
+        if not Path(f).expanduser().is_file()
+    ]
+
+
+def parallel_problems(d) -> list[str]:
+    """data=parallel: every entry names a prefix of two language files or a JSONL file; batches hold a sentence."""
+    out: list[str] = []
+    for key in ("train_files", "validation_files"):
+        for spec in d[key]:
+            try:
+                resolve(spec, d.source_lang, d.target_lang, f"data.{key}")
+            except PlmError as err:
+                out.append(str(err))
+    if d.source_lang == d.target_lang:
+        out.append(f"data.source_lang and data.target_lang are both {d.source_lang!r}; give two languages")
+    if d.max_tokens < d.max_seq_len:
+        out.append(
+            f"data.max_tokens={d.max_tokens} is below data.max_seq_len={d.max_seq_len}: a batch must hold at "
+            "least one sentence of the longest length"
+        )
+    if d.max_sentences < 0:
+        out.append(f"data.max_sentences={d.max_sentences}: must be 0 (no limit) or positive")
     return out
 
 
@@ -109,6 +217,15 @@ def problems(cfg: DictConfig) -> list[str]:
             check()
         except ConfigError as err:
             out.append(str(err))
+    wanted = objective_class(o.name).natural_layout
+    parallel = "source_lang" in d
+    if wanted == "parallel" and not parallel:
+        out.append(f"objective={o.name} trains on sentence pairs: set data=parallel (data.train_files=[corpus/train])")
+    elif parallel and wanted != "parallel":
+        out.append(
+            f"data=parallel holds sentence pairs, which objective={o.name} does not read; pick "
+            "objective=translation or another data preset"
+        )
 
     longest = model_class(m.name).max_length(m)
     if longest is not None and d.max_seq_len > longest:
@@ -133,18 +250,28 @@ def problems(cfg: DictConfig) -> list[str]:
         if not 0.0 <= d[key] <= 1.0:
             out.append(f"data.{key}={d[key]}: expected a probability in [0, 1]")
 
-    if not d.train_files and not d.dataset_path:
+    if parallel and not d.train_files:
+        out.append(
+            "data.train_files is empty: give data.train_files=[corpus/train] (reads corpus/train.<lang> for "
+            "data.source_lang and data.target_lang) or a .jsonl file with one key per language"
+        )
+    elif not d.train_files and not d.dataset_path:
         out.append("data.train_files is empty and data.dataset_path is not set: give one (or use data=default)")
-    for key in ("train_files", "validation_files"):
-        for f in d[key]:
-            if not Path(f).expanduser().is_file():
-                out.append(f"data.{key}: {f} is not a file")
+    out += parallel_problems(d) if parallel else file_problems(d)
     if d.dataset_path and not Path(d.dataset_path).expanduser().is_dir():
         out.append(f"data.dataset_path={d.dataset_path} is not a directory written by datasets' save_to_disk")
     if d.tokenizer.path and not Path(d.tokenizer.path).expanduser().is_file():
         out.append(f"data.tokenizer.path={d.tokenizer.path} is not a file (a tokenizer.json or vocab.txt)")
 
-    out += training_problems(t, opt)
+    if cfg.hardware.get("unpad"):
+        accepts_positions = "position_ids" in inspect.signature(model_class(m.name).forward).parameters
+        if o.name != "mlm" or not accepts_positions:
+            out.append(
+                f"hardware.unpad=true packs sequences for objective=mlm on absolute-position models (BERT, RoBERTa, "
+                f"ALBERT, ELECTRA) only; objective={o.name} with model={m.name} keeps padded rows: set "
+                "hardware.unpad=false"
+            )
+    out += training_problems(t, opt) + hardware_problems(cfg.hardware)
     return out
 
 
@@ -164,9 +291,7 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
     d = cfg.data
     if not d.train_file:
         out.append("data.train_file is not set: give the task's training file")
-    for key in ("train_file", "validation_file"):
-        if d[key] and not Path(d[key]).expanduser().is_file():
-            out.append(f"data.{key}: {d[key]} is not a file")
+    out += task_class(cfg.task.name).file_problems(cfg.task, d)
     if d.max_seq_len < 8:
         out.append(f"data.max_seq_len={d.max_seq_len}: needs at least 8 tokens")
     for key in ("max_train_samples", "max_eval_samples"):
@@ -174,10 +299,18 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
             out.append(f"data.{key}={d[key]}: must be at least 1 (or null for all)")
     if cfg.model.dropout is not None and not 0.0 <= cfg.model.dropout < 1.0:
         out.append(f"model.dropout={cfg.model.dropout}: expected a probability in [0, 1)")
-    return out + training_problems(cfg.trainer, cfg.optimizer)
+    if cfg.hardware.get("unpad"):
+        out.append(
+            "hardware.unpad=true is for pretraining (plm-train objective=mlm); fine-tuning trims each batch to its "
+            "longest row and groups rows by length instead (trainer.group_by_length)"
+        )
+    out += training_problems(cfg.trainer, cfg.optimizer, d_model_from_backbone=True)
+    return out + hardware_problems(cfg.hardware)
 
 
 def validate(cfg: DictConfig) -> None:
-    found = finetune_problems(cfg) if "task" in cfg else problems(cfg)
+    """Raise one ConfigError listing every problem on one line; unknown keys first, alone (the rest may hinge on
+    them)."""
+    found = unknown_keys(cfg) or (finetune_problems(cfg) if "task" in cfg else problems(cfg))
     if found:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(found))
+        raise ConfigError("invalid configuration: " + "; ".join(found))

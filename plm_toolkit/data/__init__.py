@@ -3,7 +3,7 @@
     data = prepare_pretraining_data(cfg.data, layout="sentence_pairs", seed=cfg.trainer.seed)
     loader = DataLoader(data.train, collate_fn=Collator(data.vocab), ...)
 
-Importing this package registers the `${plm_resource:...}` resolver that the data presets use.
+The `${plm_resource:...}` resolver that the data presets use is registered by `plm_toolkit.config.setup()`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,6 @@ from plm_toolkit.data.tokenizer import (
     vocab_from_tokenizer,
 )
 from plm_toolkit.data.vocab import Vocab
-
-register_resolvers()
 
 
 @dataclass

@@ -138,7 +138,7 @@ def document_sentences(text: str) -> list[str]:
 # --- files ------------------------------------------------------------------------------------------------
 
 
-def check_text_file(path: str | Path) -> str:
+def check_text_file(path: str | Path, expected: str = "documents separated by blank lines") -> str:
     """Check that `path` is non-empty UTF-8 text and return the sha256 of its bytes.
 
     Reads the file once in 1 MiB chunks; raises DataError naming the file (and the line) when it is missing,
@@ -173,7 +173,7 @@ def check_text_file(path: str | Path) -> str:
         except UnicodeDecodeError:
             raise DataError(f"{path}:{line}: ends inside a UTF-8 character; expected UTF-8 text") from None
     if not has_text:
-        raise DataError(f"corpus file {path} has no text; expected documents separated by blank lines")
+        raise DataError(f"corpus file {path} has no text; expected {expected}")
     return digest.hexdigest()
 
 

@@ -48,6 +48,38 @@ class EpochPermutations:
         return int(self._perm[offset])
 
 
+class LengthGroupedPermutations(EpochPermutations):
+    """EpochPermutations with examples of similar length side by side: each shuffled epoch is cut into groups of
+    ``batch`` * 50 positions (the scheme of Hugging Face's ``LengthGroupedSampler``), but at most a quarter of the
+    data, so that batches are made up differently from epoch to epoch, and every group is sorted by length,
+    longest first. Batches then pad little, and their order stays random."""
+
+    def __init__(self, lengths: Sequence[int], seed: int, batch: int):
+        super().__init__(len(lengths), seed)
+        self.lengths = np.asarray(lengths)
+        self.batch = max(int(batch), 1)
+        self.group_size = self.batch * max(min(50, len(lengths) // (4 * self.batch)), 1)
+
+    def __call__(self, position: int) -> int:
+        epoch, offset = divmod(position, self.n)
+        if epoch != self._epoch:
+            rng = np.random.default_rng([self.seed, epoch])
+            order = rng.permutation(self.n)
+            # Batches start where the stream's do: the epoch may begin in the middle of one.
+            first = (-epoch * self.n) % self.batch
+            pieces = [order[:first]]
+            for start in range(first, self.n, self.group_size):
+                group = order[start : start + self.group_size]
+                group = group[np.argsort(-self.lengths[group], kind="stable")]
+                chunks = [group[i : i + self.batch] for i in range(0, len(group), self.batch)]
+                # Whole batches in random order: no drift from long to short within a group.
+                full = [c for c in chunks if len(c) == self.batch]
+                pieces += [full[i] for i in rng.permutation(len(full))] + [c for c in chunks if len(c) < self.batch]
+            self._perm = np.concatenate(pieces)
+            self._epoch = epoch
+        return int(self._perm[offset])
+
+
 class StreamOrder:
     """Example index at stream position p when the examples are consecutive windows of one text.
 
@@ -118,12 +150,15 @@ class MicroBatches(Dataset):
         static_copies: int = 0,
         streams: bool = False,
         backward_half: bool = False,
+        group_lengths: Sequence[int] | None = None,
     ):
         self.examples, self.layout, self.start = examples, layout, start
         self.collate, self.transform, self.seed = collate, transform, seed
         if streams:
             streams_total = layout.batch_size * layout.world_size
             self.index_of = StreamOrder(len(examples), streams_total, layout.batch_size, backward_half)
+        elif group_lengths is not None:
+            self.index_of = LengthGroupedPermutations(group_lengths, seed, layout.global_batch)
         else:
             self.index_of = EpochPermutations(len(examples), seed, shuffle)
         self.static_copies = static_copies
@@ -159,14 +194,17 @@ class _Counter(Sampler):
             k += 1
 
 
-def micro_batch_loader(dataset: MicroBatches, num_workers: int, stop: int | None = None) -> DataLoader:
+def micro_batch_loader(
+    dataset: MicroBatches, num_workers: int, stop: int | None = None, pin_memory: bool = False
+) -> DataLoader:
+    """``pin_memory`` (for a CUDA run) lets the copy to the GPU run asynchronously."""
     return DataLoader(
         dataset,
         batch_size=None,
         sampler=_Counter(stop),
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
-        pin_memory=False,
+        pin_memory=pin_memory,
     )
 
 

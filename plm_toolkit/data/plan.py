@@ -24,8 +24,9 @@ from plm_toolkit.errors import ConfigError
 BatchTransform = Callable[[dict[str, torch.Tensor], Sequence[int]], dict[str, torch.Tensor]]
 
 # sentence_pairs: BERT's, B random half the time (NSP); segment_pairs: two consecutive segments of one document,
-# in order (SOP swaps them per batch); full_sentences: RoBERTa's packing; streams: windows of one token stream.
-LAYOUTS = ("sentence_pairs", "segment_pairs", "full_sentences", "streams")
+# in order (SOP swaps them per batch); full_sentences: RoBERTa's packing; streams: windows of one token stream;
+# parallel: source-target sentence pairs (data=parallel, data/parallel.py), read in token-count batches.
+LAYOUTS = ("sentence_pairs", "segment_pairs", "full_sentences", "streams", "parallel")
 # shuffled: a seeded permutation of the examples per epoch; stream: consecutive windows dealt out in order over
 # batch_size sub-streams, so that a carried memory continues each row's text (Transformer-XL section 3.2).
 ORDERS = ("shuffled", "stream")
@@ -37,6 +38,7 @@ _LAYOUT_WORDS = {
     "segment_pairs": "in-order segment pairs",
     "streams": "streams",
     "full_sentences": "full sentences or pairs",
+    "parallel": "sentence pairs (data=parallel)",
 }
 
 

@@ -37,8 +37,10 @@ from plm_toolkit.errors import DataError
 
 PAIR_LAYOUTS = ("sentence_pairs", "segment_pairs")
 # Bump when a change to this file or to the sentence splitter changes what the cached files hold.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _BATCH = 256  # documents per map batch
+# A sentence longer than this many pairs is cut into pair-sized pieces instead of truncated.
+LONG_SENTENCE_PAIRS = 4
 
 logger = logging.getLogger(__name__)
 
@@ -140,20 +142,27 @@ def _sentence_pairs(
     short_seq_prob = float(data_cfg.short_seq_prob)
     random_next_prob = float(data_cfg.random_next_prob)
 
+    long_sentences = 0
+    documents = _SplitDocuments(tokenized, max_seq_len - 3)
+
     def build(batch: dict[str, list], indices: list[int]) -> dict[str, list]:
+        nonlocal long_sentences
         out: dict[str, list] = {"input_ids": [], "token_type_ids": [], "next_sentence_label": []}
         for document, index in zip(batch["sentences"], indices, strict=True):
+            document, split = split_long_sentences(document, max_seq_len - 3)
+            long_sentences += split
+            documents.keep(index, document)
             # One generator per document: the result does not depend on batching or worker processes.
             rng = random.Random(f"{seed}:{index}")
             for a, b, label in document_pairs(
-                document, index, tokenized, max_seq_len, short_seq_prob, random_next_prob, rng, contiguous
+                document, index, documents, max_seq_len, short_seq_prob, random_next_prob, rng, contiguous
             ):
                 out["input_ids"].append([cls_id, *a, sep_id, *b, sep_id])
                 out["token_type_ids"].append([0] * (len(a) + 2) + [1] * (len(b) + 1))
                 out["next_sentence_label"].append(label)
         return out
 
-    return tokenized.map(
+    examples = tokenized.map(
         build,
         batched=True,
         batch_size=_BATCH,
@@ -170,6 +179,59 @@ def _sentence_pairs(
         new_fingerprint=path.stem,
         desc="building sentence pairs",
     )
+    if long_sentences:
+        logger.warning(
+            "%d sentence(s) longer than %d pairs (%d tokens) were cut into pieces of %d tokens; sentences end at "
+            ". ! ? before a capital letter, so a text without them reads as one sentence",
+            long_sentences,
+            LONG_SENTENCE_PAIRS,
+            LONG_SENTENCE_PAIRS * (max_seq_len - 3),
+            max_seq_len - 3,
+        )
+    return examples
+
+
+class _SplitDocuments:
+    """Document j's sentences (long ones split) by index, for segment B drawn from another document: the last few
+    are kept, so a long document is read from the dataset once, not once per pair."""
+
+    def __init__(self, tokenized: datasets.Dataset, max_tokens: int, size: int = 8):
+        self.tokenized, self.max_tokens, self.size = tokenized, max_tokens, size
+        self.kept: dict[int, list[list[int]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.tokenized)
+
+    def keep(self, index: int, sentences: list[list[int]]) -> None:
+        self.kept.pop(index, None)
+        self.kept[index] = sentences
+        while len(self.kept) > self.size:
+            del self.kept[next(iter(self.kept))]
+
+    def __getitem__(self, index: int) -> list[list[int]]:
+        if index not in self.kept:
+            self.keep(index, split_long_sentences(self.tokenized[index]["sentences"], self.max_tokens)[0])
+        return self.kept[index]
+
+
+def split_long_sentences(document: list[list[int]], max_tokens: int) -> tuple[list[list[int]], int]:
+    """The document with every sentence longer than LONG_SENTENCE_PAIRS pairs cut into pieces of ``max_tokens``
+    (what a pair holds), and how many sentences were cut. Keeps all the text, in order.
+
+    A sentence a little longer than a pair is left whole, to be truncated as BERT's reference does (splitting
+    those changes the pairs measurably); one far longer is a text the sentence splitter found no end in (a
+    paragraph without punctuation, a list, a one-line corpus), whose truncation would drop nearly all of it."""
+    limit = LONG_SENTENCE_PAIRS * max_tokens
+    if all(len(sentence) <= limit for sentence in document):
+        return document, 0
+    pieces, split = [], 0
+    for sentence in document:
+        if len(sentence) > limit:
+            split += 1
+            pieces.extend(sentence[i : i + max_tokens] for i in range(0, len(sentence), max_tokens))
+        else:
+            pieces.append(sentence)
+    return pieces, split
 
 
 def document_pairs(
@@ -183,7 +245,7 @@ def document_pairs(
     contiguous: bool = False,
 ):
     """Yield (tokens_a, tokens_b, next_sentence_label) for one document, as BERT's create_pretraining_data.py
-    (create_instances_from_document) does; `documents[j]["sentences"]` is document j.
+    (create_instances_from_document) does; `documents[j]` is document j's sentences.
 
     Whole sentences gather into a chunk until it reaches the target length; the chunk splits at a random
     sentence boundary into A and B. With probability `random_next_prob` (and always when the chunk is a single
@@ -245,29 +307,36 @@ def _random_segment(documents: Any, index: int, following: int, target: int, rng
     if len(documents) > 1:
         other = rng.randrange(len(documents) - 1)
         other += other >= index  # uniform over the other documents
-        sentences = documents[other]["sentences"]
+        sentences = documents[other]
         start = rng.randrange(len(sentences))
     else:
-        sentences = documents[index]["sentences"]
+        sentences = documents[index]
         start = rng.randrange(max(len(sentences) - 1, 1))
         start += len(sentences) > 1 and start >= following
     tokens: list[int] = []
-    for sentence in sentences[start:]:
-        tokens.extend(sentence)
+    for k in range(start, len(sentences)):  # by index: a slice would copy the rest of a long document
+        tokens.extend(sentences[k])
         if len(tokens) >= target:
             break
     return tokens
 
 
 def _truncate_pair(tokens_a: list[int], tokens_b: list[int], max_tokens: int, rng: random.Random) -> None:
-    """Trim the longer segment, from the front or the back at random, until the pair fits (in place)."""
-    while len(tokens_a) + len(tokens_b) > max_tokens:
-        longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+    """Trim the longer segment one token at a time, from the front or the back at random, until the pair fits (in
+    place), as BERT's truncate_seq_pair does; computed with slices, so the cost is linear in the pair's length."""
+    excess = len(tokens_a) + len(tokens_b) - max_tokens
+    if excess <= 0:
+        return
+    # The longer segment loses tokens until the two are even; then B and A lose one in turn, B first.
+    gap = min(abs(len(tokens_a) - len(tokens_b)), excess)
+    rest = excess - gap
+    cut_a = rest // 2 + (gap if len(tokens_a) > len(tokens_b) else 0)
+    cut_b = excess - cut_a
+    for tokens, cut in ((tokens_a, cut_a), (tokens_b, cut_b)):
         # Trimming both ends at random avoids a bias towards sentence beginnings or ends.
-        if rng.random() < 0.5:
-            del longer[0]
-        else:
-            longer.pop()
+        front = sum(rng.random() < 0.5 for _ in range(cut))
+        del tokens[:front]
+        del tokens[len(tokens) - (cut - front) :]
 
 
 # --- step 2b: RoBERTa full sentences ----------------------------------------------------------------------

@@ -50,12 +50,13 @@ def tokenizer_kind(data_cfg: Any) -> str:
     return "wordpiece" if kind == "auto" else kind
 
 
-def load_or_train_tokenizer(data_cfg: Any) -> Tokenizer:
-    """The tokenizer named by `data.tokenizer.path`, or one trained on the training documents (cached)."""
+def load_or_train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
+    """The tokenizer named by `data.tokenizer.path`, or one trained on the training documents (cached); `documents`
+    (a `Documents`) replaces them, e.g. both sides of parallel text for a joint vocabulary."""
     tok_cfg = data_cfg.tokenizer
     if tok_cfg.path:
         return load_tokenizer(tok_cfg.path, lowercase=bool(tok_cfg.lowercase))
-    return train_tokenizer(data_cfg)
+    return train_tokenizer(data_cfg, documents)
 
 
 def load_tokenizer(path: str | Path, lowercase: bool = True) -> Tokenizer:
@@ -258,10 +259,10 @@ def tokenizer_cache_path(data_cfg: Any, corpus_fingerprint: str) -> Path:
     return cache_root(data_cfg) / "tokenizers" / f"{key}.json"
 
 
-def train_tokenizer(data_cfg: Any) -> Tokenizer:
+def train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
     """Train a WordPiece or byte-level BPE vocabulary (`data.tokenizer.kind`) of `data.tokenizer.vocab_size` on the
-    training documents, or load the cached one trained on the same contents with the same settings."""
-    documents = read_documents(data_cfg, "train")
+    training documents (or on `documents`), or load the cached one trained on the same contents and settings."""
+    documents = documents or read_documents(data_cfg, "train")
     assert documents is not None  # read_documents raises when the training split has no source
     path = tokenizer_cache_path(data_cfg, documents.fingerprint)
     if path.is_file():

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from plm_toolkit.errors import ConfigError
+from plm_toolkit.generation import EncoderDecoderDecoder
 
 # The capabilities an objective or task may ask of a backbone (validation matches them before anything is built).
 BIDIRECTIONAL = "bidirectional"  # every position sees the whole sequence (MLM, RTD, NSP)
@@ -62,6 +63,13 @@ class Backbone(nn.Module):
 
     Subclasses set ``capabilities`` and keep their typed config in ``self.config``. Objectives that tie an output
     layer to the input embeddings use ``input_embeddings``.
+
+    An ``encoder_decoder`` backbone also serves the calls that teacher forcing, fine-tuning and decoding
+    (``plm_toolkit/generation.py``) make: ``encode(input_ids, attention_mask) -> (B, S, H)``,
+    ``decode(decoder_input_ids, encoder_hidden, attention_mask, cache=None, offset=None) -> (B, T, H)`` (``cache``
+    from ``new_cache()``: one dict per decoder layer, filled by the first call and extended by the next),
+    ``logits(hidden) -> (..., V)`` and ``decoder_start_token_id``; ``forward(input_ids, attention_mask,
+    decoder_input_ids)`` returns the decoder's states.
     """
 
     capabilities: ClassVar[frozenset[str]] = frozenset()
@@ -89,10 +97,18 @@ class Backbone(nn.Module):
     def input_embeddings(self) -> nn.Embedding:
         raise NotImplementedError
 
+    @property
+    def decoder_start_token_id(self) -> int:
+        """Encoder-decoders: the first decoder input, and what targets are shifted right behind. The padding id by
+        default (T5's convention); a family that starts from <s> overrides it."""
+        return int(self.config.pad_token_id)
+
     def decoder(self, head):
         """What generation (``plm_toolkit/generation.py``) drives: prefill / step / reorder over a cache, with
-        ``head`` mapping (B, H) hidden states to (B, V) next-token scores. Causal and encoder-decoder families
-        implement it."""
+        ``head`` mapping (B, H) hidden states to (B, V) next-token scores. Causal families implement it; an
+        encoder-decoder serving the calls described above gets ``EncoderDecoderDecoder`` (``head``: its ``logits``)."""
+        if ENCODER_DECODER in self.capabilities:
+            return EncoderDecoderDecoder(self, head)
         raise ConfigError(f"model={self.config.name} is bidirectional: it cannot generate text")
 
     def num_parameters(self) -> int:

@@ -29,6 +29,7 @@ from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.registry import MODELS, OBJECTIVES
+from plm_toolkit.training.checkpoint import read_torch_weights
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -225,14 +226,7 @@ def read_weights(folder: Path) -> tuple[Path, dict[str, torch.Tensor]]:
             raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from error
     path = folder / TORCH_FILE
     if path.is_file():
-        try:
-            # weights_only: a pickle may run code; only plain tensors are accepted.
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as error:  # torch.load raises many kinds; all mean "unusable file"
-            raise CheckpointError(f"{path}: not a readable PyTorch weights file ({error})") from error
-        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-            raise CheckpointError(f"{path}: expected a dict of tensors (a state dict)")
-        return path, state
+        return path, read_torch_weights(path)
     raise CheckpointError(f"{folder}: no {SAFETENSORS_FILE} or {TORCH_FILE} found")
 
 

@@ -15,11 +15,14 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from tokenizers import Tokenizer
 from torch import nn
 
@@ -42,17 +45,34 @@ class LoadedBackbone:
 
 
 def import_hf_backbone(folder: Path) -> tuple[nn.Module, Path, HFImport]:
-    """The backbone of a local Hugging Face folder with its weights, its tokenizer file and the import."""
-    imported = import_hf(folder)
+    """The backbone of a local Hugging Face folder with its weights, its tokenizer file and the import. Values that
+    do not make a model (heads that do not divide the width, a word where a number belongs) are reported against
+    config.json."""
+    with _inconsistent(folder / "config.json"):
+        imported = import_hf(folder)
+        config = imported.model_config
+        OmegaConf.structured(config)  # checks every value against the config's types
+        model = registry.MODELS.get(config.name).builder(config)
     if imported.tokenizer_file is None:
         raise CheckpointError(
             f"{folder}: no tokenizer.json (a released XLNet folder may hold only spiece.model); save one with "
             "transformers' <Family>TokenizerFast(...).save_pretrained(folder)"
         )
-    config = imported.model_config
-    model = registry.MODELS.get(config.name).builder(config)
     model.load_state_dict(imported.model_state)
     return model, imported.tokenizer_file, imported
+
+
+@contextmanager
+def _inconsistent(path: Path):
+    """Errors that building a model from a saved config raises, as one CheckpointError naming that file."""
+    try:
+        yield
+    except (ConfigError, ValueError, TypeError, OmegaConfBaseException) as err:
+        if isinstance(err, CheckpointError):
+            raise
+        detail = " ".join(str(err).split("\n")[0].split())
+        key = getattr(err, "full_key", None)
+        raise CheckpointError(f"{path}: inconsistent config ({f'{key}: ' if key else ''}{detail})") from None
 
 
 def plm_checkpoint_dir(path: Path) -> Path | None:
@@ -68,7 +88,7 @@ def model_config_of(checkpoint_dir: Path):
     """The typed backbone config saved in a checkpoint's config.yaml."""
     load_all()
     path = checkpoint_dir / ckpt.CONFIG_FILE
-    saved = OmegaConf.load(path)
+    saved = read_config_yaml(path)
     section = saved.get("backbone") or saved.get("model")
     if section is None or "name" not in section:
         raise CheckpointError(f"{path}: no model section with a family name; is this a plm-train checkpoint?")
@@ -77,12 +97,30 @@ def model_config_of(checkpoint_dir: Path):
             f"{path}: model.name={section.name} is not a known family; known: {', '.join(registry.MODELS.names())}"
         )
     schema = OmegaConf.structured(registry.MODELS.get(section.name).config_cls)
-    return OmegaConf.to_object(OmegaConf.merge(schema, section))
+    with _inconsistent(path):
+        return OmegaConf.to_object(OmegaConf.merge(schema, section))
+
+
+def read_config_yaml(path: Path) -> DictConfig:
+    """A checkpoint's config.yaml; a file that is not a YAML mapping is named with its line and column."""
+    try:
+        saved = OmegaConf.load(path)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise CheckpointError(f"{path}{where}: not valid YAML ({problem})") from None
+    except OSError as err:
+        raise CheckpointError(f"{path}: unreadable ({err.strerror})") from None
+    if not isinstance(saved, DictConfig):
+        raise CheckpointError(f"{path}: expected a mapping with a model section; is this a plm-train checkpoint?")
+    return saved
 
 
 def load_plm_checkpoint(checkpoint_dir: Path) -> tuple[nn.Module, Path]:
     config = model_config_of(checkpoint_dir)
-    model = registry.MODELS.get(config.name).builder(config)
+    with _inconsistent(checkpoint_dir / ckpt.CONFIG_FILE):
+        model = registry.MODELS.get(config.name).builder(config)
     ckpt.load_weights(model, checkpoint_dir / ckpt.MODEL_FILE)
     tokenizer = checkpoint_dir / ckpt.TOKENIZER_FILE
     if not tokenizer.is_file():
@@ -148,7 +186,7 @@ def load_language_model(path: str | Path) -> LoadedLanguageModel:
     step_dir = plm_checkpoint_dir(path)
     if step_dir is not None:
         model, tokenizer_file = load_plm_checkpoint(step_dir)
-        saved = OmegaConf.load(step_dir / ckpt.CONFIG_FILE)
+        saved = read_config_yaml(step_dir / ckpt.CONFIG_FILE)
         section = saved.get("objective")
         name = section.name if section is not None and "name" in section else None
         objective_file = step_dir / ckpt.OBJECTIVE_FILE

@@ -25,6 +25,8 @@ def padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
     queries (True = may attend). None stays None: every position attends to every position."""
     if attention_mask is None:
         return None
+    if attention_mask.dim() == 4:  # already (B, 1, T, T): a packed batch's block-diagonal mask
+        return attention_mask
     return attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
 
 

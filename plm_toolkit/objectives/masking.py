@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from plm_toolkit.config.schema import choices
+from plm_toolkit.data.collate import target_positions
 from plm_toolkit.errors import ConfigError
 
 # Label of a position that is not a target; cross-entropy's default ignore_index.
@@ -201,7 +202,7 @@ class MaskingTransform:
             to_random = ~to_mask & (action < self.mask_token_prob + self.random_token_prob)
             corrupted[row, chosen[to_mask]] = self.mask_id
             corrupted[row, chosen[to_random]] = replacements[to_random]
-        return {**batch, "input_ids": corrupted, "mlm_labels": labels}
+        return {**batch, "input_ids": corrupted, "mlm_labels": labels, "mlm_positions": target_positions(labels)}
 
     def _choose_words(
         self, positions: list[int], ids: torch.Tensor, count: int, generator: torch.Generator

@@ -49,7 +49,13 @@ class MlmConfig:
 
 def encode(model: nn.Module, batch: dict[str, torch.Tensor]) -> Representations:
     """Run the backbone on a batch's model inputs (token types only when the batch has them)."""
-    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    # A packed batch (hardware.unpad) brings its block-diagonal mask and per-sequence positions.
+    inputs = {
+        "input_ids": batch["input_ids"],
+        "attention_mask": batch.get("packed_attention_mask", batch["attention_mask"]),
+    }
+    if "position_ids" in batch:
+        inputs["position_ids"] = batch["position_ids"]
     if "token_type_ids" in batch:
         inputs["token_type_ids"] = batch["token_type_ids"]
     return model(**inputs)
@@ -99,10 +105,17 @@ class MaskedLanguageModeling(Objective):
     def loss_from(self, reps: Representations, batch: dict[str, torch.Tensor], model: nn.Module) -> ObjectiveOutput:
         """The loss over representations already computed (``MlmNsp`` shares one backbone pass with NSP)."""
         labels = batch["mlm_labels"]
-        targets = labels != IGNORE_INDEX  # (B, T)
-        hidden = reps.hidden[targets]  # (N, H): only the N target positions reach the vocabulary projection
-        gold = labels[targets]  # (N,)
-        logits = self.head(hidden, model.input_embeddings.weight)  # (N, V)
-        loss_sum = F.cross_entropy(logits, gold, reduction="sum")
-        correct = (logits.detach().argmax(dim=-1) == gold).sum()
+        positions = batch.get("mlm_positions")  # (B, P) each row's targets, padded with T (masking transform)
+        if positions is None:
+            targets = labels != IGNORE_INDEX  # (B, T)
+            hidden = reps.hidden[targets]  # (N, H): only the N target positions reach the vocabulary projection
+            gold = labels[targets]  # (N,)
+        else:
+            width = reps.hidden.shape[-1]
+            gold = F.pad(labels, (0, 1), value=IGNORE_INDEX).gather(1, positions).flatten()  # (B*P,), pads ignored
+            index = positions.clamp(max=labels.shape[1] - 1)[:, :, None].expand(-1, -1, width)  # (B, P, H)
+            hidden = reps.hidden.gather(1, index).flatten(0, 1)  # (B*P, H)
+        logits = self.head(hidden, model.input_embeddings.weight)  # (N or B*P, V)
+        loss_sum = F.cross_entropy(logits, gold, reduction="sum", ignore_index=IGNORE_INDEX)
+        correct = ((logits.detach().argmax(dim=-1) == gold) & (gold != IGNORE_INDEX)).sum()
         return ObjectiveOutput(loss_sums={"mlm": loss_sum}, metrics={"mlm_correct": correct})

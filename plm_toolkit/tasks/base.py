@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,7 +21,6 @@ from torch import nn
 
 from plm_toolkit.data.template import Template, template_of  # noqa: F401  (the tasks' import path)
 from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import Representations
 from plm_toolkit.objectives.base import Objective
 
@@ -124,8 +124,18 @@ class Task(Objective):
     def prepare_data(cls, config, data_cfg, tokenizer: Tokenizer, vocab: Vocab) -> TaskData:
         raise NotImplementedError
 
+    @classmethod
+    def file_problems(cls, config, data_cfg) -> list[str]:
+        """The data files that are not there, one message each (validation calls it before any work)."""
+        keys = ("train_file", "validation_file")
+        return [f"data.{k}: {data_cfg[k]} is not a file" for k in keys if data_cfg[k] and not _is_file(data_cfg[k])]
+
     def collator(self) -> PadCollator:
         return PadCollator(self.vocab.padding_id)
+
+
+def _is_file(path: str) -> bool:
+    return Path(path).expanduser().is_file()
 
 
 def limit(items: list, max_items: int | None, what: str) -> list:
@@ -134,8 +144,3 @@ def limit(items: list, max_items: int | None, what: str) -> list:
         log.info("using %d of %d %s", max_items, len(items), what)
         return items[:max_items]
     return items
-
-
-def require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ConfigError(message)

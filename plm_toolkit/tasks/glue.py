@@ -22,6 +22,7 @@ from torch import nn
 
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError, DataError
+from plm_toolkit.objectives.base import ObjectiveOutput
 from plm_toolkit.registry import TASKS
 from plm_toolkit.tasks.base import Task, TaskData, encode, limit, summary_vector
 from plm_toolkit.tasks.heads import LinearHead
@@ -51,6 +52,11 @@ class ClassificationConfig:
     header: bool = True
     # Dropout before the head; null takes the backbone's hidden dropout.
     dropout: float | None = None
+    # Encoder-decoder backbones (T5's text-to-text form): how a row is written as the input text, {text} and {pair}
+    # standing for the two columns; empty: the text, then the pair after a space.
+    input_template: str = ""
+    # Encoder-decoder backbones: the word generated for each label, in task.labels order; empty: the label names.
+    label_words: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -99,26 +105,25 @@ def _column(spec: str, names: list[str] | None, path: Path, key: str, keys: bool
     raise DataError(f"{path}:1: no column {spec!r} (task.{key}); the columns are {', '.join(map(str, names))}")
 
 
-def read_rows(path: str | Path, config: ClassificationConfig) -> list[Row]:
-    """The rows of a classification file; a missing column or a short line is a DataError naming file:line."""
+def read_columns(path: str | Path, specs: dict[str, str], header: bool = True) -> list[tuple[int, dict[str, str]]]:
+    """(line number, {key: value}) for every row of a TSV, CSV or JSONL file, reading the columns that ``specs``
+    names (config key -> column spec, see ``ClassificationConfig.text_column``); a missing column or a short line
+    is a DataError naming file:line and the config key."""
     path = Path(path)
-    rows = _rows(path)
-    specs = {"text_column": config.text_column, "label_column": config.label_column}
-    if config.text_pair_column:
-        specs["text_pair_column"] = config.text_pair_column
-    out: list[Row] = []
+    out: list[tuple[int, dict[str, str]]] = []
     where: dict[str, Any] | None = None
     width = 0
-    for number, fields in rows:
+    for number, fields in _rows(path):
         if where is None:
             if isinstance(fields, dict):
                 where = {k: _column(s, list(fields), path, k, keys=True) for k, s in specs.items()}
-            elif config.header:
+            elif header:
                 where = {k: _column(s, fields, path, k) for k, s in specs.items()}
                 width = len(fields)
                 continue
             else:
                 where = {k: _column(s, None, path, k) for k, s in specs.items()}
+                width = len(fields)
         if isinstance(fields, dict):
             missing = [str(where[k]) for k in specs if where[k] not in fields]
             if missing:
@@ -130,11 +135,28 @@ def read_rows(path: str | Path, config: ClassificationConfig) -> list[Row]:
                 raise DataError(
                     f"{path}:{number}: {len(fields)} field(s), expected {needed} (a missing column or a stray tab)"
                 )
+            if len(fields) > width:
+                # The extra fields would be dropped unseen; usually a tab inside a text.
+                what = "the header's" if header else "the first line's"
+                raise DataError(
+                    f"{path}:{number}: {len(fields)} fields, more than {what} {width} (a tab inside a text?)"
+                )
             values = {k: fields[where[k]] for k in specs}
-        out.append(Row(number, values["text_column"], values.get("text_pair_column"), values["label_column"]))
+        out.append((number, values))
     if not out:
         raise DataError(f"{path}: no rows")
     return out
+
+
+def read_rows(path: str | Path, config: ClassificationConfig) -> list[Row]:
+    """The rows of a classification file; a missing column or a short line is a DataError naming file:line."""
+    specs = {"text_column": config.text_column, "label_column": config.label_column}
+    if config.text_pair_column:
+        specs["text_pair_column"] = config.text_pair_column
+    return [
+        Row(number, values["text_column"], values.get("text_pair_column"), values["label_column"])
+        for number, values in read_columns(path, specs, config.header)
+    ]
 
 
 def _targets(rows: list[Row], labels: list[str], regression: bool, path) -> list:
@@ -213,9 +235,7 @@ class SequenceClassification(Task):
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
         return {"task": int(batch["labels"].shape[0])}
 
-    def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]):
-        from plm_toolkit.objectives.base import ObjectiveOutput
-
+    def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
         reps = encode(model, batch)
         logits = self.head(summary_vector(model, reps, batch["attention_mask"])).float()  # (B, C)
         gold = batch["labels"]  # (B,)

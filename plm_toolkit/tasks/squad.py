@@ -9,8 +9,8 @@ end at the summary token. A span head scores every token as start (S.T_i) and en
 best valid span (end after start, at most ``max_answer_length`` tokens, start in the window where it has the most
 context) over all windows and maps it back to the original context text through the offsets. SQuAD 2.0 predicts
 no answer when s_null = S.C + E.C (smallest over the windows) exceeds the best span score by more than tau
-(``null_score_diff_threshold``); ``null_odds.json`` holds s_null - best span score for the official script's
-threshold search.
+(``null_score_diff_threshold``); ``null_odds.json`` holds s_null - best span score - tau, so that the official
+script rescoring ``predictions.json`` with it gives the numbers of ``eval_results.json``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from plm_toolkit.objectives.base import ObjectiveOutput
 from plm_toolkit.registry import TASKS
 from plm_toolkit.tasks.base import Task, TaskData, Template, encode, limit, template_of
 from plm_toolkit.tasks.heads import SpanHead
-from plm_toolkit.tasks.squad_metric import squad_evaluate
+from plm_toolkit.tasks.squad_metric import span_threshold_search, squad_evaluate
 
 log = logging.getLogger("plm_toolkit")
 
@@ -97,8 +97,12 @@ def _get(node, key: str, kind: type, path: Path, where: str):
     return value
 
 
-def read_squad(path: str | Path) -> tuple[list[SquadExample], list[str]]:
-    """Questions and distinct contexts of an official SQuAD JSON file (v1.1 or v2.0)."""
+def read_squad(path: str | Path, training: bool = False) -> tuple[list[SquadExample], list[str]]:
+    """Questions and distinct contexts of an official SQuAD JSON file (v1.1 or v2.0).
+
+    A question marked ``is_impossible: false`` without answers contradicts itself: a training file is refused
+    (naming its id); an evaluation file keeps it as unanswerable, as the official script scores it, and counts it.
+    """
     path = Path(path)
     try:
         with open(path, encoding="utf-8") as handle:
@@ -107,7 +111,7 @@ def read_squad(path: str | Path) -> tuple[list[SquadExample], list[str]]:
         raise DataError(f"{path}:{err.lineno}:{err.colno}: not valid JSON ({err.msg})") from None
     except (OSError, UnicodeDecodeError) as err:
         raise DataError(f"{path}: unreadable ({err})") from None
-    examples, contexts = [], []
+    examples, contexts, contradictions = [], [], []
     for i, article in enumerate(_get(dataset, "data", list, path, "top level")):
         for j, paragraph in enumerate(_get(article, "paragraphs", list, path, f"data[{i}]")):
             where_p = f"data[{i}].paragraphs[{j}]"
@@ -119,9 +123,17 @@ def read_squad(path: str | Path) -> tuple[list[SquadExample], list[str]]:
                     text = _get(answer, "text", str, path, f"{where}.answers[{n}]")
                     answers.append((text, _get(answer, "answer_start", int, path, f"{where}.answers[{n}]")))
                 impossible = bool(qa.get("is_impossible", False))
+                qid = str(_get(qa, "id", (str, int), path, where))
+                if qa.get("is_impossible") is False and not answers:
+                    if training:
+                        raise DataError(
+                            f"{path}: {where} (id={qid}): is_impossible is false but there are no answers; give its "
+                            "answer or set is_impossible: true"
+                        )
+                    contradictions.append(f"{where} id={qid}")
                 examples.append(
                     SquadExample(
-                        str(_get(qa, "id", (str, int), path, where)),
+                        qid,
                         _get(qa, "question", str, path, where),
                         len(contexts) - 1,
                         [] if impossible else answers,
@@ -131,6 +143,13 @@ def read_squad(path: str | Path) -> tuple[list[SquadExample], list[str]]:
                 )
     if not examples:
         raise DataError(f"{path}: no questions")
+    if contradictions:
+        log.warning(
+            "%s: %d question(s) with is_impossible: false but no answers, scored as unanswerable (first: %s)",
+            path,
+            len(contradictions),
+            contradictions[0],
+        )
     return examples, contexts
 
 
@@ -226,6 +245,12 @@ def build_features(
                     Window(index, starts["B"], first, length, cls, (best[first : first + length] == w).tolist())
                 )
             features.append(feature)
+    if training and not features:
+        first = f" (first: {skipped[0].where} id={skipped[0].qid})" if skipped else ""
+        raise DataError(
+            f"no usable training examples in {source} ({len(skipped)} skipped: answer_start does not match the "
+            f"answer text{first})"
+        )
     if skipped:
         log.warning(
             "%s: %d question(s) whose answer_start does not match the answer text%s (first: %s id=%s)",
@@ -293,7 +318,7 @@ class QuestionAnswering(Task):
 
     @classmethod
     def prepare_data(cls, config: SquadConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab) -> TaskData:
-        examples, contexts = read_squad(data_cfg.train_file)
+        examples, contexts = read_squad(data_cfg.train_file, training=True)
         examples = limit(examples, data_cfg.max_train_samples, "training questions")
         train, _, _ = build_features(
             examples, contexts, tokenizer, vocab, config, data_cfg.max_seq_len, True, data_cfg.train_file
@@ -346,20 +371,26 @@ class QuestionAnswering(Task):
         for position, feature in enumerate(rows):
             by_example.setdefault(info.windows[feature].example, []).append(position)
         windows = [info.windows[f] for f in rows]
-        predictions, spans, null_odds = {}, {}, {}
+        predictions, spans, odds_of, null_odds = {}, {}, {}, {}
+        tau = self.config.null_score_diff_threshold
         for example_index, feature_rows in by_example.items():
             example = info.examples[example_index]
             context, offsets = info.contexts[example.context], info.offsets[example.context]
             text, odds = decode(start, end, windows, feature_rows, context, offsets, self.config)
             spans[example.qid] = predictions[example.qid] = text
             if self.config.version_2_with_negative:
+                predictions[example.qid] = "" if odds > tau else text
                 # JSON has no infinity: a question without any valid span gets a large finite score.
-                null_odds[example.qid] = min(odds, 1e6)
-                predictions[example.qid] = "" if odds > self.config.null_score_diff_threshold else text
+                odds_of[example.qid] = min(odds, 1e6)
+                # Released as s_null - best span score - tau: positive exactly where "no answer" was predicted, so
+                # the official script (threshold 1.0) rescoring predictions.json with it agrees with this run.
+                null_odds[example.qid] = min(odds - tau, 1e6)
         golds = {e.qid: [a for a, _ in e.answers] for e in info.examples}
         self.artifacts = {"predictions.json": predictions}
         if self.config.version_2_with_negative:
-            metrics = squad_evaluate(golds, predictions, null_odds, span_predictions=spans)
+            # The official keys are the official script's on the files written beside them; the search over every
+            # question's best span (which may answer more than tau did) is reported under span_best_*.
+            metrics = squad_evaluate(golds, predictions, null_odds) | span_threshold_search(golds, spans, odds_of)
             self.artifacts.update({"null_odds.json": null_odds, "span_predictions.json": spans})
         else:
             metrics = squad_evaluate(golds, predictions)

@@ -4,7 +4,8 @@ Answers are normalised (lower-cased, punctuation and the articles a/an/the remov
 exact match and token F1 take the maximum over the gold answers; an unanswerable question's only gold answer is
 the empty string. With no-answer scores (``null_odds``: higher means more likely unanswerable) the script also
 predicts "no answer" wherever the score exceeds ``na_prob_thresh`` (1.0 by default) and searches the threshold
-that maximises each score (best_exact, best_f1). Questions without a prediction are left out, as the script does.
+that maximises each score (best_exact, best_f1). Every question of the data file is scored: one without a
+prediction counts as wrong (the official script stops with a KeyError there), and the command says how many.
 
     python -m plm_toolkit.tasks.squad_metric dev-v2.0.json predictions.json --na-prob-file null_odds.json
 """
@@ -14,8 +15,12 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import re
 import string
+import sys
+
+from plm_toolkit.errors import DataError
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = set(string.punctuation)
@@ -47,10 +52,12 @@ def f1_score(gold: str, prediction: str) -> float:
 
 
 def raw_scores(golds: dict[str, list[str]], predictions: dict[str, str]) -> tuple[dict, dict]:
-    """Per question: max exact and max F1 over its gold answers (those that normalise to nothing are dropped)."""
+    """Per question: max exact and max F1 over its gold answers (those that normalise to nothing are dropped). A
+    question without a prediction scores 0, whether it has an answer or not."""
     exact, f1 = {}, {}
     for qid, answers in golds.items():
         if qid not in predictions:
+            exact[qid] = f1[qid] = 0.0
             continue
         kept = [a for a in answers if normalize_answer(a)] or [""]
         exact[qid] = max(exact_score(a, predictions[qid]) for a in kept)
@@ -58,8 +65,12 @@ def raw_scores(golds: dict[str, list[str]], predictions: dict[str, str]) -> tupl
     return exact, f1
 
 
-def apply_threshold(scores: dict, null_odds: dict, has_answer: dict, threshold: float) -> dict:
-    return {qid: float(not has_answer[qid]) if null_odds[qid] > threshold else s for qid, s in scores.items()}
+def apply_threshold(scores: dict, null_odds: dict, has_answer: dict, threshold: float, predicted: dict) -> dict:
+    """Score "no answer" where the null odds exceed the threshold (never for a question without a prediction)."""
+    return {
+        qid: float(not has_answer[qid]) if null_odds.get(qid, -math.inf) > threshold and qid in predicted else s
+        for qid, s in scores.items()
+    }
 
 
 def _averages(exact: dict, f1: dict, qids: list[str]) -> dict:
@@ -72,8 +83,9 @@ def _averages(exact: dict, f1: dict, qids: list[str]) -> dict:
 
 def best_threshold(predictions: dict, scores: dict, null_odds: dict, has_answer: dict) -> tuple[float, float]:
     """Sweep the threshold over the sorted no-answer scores: start from "everything unanswerable" and let each
-    question in turn be answered; keep the best total (the official find_best_thresh)."""
-    current = best = sum(1 for q in scores if not has_answer[q])
+    question in turn be answered; keep the best total (the official find_best_thresh). A question without a
+    prediction is never right."""
+    current = best = sum(1 for q in scores if not has_answer[q] and q in predictions)
     threshold = 0.0
     for qid in sorted(null_odds, key=lambda q: null_odds[q]):
         if qid not in scores:
@@ -92,44 +104,55 @@ def squad_evaluate(
     predictions: dict[str, str],
     null_odds: dict[str, float] | None = None,
     na_prob_thresh: float = 1.0,
-    span_predictions: dict[str, str] | None = None,
 ) -> dict[str, float]:
     """The official v2.0 result dict: exact, f1, total, HasAns_*, NoAns_* and, with null_odds, best_*.
 
-    ``golds`` maps each question id to its gold answer texts (empty for an unanswerable question). The threshold
-    search runs on ``span_predictions`` when given (the best non-null span of every question): the official
-    search only lets questions with a non-empty prediction be answered, so over predictions already thresholded
-    at tau = 0 it could only lower tau; over the spans it finds the best tau in both directions. Running the
-    official script on the span predictions gives the same best_* values.
+    ``golds`` maps each question id to its gold answer texts (empty for an unanswerable question); every one is
+    scored, and one without a prediction counts as wrong.
     """
     has_answer = {qid: bool(answers) for qid, answers in golds.items()}
     exact_raw, f1_raw = raw_scores(golds, predictions)
     if not exact_raw:
         return {"exact": 0.0, "f1": 0.0, "total": 0}
     odds = null_odds if null_odds is not None else {qid: 0.0 for qid in predictions}
-    exact = apply_threshold(exact_raw, odds, has_answer, na_prob_thresh)
-    f1 = apply_threshold(f1_raw, odds, has_answer, na_prob_thresh)
+    exact = apply_threshold(exact_raw, odds, has_answer, na_prob_thresh, predictions)
+    f1 = apply_threshold(f1_raw, odds, has_answer, na_prob_thresh, predictions)
     result = _averages(exact, f1, list(exact))
     for prefix, wanted in (("HasAns", True), ("NoAns", False)):
         qids = [q for q in exact if has_answer[q] == wanted]
         if qids:
             result.update({f"{prefix}_{k}": v for k, v in _averages(exact, f1, qids).items()})
     if null_odds is not None:
-        spans = predictions if span_predictions is None else span_predictions
-        exact_spans, f1_spans = (exact_raw, f1_raw) if span_predictions is None else raw_scores(golds, spans)
-        result["best_exact"], result["best_exact_thresh"] = best_threshold(spans, exact_spans, odds, has_answer)
-        result["best_f1"], result["best_f1_thresh"] = best_threshold(spans, f1_spans, odds, has_answer)
+        result["best_exact"], result["best_exact_thresh"] = best_threshold(predictions, exact_raw, odds, has_answer)
+        result["best_f1"], result["best_f1_thresh"] = best_threshold(predictions, f1_raw, odds, has_answer)
     return result
 
 
-def golds_of(dataset: dict) -> dict[str, list[str]]:
-    """Question id -> gold answer texts of an official SQuAD JSON (already parsed)."""
+def span_threshold_search(golds: dict[str, list[str]], spans: dict[str, str], null_odds: dict[str, float]) -> dict:
+    """The best-threshold search over every question's best non-null span (``span_best_*``; the thresholds are
+    values of tau, ``task.null_score_diff_threshold``). The official search runs over predictions already
+    thresholded, where an unanswered question can never be answered, so it can only lower tau; over the spans it
+    finds the best tau in both directions. The official script on the spans and these null odds gives the same."""
+    has_answer = {qid: bool(answers) for qid, answers in golds.items()}
+    exact, f1 = raw_scores(golds, spans)
+    best_exact, exact_thresh = best_threshold(spans, exact, null_odds, has_answer)
+    best_f1, f1_thresh = best_threshold(spans, f1, null_odds, has_answer)
     return {
-        qa["id"]: [a["text"] for a in qa["answers"]]
-        for article in dataset["data"]
-        for paragraph in article["paragraphs"]
-        for qa in paragraph["qas"]
+        "span_best_exact": best_exact,
+        "span_best_exact_thresh": exact_thresh,
+        "span_best_f1": best_f1,
+        "span_best_f1_thresh": f1_thresh,
     }
+
+
+def _read_json(path: str, what: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as err:
+        raise DataError(f"{path}:{err.lineno}:{err.colno}: not valid JSON ({err.msg}); expected {what}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"{path}: unreadable ({err}); expected {what}") from None
 
 
 def main() -> None:
@@ -139,14 +162,25 @@ def main() -> None:
     parser.add_argument("--na-prob-file")
     parser.add_argument("--na-prob-thresh", type=float, default=1.0)
     args = parser.parse_args()
-    with open(args.data_file, encoding="utf-8") as f:
-        golds = golds_of(json.load(f))
-    with open(args.pred_file, encoding="utf-8") as f:
-        predictions = json.load(f)
-    odds = None
-    if args.na_prob_file:
-        with open(args.na_prob_file, encoding="utf-8") as f:
-            odds = json.load(f)
+    from plm_toolkit.tasks.squad import read_squad  # the reader and its messages, without a cycle at import
+
+    try:
+        examples, _ = read_squad(args.data_file)
+        golds = {e.qid: [text for text, _ in e.answers] for e in examples}
+        predictions = _read_json(args.pred_file, "question id -> answer text")
+        odds = _read_json(args.na_prob_file, "question id -> no-answer score") if args.na_prob_file else None
+        if not isinstance(predictions, dict) or (odds is not None and not isinstance(odds, dict)):
+            raise DataError(f"{args.pred_file}: expected one JSON object: question id -> answer text")
+    except DataError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
+    missing = [qid for qid in golds if qid not in predictions]
+    if missing:
+        print(
+            f"{len(missing)} of {len(golds)} questions have no prediction in {args.pred_file}, scored as wrong "
+            f"(first: {missing[0]})",
+            file=sys.stderr,
+        )
     print(json.dumps(squad_evaluate(golds, predictions, odds, args.na_prob_thresh), indent=2))
 
 

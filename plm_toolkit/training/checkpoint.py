@@ -5,6 +5,8 @@ Layout of ``<run dir>/checkpoints/step_N/``:
   objective.safetensors  objective parameters (LM/NSP heads, ELECTRA's generator, ...)
   config.yaml            the resolved run config
   tokenizer.json         the tokenizer the run used
+  sharded/               instead of the two weight files in a sharded (FSDP) run: model, objective and optimizer
+                         state written by every rank with torch.distributed.checkpoint (training/sharded.py)
   trainer_state.pt       optimizer, scheduler, loss scaler, RNG states, data position (tensors and plain
                          Python values only, read back with ``torch.load(weights_only=True)``); written last, so
                          its presence marks a complete checkpoint
@@ -15,7 +17,9 @@ so a crash at any moment leaves the previous checkpoints intact.
 from __future__ import annotations
 
 import os
+import pickle
 import random
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +38,8 @@ CONFIG_FILE = "config.yaml"
 TOKENIZER_FILE = "tokenizer.json"
 STATE_FILE = "trainer_state.pt"
 TMP_PREFIX = ".tmp-"
+# A sharded (FSDP) run's weights and optimizer state: a torch.distributed.checkpoint folder, one file per rank.
+SHARDED_DIR = "sharded"
 
 
 def _fsync(path: Path) -> None:
@@ -46,8 +52,12 @@ def _fsync(path: Path) -> None:
 
 def unique_state(module: nn.Module) -> dict[str, torch.Tensor]:
     """state_dict without second names for one storage (tied weights), contiguous, as safetensors requires."""
+    return unique_tensors(module.state_dict())
+
+
+def unique_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     out, seen = {}, set()
-    for name, tensor in module.state_dict().items():
+    for name, tensor in state.items():
         key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
         if tensor.numel() and key in seen:
             continue
@@ -62,11 +72,39 @@ def save_weights(module: nn.Module, path: Path) -> None:
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
     if not path.is_file():
+        if is_sharded(path.parent):
+            raise CheckpointError(
+                f"{path}: not found; {path.parent} is a sharded (FSDP) checkpoint: write its {path.name} with "
+                f"`python -m plm_toolkit.training.sharded {path.parent}`"
+            )
         raise CheckpointError(f"{path}: weights file not found")
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
         raise CheckpointError(f"{path}: not a readable safetensors file ({err})") from err
+
+
+def read_torch_weights(path: Path) -> dict[str, torch.Tensor]:
+    """A ``pytorch_model.bin`` state dict, read with ``weights_only=True``: plain tensors only, never unpickled
+    objects (a pickle can run code). A refusal is one line, without torch's advice to switch that off."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
+        if found:
+            raise CheckpointError(
+                f"{path}: refused: besides tensors this pickle holds {found.group(1)}, and unpickling it could run "
+                "code; use a model.safetensors of these weights, or convert the file where you trust it and may run "
+                "it (a throwaway container: transformers' save_pretrained(folder, safe_serialization=True))"
+            ) from None
+        detail = re.search(r"WeightsUnpickler error:\s*([^\n]+)", str(err))
+        reason = detail.group(1).strip() if detail else "not a PyTorch zip or pickle file"
+        raise CheckpointError(f"{path}: not a readable PyTorch weights file ({reason})") from None
+    except Exception as error:  # torch.load raises many kinds; all mean "unusable file"
+        raise CheckpointError(f"{path}: not a readable PyTorch weights file ({error})") from error
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path}: expected a dict of tensors (a state dict)")
+    return state
 
 
 def load_weights(module: nn.Module, path: Path, strict: bool = True) -> None:
@@ -120,9 +158,9 @@ def _tuplify(x):
 class Checkpoint:
     path: Path
 
-    @property
     def step(self) -> int:
-        return int(self.path.resolve().name.removeprefix("step_"))
+        """The optimizer step it was saved at, read from the training state: a copied or renamed folder keeps it."""
+        return int(self.trainer_state()["step"])
 
     def trainer_state(self) -> dict:
         try:
@@ -131,35 +169,36 @@ class Checkpoint:
             raise CheckpointError(f"{self.path / STATE_FILE}: not a readable training state ({err})") from err
 
 
+def is_sharded(path: Path) -> bool:
+    return (path / SHARDED_DIR / ".metadata").is_file()
+
+
 def is_complete(path: Path) -> bool:
-    return all((path / name).is_file() for name in (MODEL_FILE, STATE_FILE))
+    return (path / STATE_FILE).is_file() and ((path / MODEL_FILE).is_file() or is_sharded(path))
 
 
-def save_checkpoint(
-    run_dir: Path,
-    step: int,
-    model: nn.Module,
-    objective: nn.Module,
-    trainer_state: dict,
-    config_yaml: str,
-    tokenizer_json: str | None,
-    keep_last: int,
-) -> Path:
-    """Write ``checkpoints/step_<step>`` atomically, point ``last`` at it and prune old ones."""
-    root = run_dir / "checkpoints"
+def temporary_directory(root: Path, step: int, tag: int | None = None) -> Path:
+    """A fresh ``.tmp-step_N-<tag>`` directory under ``root`` to write a checkpoint into before ``publish``."""
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{step}"
-    tmp = root / f"{TMP_PREFIX}step_{step}-{os.getpid()}"
+    tmp = root / f"{TMP_PREFIX}step_{step}-{os.getpid() if tag is None else tag}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    save_weights(model, tmp / MODEL_FILE)
-    save_weights(objective, tmp / OBJECTIVE_FILE)
+    return tmp
+
+
+def write_common_files(tmp: Path, trainer_state: dict, config_yaml: str, tokenizer_json: str | None) -> None:
+    """The files every checkpoint has beside its weights; the training state last, as the mark of completeness."""
     (tmp / CONFIG_FILE).write_text(config_yaml)
     if tokenizer_json is not None:
         (tmp / TOKENIZER_FILE).write_text(tokenizer_json)
     torch.save(trainer_state, tmp / STATE_FILE)
+
+
+def publish(root: Path, tmp: Path, step: int, keep_last: int) -> Path:
+    """Make the written ``tmp`` the checkpoint ``step_<step>`` in one rename, point ``last`` at it, prune."""
     for f in tmp.iterdir():
         _fsync(f)
+    final = root / f"step_{step}"
     if final.exists():  # the same step saved again (e.g. a rerun): move the old copy aside first
         old = root / f"{TMP_PREFIX}old-step_{step}-{os.getpid()}"
         os.rename(final, old)
@@ -175,6 +214,25 @@ def save_checkpoint(
     _fsync(root)
     prune(root, keep_last)
     return final
+
+
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: nn.Module,
+    objective: nn.Module,
+    trainer_state: dict,
+    config_yaml: str,
+    tokenizer_json: str | None,
+    keep_last: int,
+) -> Path:
+    """Write ``checkpoints/step_<step>`` atomically, point ``last`` at it and prune old ones."""
+    root = run_dir / "checkpoints"
+    tmp = temporary_directory(root, step)
+    save_weights(model, tmp / MODEL_FILE)
+    save_weights(objective, tmp / OBJECTIVE_FILE)
+    write_common_files(tmp, trainer_state, config_yaml, tokenizer_json)
+    return publish(root, tmp, step, keep_last)
 
 
 def list_checkpoints(root: Path) -> list[Path]:

@@ -1,12 +1,22 @@
-"""Process groups for data parallelism. Only the training code reads these; models never do."""
+"""Process groups for data parallelism. Only the training code reads these; models never do.
+
+A run joins a process group when a launcher started it: torchrun (RANK / WORLD_SIZE / MASTER_ADDR in the
+environment), or a submitit task (``hydra/launcher=submitit_slurm`` or ``submitit_local``), whose rank and peers
+``submitit.helpers.TorchDistributedEnvironment`` turns into the same variables. On CUDA the group gets two
+backends: NCCL for tensors on the GPU and gloo for the small CPU collectives of the loop (target counts, stop
+flags, object gathers), which NCCL cannot carry.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+log = logging.getLogger("plm_toolkit")
 
 
 @dataclass(frozen=True)
@@ -24,17 +34,48 @@ class ProcessInfo:
         return self.world_size > 1
 
 
+def adopt_submitit_environment() -> bool:
+    """Inside a submitit task that no other launcher set up, export its rank, world size and master address as
+    torchrun's variables (``TorchDistributedEnvironment``); True when it did."""
+    if os.environ.get("SUBMITIT_EXECUTOR") not in ("slurm", "local") or "RANK" in os.environ:
+        return False
+    from submitit.helpers import TorchDistributedEnvironment
+
+    # Every task derives the same master port from the job id (or takes MASTER_PORT when set).
+    env = TorchDistributedEnvironment()
+    env.export(set_cuda_visible_devices=False, overwrite=True)
+    log.info("submitit task %d of %d (master %s:%s)", env.rank, env.world_size, env.master_addr, env.master_port)
+    return True
+
+
 def launched_world_size() -> int:
-    """Number of processes torchrun started (1 when not launched by torchrun)."""
+    """Number of processes the launcher started (1 when not launched by torchrun or submitit)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def launched() -> bool:
+    """Whether a launcher (torchrun, or submitit through ``adopt_submitit_environment``) set up a rendezvous."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def group_backend(backend: str) -> str:
+    """The backend string for ``init_process_group``: NCCL for CUDA tensors plus gloo for CPU tensors."""
+    return "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
+
+
 def init_process_group(backend: str) -> ProcessInfo:
-    """Join the group torchrun set up (RANK/WORLD_SIZE/MASTER_ADDR in the environment)."""
+    """Join the group the launcher set up (RANK/WORLD_SIZE/MASTER_ADDR in the environment). Without a launcher,
+    a one-process group on an in-memory store (FSDP on a single process)."""
+    if not launched():
+        if not dist.is_initialized():
+            dist.init_process_group(group_backend(backend), store=dist.HashStore(), rank=0, world_size=1)
+        return ProcessInfo(0, 1, 0)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend, rank=rank, world_size=world)
+        if backend == "nccl":
+            torch.cuda.set_device(local_rank)
+        dist.init_process_group(backend=group_backend(backend), rank=rank, world_size=world)
     return ProcessInfo(rank, world, local_rank)
 
 
@@ -50,6 +91,12 @@ def destroy_process_group(wait_for_peers: bool = False) -> None:
 def all_reduce_sum(values: torch.Tensor, info: ProcessInfo) -> torch.Tensor:
     if info.distributed:
         dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    return values
+
+
+def all_reduce_max(values: torch.Tensor, info: ProcessInfo) -> torch.Tensor:
+    if info.distributed:
+        dist.all_reduce(values, op=dist.ReduceOp.MAX)
     return values
 
 

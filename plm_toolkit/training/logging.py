@@ -53,15 +53,24 @@ class MetricsWriter:
 
 
 class ProgressBar:
-    def __init__(self, total: int, initial: int, enabled: bool):
-        self.bar = tqdm(total=total, initial=initial, disable=not enabled, dynamic_ncols=True, desc="train")
+    """Steps done of the run with tqdm's rate and ETA, and the epoch (of ``epochs`` when the run counts in them)."""
+
+    def __init__(self, total: int, initial: int, epochs: float | None, enabled: bool):
+        self.bar = tqdm(total=total, initial=initial, disable=not enabled, dynamic_ncols=True, desc="train steps")
+        self.epochs = epochs
 
     def update(self, n: int = 1) -> None:
         self.bar.update(n)
 
     def show(self, record: dict) -> None:
+        epoch = f"{record['epoch']:.2f}" + (f"/{self.epochs:g}" if self.epochs else "")
+        extra = {"mfu": f"{record['mfu']:.1%}"} if "mfu" in record else {}
         self.bar.set_postfix(
-            loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}", tok_s=f"{record['tokens_per_s']:.0f}"
+            epoch=epoch,
+            loss=f"{record['loss']:.4f}",
+            lr=f"{record['lr']:.2e}",
+            tok_s=f"{record['tokens_per_s']:.0f}",
+            **extra,
         )
 
     def write(self, text: str) -> None:

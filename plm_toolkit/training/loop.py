@@ -1,6 +1,9 @@
 """The training loop. It knows nothing about model families or objectives: it moves batches to the device, runs
 autocast, asks the objective for loss sums, normalises them by the global target count of the accumulation window,
 steps, logs, evaluates and checkpoints.
+
+A step reads nothing back from the device: loss sums, metrics and the gradient norm stay there until the next
+log line or checkpoint (``window.settle``), so the host can queue the next step while the device works.
 """
 
 from __future__ import annotations
@@ -10,28 +13,42 @@ import logging
 import math
 import time
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
+from plm_toolkit.data.collate import PackingTransform
 from plm_toolkit.data.loader import BatchLayout, MicroBatches, eval_loader, micro_batch_loader, mix_seed
 from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.errors import TrainingError
 from plm_toolkit.objectives.base import Objective, ObjectiveOutput, normalized_loss
 from plm_toolkit.training import checkpoint as ckpt
-from plm_toolkit.training.distributed import all_gather_objects, all_reduce_sum, barrier
+from plm_toolkit.training.distributed import all_gather_objects, all_reduce_max, barrier
+from plm_toolkit.training.flops import ModelFlops, peak_tflops
 from plm_toolkit.training.logging import MetricsWriter, ProgressBar
 from plm_toolkit.training.optim import build_optimizer, build_scheduler
+from plm_toolkit.training.parallel import prepare_module
 from plm_toolkit.training.precision import LossScaler, Runtime
+from plm_toolkit.training.preemption import Preempted, StopSignals, TrainingClock
+from plm_toolkit.training.state import restore_state, save_state
+from plm_toolkit.training.window import StepStats, Window, reduce_window, settle
 
 log = logging.getLogger("plm_toolkit")
 
+# Steps logged whatever trainer.log_every says.
+FIRST_LOGGED_STEPS = 3
+
+
+def run_length(trainer_cfg, num_examples: int, global_batch: int) -> int:
+    """Optimizer steps of the run: trainer.max_steps, or trainer.epochs passes over the training examples."""
+    if trainer_cfg.max_steps is not None:
+        return int(trainer_cfg.max_steps)
+    return max(1, math.ceil(trainer_cfg.epochs * num_examples / global_batch))
+
 
 class PretrainingModule(nn.Module):
-    """Backbone and objective as one module, so DDP and the optimizer see every trained parameter."""
+    """Backbone and objective as one module, so DDP, FSDP and the optimizer see every trained parameter."""
 
     def __init__(self, model: nn.Module, objective: Objective):
         super().__init__()
@@ -42,57 +59,10 @@ class PretrainingModule(nn.Module):
         return self.objective(self.model, batch)
 
 
-@dataclass
-class Window:
-    """Sums over optimizer steps since the last log line, already reduced over processes."""
-
-    loss_sums: dict[str, float]
-    counts: dict[str, float]
-    metrics: dict[str, float]
-    tokens: float = 0.0
-    steps: int = 0
-
-    @classmethod
-    def empty(cls) -> Window:
-        return cls(defaultdict(float), defaultdict(float), defaultdict(float))
-
-    def add(self, other: Window) -> None:
-        for mine, theirs in (
-            (self.loss_sums, other.loss_sums),
-            (self.counts, other.counts),
-            (self.metrics, other.metrics),
-        ):
-            for k, v in theirs.items():
-                mine[k] += v
-        self.tokens += other.tokens
-        self.steps += other.steps
-
-    def loss(self) -> float:
-        return sum(v / max(self.counts[k], 1.0) for k, v in self.loss_sums.items())
-
-    def summary(self, denominators: dict[str, str], prefix: str = "", components: bool = False) -> dict[str, float]:
-        out = {f"{prefix}loss": self.loss()}
-        if components or len(self.loss_sums) > 1:
-            out.update({f"{prefix}{k}_loss": v / max(self.counts[k], 1.0) for k, v in self.loss_sums.items()})
-        for name, value in self.metrics.items():
-            component = denominators.get(name)
-            label = name.removesuffix("_correct") + "_accuracy" if name.endswith("_correct") else name
-            out[f"{prefix}{label}"] = value / max(self.counts[component], 1.0) if component else value
-        return out
-
-
-def _reduce(window: Window, process) -> Window:
-    """Sum a window's numbers over all processes with one all-reduce."""
-    keys = [("l", k) for k in sorted(window.loss_sums)] + [("c", k) for k in sorted(window.counts)]
-    keys += [("m", k) for k in sorted(window.metrics)]
-    tables = {"l": window.loss_sums, "c": window.counts, "m": window.metrics}
-    values = torch.tensor([tables[t][k] for t, k in keys] + [window.tokens], dtype=torch.float64)
-    values = all_reduce_sum(values, process).tolist()
-    out = Window.empty()
-    for (t, k), v in zip(keys, values[:-1], strict=True):
-        {"l": out.loss_sums, "c": out.counts, "m": out.metrics}[t][k] = v
-    out.tokens, out.steps = values[-1], window.steps
-    return out
+def rows_per_batch(examples, trainer_cfg) -> int:
+    """Items per micro-batch: trainer.batch_size examples, or one item where the examples come in ready-made
+    batches (``ready_batches``: token-count batches of sentence pairs, data/token_batches.py)."""
+    return 1 if getattr(examples, "ready_batches", False) else trainer_cfg.batch_size
 
 
 class Trainer:
@@ -123,80 +93,58 @@ class Trainer:
         self.num_workers = num_workers
         # How batches are read and transformed (order, static copies, the objective's batch transform).
         self.plan = plan if plan is not None else DataPlan(transform=objective.batch_transform())
-        self.optimizer = build_optimizer(self.module, optimizer_cfg)
-        self.scheduler = build_scheduler(self.optimizer, optimizer_cfg, trainer_cfg.max_steps)
-        self.scaler = LossScaler(runtime, hardware_cfg.min_loss_scale, hardware_cfg.max_overflow_steps)
-        self.forward_module: nn.Module = self.module
-        if runtime.ddp:
-            # find_unused_parameters: an objective may leave part of the backbone idle (MLM alone never uses
-            # BERT's pooler), which plain DDP treats as an error.
-            device_ids = [runtime.device.index] if runtime.device.type == "cuda" else None
-            self.forward_module = DistributedDataParallel(
-                self.module, device_ids=device_ids, find_unused_parameters=True
-            )
-        if hardware_cfg.compile:
-            self.forward_module = torch.compile(self.forward_module)
         self.layout = BatchLayout(
-            trainer_cfg.batch_size, trainer_cfg.grad_accum_steps, self.process.world_size, self.process.rank
+            rows_per_batch(train_examples, trainer_cfg),
+            trainer_cfg.grad_accum_steps,
+            self.process.world_size,
+            self.process.rank,
         )
+        self.max_steps = run_length(trainer_cfg, len(train_examples), self.layout.global_batch)
+        self.flops = ModelFlops(self.module, model)
+        self.peak = peak_tflops(
+            runtime.device, runtime.precision, bool(hardware_cfg.allow_tf32), float(hardware_cfg.peak_tflops)
+        )
+        # FSDP shards the parameters in place, so the optimizer is built after it.
+        self.forward_module, self.ddp = prepare_module(self.module, runtime, hardware_cfg)
+        self.optimizer = build_optimizer(self.module, optimizer_cfg, hardware_cfg.optimizer_implementation)
+        self.clock = TrainingClock(trainer_cfg.time_budget)
+        self.scheduler = build_scheduler(self.optimizer, optimizer_cfg, self.max_steps, self.clock.budgeted)
+        self.scaler = LossScaler(runtime, hardware_cfg.min_loss_scale, hardware_cfg.max_overflow_steps)
+        self.transform = self.plan.transform
+        if hardware_cfg.unpad:
+            self.transform = PackingTransform(self.transform)
         self.step = 0
         self.samples_seen = 0
         self.last_checkpoint: Path | None = None
+        # The step of last_checkpoint, from its training state (a resumed folder may have any name).
+        self.saved_step: int | None = None
         self.metrics = MetricsWriter(run_dir, trainer_cfg.tensorboard, enabled=self.process.is_main)
+        self.pending: list[StepStats] = []
 
     # --- state ---------------------------------------------------------------------------------------------
     def restore(self, checkpoint: ckpt.Checkpoint) -> None:
-        ckpt.load_weights(self.module.model, checkpoint.path / ckpt.MODEL_FILE)
-        ckpt.load_weights(self.module.objective, checkpoint.path / ckpt.OBJECTIVE_FILE)
-        state = checkpoint.trainer_state()
-        try:
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.scheduler.load_state_dict(state["scheduler"])
-            self.scaler.load_state_dict(state["scaler"])
-            self.step, self.samples_seen = int(state["step"]), int(state["samples_seen"])
-        except (KeyError, ValueError, RuntimeError) as err:
-            raise ckpt.CheckpointError(
-                f"{checkpoint.path / ckpt.STATE_FILE}: training state does not fit this run ({err})"
-            ) from err
-        ckpt.set_rng_state(state["rng"])
-        own = f"rank{self.process.rank}."  # each rank carries the memories of its own rows
-        carried = state.get("objective_state", {})
-        self.objective.load_carried_state({k.removeprefix(own): v for k, v in carried.items() if k.startswith(own)})
-        self.last_checkpoint = checkpoint.path
+        state = restore_state(self, checkpoint)
+        self.step, self.samples_seen = int(state["step"]), int(state["samples_seen"])
+        self.clock.restart(float(state.get("elapsed_seconds", 0.0)))
+        self.last_checkpoint, self.saved_step = checkpoint.path, self.step
         self.metrics.truncate_after(self.step)
         log.info("resumed from %s at step %d (%d examples seen)", checkpoint.path, self.step, self.samples_seen)
 
-    def save(self) -> None:
-        carried = all_gather_objects(self.objective.carried_state(), self.process)
+    def save(self, final: bool = False) -> None:
+        self.settle()  # a checkpoint is written only after its steps' losses are known to be finite
+        self.last_checkpoint = save_state(self, final)
+        self.saved_step = self.step
         if self.process.is_main:
-            state = {
-                "step": self.step,
-                "samples_seen": self.samples_seen,
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "scaler": self.scaler.state_dict(),
-                "rng": ckpt.rng_state(),
-                "world_size": self.process.world_size,
-                # What the objective carries between batches (segment memories), per rank: resuming continues
-                # exactly.
-                "objective_state": {f"rank{r}.{k}": v for r, part in enumerate(carried) for k, v in part.items()},
-            }
-            self.last_checkpoint = ckpt.save_checkpoint(
-                self.run_dir,
-                self.step,
-                self.module.model,
-                self.module.objective,
-                state,
-                self.config_yaml,
-                self.tokenizer_json,
-                self.cfg.keep_last,
-            )
             log.info("saved checkpoint %s", self.last_checkpoint)
         barrier(self.process)
+        self.tick = time.perf_counter()  # saving time stays out of the training throughput
 
     # --- the loop ------------------------------------------------------------------------------------------
     def fit(self) -> dict:
         cfg = self.cfg
+        lengths = None
+        if cfg.group_by_length:
+            lengths = _lengths(self.train_examples)
         batches = iter(
             micro_batch_loader(
                 MicroBatches(
@@ -204,101 +152,160 @@ class Trainer:
                     self.layout,
                     self.samples_seen,
                     self.collate,
-                    self.plan.transform,
+                    self.transform,
                     cfg.seed,
                     static_copies=self.plan.static_copies,
                     streams=self.plan.streams,
                     backward_half=self.plan.backward_half,
+                    group_lengths=lengths,
                 ),
                 num_workers=self.num_workers,
+                pin_memory=self.runtime.device.type == "cuda",
             )
         )
-        bar = ProgressBar(cfg.max_steps, self.step, enabled=cfg.progress_bar and self.process.is_main)
-        window, tick = Window.empty(), time.perf_counter()
-        record: dict = {}
-        while self.step < cfg.max_steps:
-            micro = [next(batches) for _ in range(cfg.grad_accum_steps)]
-            lr = self.optimizer.param_groups[0]["lr"]
-            stats = self.train_step(micro)
-            self.step += 1
-            self.samples_seen += self.layout.global_batch
-            window.add(stats)
-            bar.update()
-            if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
-                elapsed = time.perf_counter() - tick
-                grad_norm = window.metrics.pop("_grad_norm") / window.steps
-                record = {
-                    "step": self.step,
-                    **window.summary(self.objective.metric_denominators),
-                    "lr": lr,
-                    "tokens_per_s": window.tokens / elapsed,
-                    "grad_norm": grad_norm,
-                }
-                self.metrics.write(record)
-                bar.show(record)
-                window, tick = Window.empty(), time.perf_counter()
-            if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step != cfg.max_steps:
-                self.evaluate(bar)
-            if cfg.save_every and self.step % cfg.save_every == 0 and self.step != cfg.max_steps:
-                self.save()
-        if self.eval_examples is not None and cfg.eval_every:
-            record.update(self.evaluate(bar))
-        if self.last_checkpoint is None or ckpt.Checkpoint(self.last_checkpoint).step != self.step:
-            self.save()
-        bar.close()
-        self.metrics.close()
+        bar = ProgressBar(self.max_steps, self.step, cfg.epochs, enabled=cfg.progress_bar and self.process.is_main)
+        try:
+            record = self._run(batches, bar)
+        finally:
+            bar.close()
+            self.metrics.close()
         return record
 
-    def train_step(self, micro: list[dict[str, torch.Tensor]]) -> Window:
-        """One optimizer step over the micro-batches of an accumulation window."""
-        stats = self.accumulate_gradients(micro)
-        self.scaler.unscale_(self.optimizer)
-        stats.metrics["_grad_norm"] = self._clip_gradients()
-        if not math.isfinite(stats.loss()) and not self.scaler.enabled:
+    def _run(self, batches, bar: ProgressBar) -> dict:
+        cfg = self.cfg
+        self.window, self.tick = Window.empty(), time.perf_counter()
+        record: dict = {}
+        stop = None
+        with StopSignals() as signals:
+            self.clock.restart(self.clock.elapsed)
+            while self.step < self.max_steps and stop is None:
+                micro = [next(batches) for _ in range(cfg.grad_accum_steps)]
+                lr = self.optimizer.param_groups[0]["lr"]
+                self.pending.append(self.train_step(micro))
+                self.step += 1
+                self.samples_seen += self.layout.global_batch
+                bar.update()
+                stop = self._stop_reason(signals)
+                # The first steps are logged too: a slow step (SQuAD at 384 tokens on a CPU) shows a loss at once.
+                first = self.step <= FIRST_LOGGED_STEPS
+                if self.step % cfg.log_every == 0 or self.step == self.max_steps or first or stop:
+                    record = self.log(lr, bar)
+                if stop == "signal":
+                    self.save()
+                    signals.hand_over()  # submitit's handler requeues the job and exits here
+                    raise Preempted(signals.received, self.last_checkpoint)
+                if stop == "budget":
+                    log.info("trainer.time_budget reached after %.0f s at step %d", self.clock.elapsed, self.step)
+                elif cfg.eval_every and self.step % cfg.eval_every == 0 and self.step != self.max_steps:
+                    self.evaluate(bar)
+                if cfg.save_every and self.step % cfg.save_every == 0 and self.step != self.max_steps and not stop:
+                    self.save()
+        if self.eval_examples is not None and cfg.eval_every:
+            record.update(self.evaluate(bar))
+        if self.saved_step != self.step:
+            self.save(final=True)
+        return record
+
+    def _stop_reason(self, signals: StopSignals) -> str | None:
+        """'signal' or 'budget' once any process has a reason to stop after this step (all agree), else None."""
+        flags = torch.tensor([signals.received is not None, self.clock.next_step_overruns()], dtype=torch.float32)
+        if self.process.distributed:
+            flags = all_reduce_max(flags, self.process)
+        return "signal" if flags[0] else "budget" if flags[1] else None
+
+    def settle(self) -> None:
+        """Read the pending steps back from the device into the log window; stop on a non-finite loss."""
+        window, losses = settle(self.pending, self.process)
+        self.pending = []
+        bad = next(((step, loss) for step, loss in losses if not math.isfinite(loss)), None)
+        if bad is not None and not self.scaler.enabled:
             raise TrainingError(
-                f"loss is {stats.loss()} at step {self.step + 1}; the last good checkpoint is "
+                f"loss is {bad[1]} at step {bad[0]}; the last good checkpoint is "
                 f"{self.last_checkpoint or 'none (no checkpoint written yet)'}. Lower optimizer.lr, raise "
                 "optimizer.warmup_steps, or check the data"
             )
+        self.window.add(window)
+
+    def log(self, lr: float, bar: ProgressBar) -> dict:
+        self.settle()
+        window, elapsed = self.window, time.perf_counter() - self.tick
+        record = {
+            "step": self.step,
+            **window.summary(self.objective.metric_denominators),
+            "lr": lr,
+            "tokens_per_s": window.tokens / elapsed,
+            "grad_norm": window.grad_norm / max(window.steps, 1),
+            "elapsed_s": round(self.clock.elapsed, 3),
+            "epoch": self.samples_seen / len(self.train_examples),
+        }
+        if self.peak:
+            record["mfu"] = window.flops / elapsed / (self.peak * 1e12 * self.process.world_size)
+        self.metrics.write(record)
+        bar.show(record)
+        self.window, self.tick = Window.empty(), time.perf_counter()
+        return record
+
+    def train_step(self, micro: list[dict[str, torch.Tensor]]) -> StepStats:
+        """One optimizer step over the micro-batches of an accumulation window."""
+        stats = self.accumulate_gradients(micro)
+        self.scaler.unscale_(self.optimizer)
+        stats.grad_norm = self._clip_gradients()
+        self.clock.tick()
         if self.scaler.step(self.optimizer):
+            if self.clock.budgeted:  # the schedule runs over the time budget (optim.ScheduleFactor)
+                for factor in self.scheduler.lr_lambdas:
+                    factor.progress = self.clock.fraction()
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return stats
 
-    def accumulate_gradients(self, micro: list[dict[str, torch.Tensor]]) -> Window:
+    def accumulate_gradients(self, micro: list[dict[str, torch.Tensor]]) -> StepStats:
         """Backward over every micro-batch; the gradient is that of sum(loss sums) / global target counts."""
         local = Window.empty()
         for batch in micro:
             for name, n in self.objective.target_counts(batch).items():
                 local.counts[name] += n
-            local.tokens += float(batch["attention_mask"].sum()) if "attention_mask" in batch else 0.0
-        counts = _reduce(Window(defaultdict(float), local.counts, defaultdict(float)), self.process).counts
+        counts = reduce_window(Window(defaultdict(float), local.counts, defaultdict(float)), self.process).counts
+        stats = StepStats(self.step + 1, {}, {}, dict(counts))
         # Dropout and on-device sampling are reseeded per step and rank, so resuming needs no RNG replay.
         torch.manual_seed(mix_seed(self.cfg.seed, self.step, stream=2 + self.process.rank))
         self.module.train()
         for j, batch in enumerate(micro):
+            stats.tokens += float(batch["attention_mask"].sum()) if "attention_mask" in batch else 0.0
+            stats.flops += self.flops.of_batch(batch)
             batch = {k: v.to(self.runtime.device, non_blocking=True) for k, v in batch.items()}
             last = j == len(micro) - 1
-            sync = self.forward_module.no_sync() if self.runtime.ddp and not last else contextlib.nullcontext()
-            with sync:
+            with self._gradient_sync(last):
                 with self.runtime.autocast():
                     out = self.forward_module(batch)
-                # DDP averages gradients over processes; scaling by world size makes that a sum of
+                # DDP and FSDP average gradients over processes; scaling by world size makes that a sum of
                 # per-process sums, each already divided by the global target count.
                 loss = normalized_loss(out, counts) * self.process.world_size
                 self.scaler.scale(loss).backward()
-            for k, v in out.loss_sums.items():
-                local.loss_sums[k] += float(v.detach())
-            for k, v in out.metrics.items():
-                local.metrics[k] += float(v.detach())
-        reduced = _reduce(local, self.process)
-        reduced.steps = 1
-        return reduced
+            for table, values in ((stats.loss_sums, out.loss_sums), (stats.metrics, out.metrics)):
+                for k, v in values.items():
+                    v = v.detach().float().clone()  # a CUDA-graph replay would overwrite the output in place
+                    table[k] = table[k] + v if k in table else v
+        return stats
 
-    def _clip_gradients(self) -> float:
+    def _gradient_sync(self, last: bool):
+        """Reduce gradients over processes only after the last micro-batch of the window."""
+        if self.ddp is not None and not last:
+            return self.ddp.no_sync()
+        if self.runtime.fsdp:
+            self.module.set_requires_gradient_sync(last)
+        return contextlib.nullcontext()
+
+    def _clip_gradients(self) -> torch.Tensor:
         params = [p for p in self.module.parameters() if p.grad is not None]
         max_norm = self.cfg.clip_grad_norm if self.cfg.clip_grad_norm > 0 else float("inf")
-        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        if not hasattr(torch.nn.utils, "get_total_norm"):  # torch < 2.6 (no FSDP2 there either)
+            return torch.nn.utils.clip_grad_norm_(params, max_norm).detach()
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        if hasattr(norm, "full_tensor"):  # FSDP: a DTensor of partial sums over the shards
+            norm = norm.full_tensor()
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
+        return norm.detach()
 
     @torch.no_grad()
     def evaluate(self, bar: ProgressBar | None = None) -> dict:
@@ -308,11 +315,11 @@ class Trainer:
         window = Window.empty()
         batches = eval_loader(
             self.eval_examples,
-            self.cfg.batch_size,
+            rows_per_batch(self.eval_examples, self.cfg),
             self.process.world_size,
             self.process.rank,
             self.collate,
-            self.plan.transform,
+            self.transform,
             self.cfg.seed,
             self.cfg.eval_batches,
             streams=self.plan.streams,
@@ -331,7 +338,7 @@ class Trainer:
                 window.metrics[k] += float(v)
             for k, v in out.outputs.items():
                 outputs[k].append(v.detach().float().cpu() if v.is_floating_point() else v.detach().cpu())
-        window = _reduce(window, self.process)
+        window = reduce_window(window, self.process)
         summary = window.summary(self.objective.metric_denominators, prefix="eval_", components=True)
         for name in self.objective.perplexity_components:
             if f"eval_{name}_loss" in summary:
@@ -347,4 +354,22 @@ class Trainer:
         if bar is not None and self.process.is_main:
             bar.write(" ".join(f"{k}={v:.4g}" for k, v in record.items()))
         self.module.train()
+        self.tick = time.perf_counter()  # evaluation time stays out of the training throughput
         return record
+
+
+# The columns whose lengths add up to an example's length for trainer.group_by_length: one sequence, or the two
+# sides of a sentence pair (tasks/seq2seq.py).
+LENGTH_COLUMNS = ("input_ids", "source_ids", "target_ids")
+
+
+def _lengths(examples) -> list[int]:
+    first = examples[0] if len(examples) else {}
+    names = [c for c in LENGTH_COLUMNS if c in first]
+    columns = [_column(examples, name) for name in names]
+    return [sum(len(ids) for ids in row) for row in zip(*columns, strict=True)]
+
+
+def _column(examples, name: str):
+    """One column of a list of dicts or of a ``datasets.Dataset``."""
+    return examples[name] if hasattr(examples, "column_names") else [e[name] for e in examples]

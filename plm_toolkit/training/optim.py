@@ -6,11 +6,14 @@ be taken), wrapped in ``LambdaLR`` so their position is saved and restored with 
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from plm_toolkit.errors import ConfigError
 
 
 def parameter_groups(module: nn.Module, weight_decay: float) -> list[dict]:
@@ -32,16 +35,47 @@ def parameter_groups(module: nn.Module, weight_decay: float) -> list[dict]:
     return [g for g in groups if g["params"]]
 
 
-def build_optimizer(module: nn.Module, cfg) -> torch.optim.Optimizer:
+def kernel_options(optimizer_class: type, params: list[torch.Tensor], implementation: str) -> dict:
+    """``fused``/``foreach`` arguments for ``implementation``: auto takes the fused kernel where torch has one for
+    this optimizer and device (Adam, AdamW and SGD on CPU and CUDA since torch 2.4) and foreach elsewhere. A fused
+    step over BERT-sized parameter lists is several times faster than the per-parameter loop torch picks on CPU."""
+    if implementation == "for_loop":
+        return {"foreach": False}
+    if implementation == "foreach":
+        return {"foreach": True}
+    from torch.optim.optimizer import _get_fused_kernels_supported_devices
+
+    device = params[0].device.type if params else "cpu"
+    fusable = (
+        "fused" in inspect.signature(optimizer_class).parameters
+        and device in _get_fused_kernels_supported_devices()
+        and all(p.is_floating_point() and p.device.type == device for p in params)
+    )
+    if fusable:
+        return {"fused": True}
+    if implementation == "fused":
+        raise ConfigError(
+            f"hardware.optimizer_implementation=fused: torch has no fused {optimizer_class.__name__} for "
+            f"{device} parameters; use auto or foreach"
+        )
+    return {"foreach": True}
+
+
+def build_optimizer(module: nn.Module, cfg, implementation: str = "auto") -> torch.optim.Optimizer:
     groups = parameter_groups(module, cfg.weight_decay)
+    params = [p for g in groups for p in g["params"]]
     name = cfg.name.value if hasattr(cfg.name, "value") else cfg.name
+    implementation = getattr(implementation, "value", implementation)
     if name == "adamw":
-        return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
+        kernels = kernel_options(torch.optim.AdamW, params, implementation)
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, **kernels)
     if name == "adam":
         # Adam's weight decay is an L2 term added to the gradient, as in the original Transformer recipe.
-        return torch.optim.Adam(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
+        kernels = kernel_options(torch.optim.Adam, params, implementation)
+        return torch.optim.Adam(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, **kernels)
     if name == "sgd":
-        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+        kernels = kernel_options(torch.optim.SGD, params, implementation)
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, **kernels)
     raise ValueError(f"unknown optimizer {name!r}")
 
 
@@ -54,10 +88,17 @@ class ScheduleFactor:
     total_steps: int
     min_lr_ratio: float = 0.0
     d_model: int = 1
+    # With a time budget (trainer.time_budget) the decay follows the share of the budget used, which the loop
+    # sets before each scheduler step, instead of the step count; warmup_fraction is warm-up's share of it.
+    time_based: bool = False
+    progress: float = 0.0
+    warmup_fraction: float = 0.0
 
     def __call__(self, index: int) -> float:
         t = index + 1  # LambdaLR passes 0 for the first step
         warmup = self.warmup_steps
+        if self.time_based and self.kind not in ("noam", "inverse_sqrt") and not (warmup > 0 and t <= warmup):
+            return self._over_budget()
         if self.kind == "noam":
             # "Attention Is All You Need", Sec. 5.3: d_model^-0.5 * min(t^-0.5, t * warmup^-1.5).
             return self.d_model**-0.5 * min(t**-0.5, t * warmup**-1.5)
@@ -77,13 +118,29 @@ class ScheduleFactor:
             raise ValueError(f"unknown schedule {self.kind!r}")
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * decay
 
+    def _over_budget(self) -> float:
+        """The schedule at ``progress`` (share of the time budget used) instead of at a step."""
+        p = min(max(self.progress, 0.0), 1.0)
+        if self.warmup_fraction > 0 and p < self.warmup_fraction:
+            return max(p / self.warmup_fraction, 1e-3)
+        if self.kind == "constant":
+            return 1.0
+        progress = (p - self.warmup_fraction) / max(1.0 - self.warmup_fraction, 1e-9)
+        decay = 1.0 - progress if self.kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * decay
 
-def schedule_factor(cfg, max_steps: int) -> ScheduleFactor:
+
+def schedule_factor(cfg, max_steps: int, time_based: bool = False) -> ScheduleFactor:
     total = cfg.total_steps or max_steps
-    warmup = cfg.warmup_steps or int(round(cfg.warmup_ratio * total))
+    warmup = cfg.warmup_steps or (0 if time_based else int(round(cfg.warmup_ratio * total)))
     kind = cfg.schedule.value if hasattr(cfg.schedule, "value") else cfg.schedule
-    return ScheduleFactor(kind, warmup, total, cfg.min_lr_ratio, int(cfg.d_model))
+    factor = ScheduleFactor(kind, warmup, total, cfg.min_lr_ratio, int(cfg.d_model))
+    if time_based:
+        factor.time_based, factor.warmup_fraction = True, float(cfg.warmup_ratio)
+    return factor
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, cfg, max_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, schedule_factor(cfg, max_steps))
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, cfg, max_steps: int, time_based: bool = False
+) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, schedule_factor(cfg, max_steps, time_based))

@@ -36,6 +36,8 @@ class Runtime:
     process: ProcessInfo
     ddp: bool
     backend: str
+    # FSDP2: parameters, gradients and optimizer state sharded over the processes (training/parallel.py).
+    fsdp: bool = False
 
     @property
     def autocast_dtype(self) -> torch.dtype | None:
@@ -63,6 +65,11 @@ def resolve_runtime(hw, process: ProcessInfo | None = None) -> Runtime:
         raise ConfigError("hardware.precision=bf16 is not supported by this GPU; use precision=fp16")
     distributed = _value(hw.distributed)
     world = launched_world_size()
+    if distributed == "fsdp" and precision == "fp16":
+        raise ConfigError(
+            "hardware.distributed=fsdp with hardware.precision=fp16 is not supported (FSDP's mixed precision "
+            "keeps bf16 parameters); use precision=bf16 or fp32"
+        )
     if distributed == "ddp" and world == 1:
         raise ConfigError(
             "hardware.distributed=ddp but this process was not started by torchrun with several processes; "
@@ -72,13 +79,19 @@ def resolve_runtime(hw, process: ProcessInfo | None = None) -> Runtime:
         raise ConfigError(
             f"launched with WORLD_SIZE={world} but hardware.distributed=none; use hardware.distributed=ddp or auto"
         )
-    ddp = world > 1
+    fsdp = distributed == "fsdp"
+    ddp = world > 1 and not fsdp
     backend = _value(hw.backend)
     if backend == "auto":
         backend = "nccl" if device_name == "cuda" else "gloo"
     process = process or ProcessInfo()
     device = torch.device(device_name, process.local_rank) if device_name == "cuda" else torch.device("cpu")
-    return Runtime(device=device, precision=precision, process=process, ddp=ddp, backend=backend)
+    if getattr(hw, "num_threads", 0) > 0:
+        torch.set_num_threads(int(hw.num_threads))
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = bool(hw.allow_tf32)
+        torch.backends.cudnn.allow_tf32 = bool(hw.allow_tf32)
+    return Runtime(device=device, precision=precision, process=process, ddp=ddp, backend=backend, fsdp=fsdp)
 
 
 class LossScaler:

@@ -1,5 +1,7 @@
 """Every config group option composes and validates; impossible settings stop with a message naming the key."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,11 +31,19 @@ def composed(*overrides, config_name="train"):
 
 
 def serving_model(group: str, option: str) -> list[str]:
-    """An objective that the default BERT cannot serve is composed with the first tiny preset that can."""
+    """An objective that the default BERT cannot serve is composed with the tiny preset of the family it belongs to,
+    else the first tiny preset that can serve it; sentence pairs (data=parallel) with the tiny Transformer."""
+    if (group, option) == ("data", "parallel"):
+        return ["model=transformer_tiny", "data=parallel"]
     if group != "objective":
         return []
     needed = objective_class(composed(f"objective={option}").objective.name).required_capabilities
-    for preset in sorted((CONFIGS / "model").glob("*_tiny.yaml")):
+    presets = sorted((CONFIGS / "model").glob("*_tiny.yaml"))
+    # The family whose paper objective this is first (with the data its preset picks), else any that can serve it.
+    for preset in presets:
+        if composed(f"model={preset.stem}").objective.name == option:
+            return [f"model={preset.stem}"]
+    for preset in presets:
         if needed <= model_class(composed(f"model={preset.stem}").model.name).capabilities:
             return [f"model={preset.stem}", f"objective={option}"]
     return []
@@ -46,6 +56,8 @@ def serving_model(group: str, option: str) -> list[str]:
 def test_every_option_composes_and_validates(group, option, tmp_path):
     if group in FINETUNE_GROUPS:  # a task needs the user's checkpoint and data: give stand-ins
         (tmp_path / "train").write_text("")
+        for lang in ("en", "de"):  # task=translation reads a prefix of two language files
+            (tmp_path / f"train.{lang}").write_text("")
         user = [f"model.checkpoint={tmp_path}", f"data.train_file={tmp_path / 'train'}"]
         cfg = composed(f"{group}={option}", *user, config_name="finetune")
         OmegaConf.to_container(cfg, resolve=True)
@@ -53,7 +65,8 @@ def test_every_option_composes_and_validates(group, option, tmp_path):
         return
     cfg = composed(f"{group}={option}", *serving_model(group, option))
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
-    needs = NEEDS_USER_INPUT.get((group, option))
+    # Parallel data (chosen by the Transformer's presets too) names no corpus of its own.
+    needs = NEEDS_USER_INPUT.get((group, option)) or ("data.train_files" if cfg.data.name == "parallel" else None)
     if needs is None:
         assert problems(cfg) == []
     else:  # a preset for the user's own data: refused until the key that names the data is given
@@ -144,3 +157,44 @@ def test_registries_list_valid_names_for_unknown_ones():
 def test_objective_settings_are_checked_before_any_work(overrides, expected):
     with pytest.raises(ConfigError, match=expected):
         validate(composed(*overrides))
+
+
+def test_help_lists_only_the_commands_own_groups():
+    """plm-train --help once listed plm-finetune's `task` group and the internal `schema/*` groups."""
+    out = subprocess.run(
+        [sys.executable, "-m", "plm_toolkit.train", "--help"], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    groups = out.split("== Config groups (group=option) ==")[1].split("== Config")[0]
+    assert [line.split(":")[0] for line in groups.split("\n") if line] == [
+        "model", "objective", "data", "optimizer", "hardware", "experiment",
+    ]  # fmt: skip
+    assert "bert_base" in groups and "task" not in out.split("== Config (")[0] and "schema" not in out
+
+
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        (["+trainer.max_step=5"], "trainer.max_step: unknown key; did you mean trainer.max_steps?"),
+        (["+model.hiden_size=5"], "model.hiden_size: unknown key; did you mean model.hidden_size?"),
+        (["+optimizer.zzz=1"], "optimizer.zzz: unknown key (valid keys: name, lr,"),
+        (["optimizer.lr=nan"], "optimizer.lr=nan: expected a finite number in (0, inf)"),
+        (["optimizer.lr=-inf"], "optimizer.lr=-inf: expected a finite number in (0, inf)"),
+        (["optimizer.eps=0"], "optimizer.eps=0.0: expected a finite number in (0, inf)"),
+        (["optimizer.weight_decay=-0.1"], "optimizer.weight_decay=-0.1: expected a finite number in [0, inf)"),
+        (["optimizer.betas=[0.9,nan]"], "optimizer.betas=[0.9, nan]: expected two values in [0, 1)"),
+        (["optimizer.min_lr_ratio=1.5"], "optimizer.min_lr_ratio=1.5: expected a finite number in [0, 1]"),
+        (["optimizer.total_steps=0"], "optimizer.total_steps=0: must be at least 1"),
+        (["optimizer.warmup_steps=-3"], "optimizer.warmup_steps=-3: must be 0"),
+        (["trainer.clip_grad_norm=inf"], "trainer.clip_grad_norm=inf: expected a finite number in [0, inf)"),
+        (["trainer.epochs=2"], "trainer.max_steps=300 and trainer.epochs=2.0: give exactly one length"),
+        (["trainer.max_steps=null"], "trainer.max_steps=None and trainer.epochs=None: give exactly one length"),
+        (["trainer.max_steps=null", "trainer.epochs=-1"], "trainer.epochs=-1.0: expected a finite number in (0, inf)"),
+        (["hardware.min_loss_scale=nan"], "hardware.min_loss_scale=nan: expected a finite number in (0, inf)"),
+    ],
+)
+def test_unknown_keys_and_numbers_out_of_range_are_refused(overrides, expected):
+    with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    with pytest.raises(ConfigError) as caught:
+        validate(cfg)
+    assert expected in str(caught.value) and "\n" not in str(caught.value)

@@ -5,6 +5,7 @@ document 3) and a vocab.txt holding those words, so that each token says where i
 """
 
 import pickle
+import random
 from pathlib import Path
 
 import numpy as np
@@ -261,3 +262,46 @@ def test_collator_is_picklable_and_handles_full_sentences():
     batch = collator([{"input_ids": [2, 5, 3], "token_type_ids": [0, 0, 0]}, {"input_ids": [2, 3]}])
     assert set(batch) == {"input_ids", "token_type_ids", "attention_mask", "special_tokens_mask"}
     assert batch["input_ids"].shape == (2, 3) and batch["token_type_ids"].sum() == 0
+
+
+@pytest.mark.slow
+def test_one_line_corpus_of_two_million_words_builds(tmp_path, caplog):
+    """A corpus that is one 2-million-word line without sentence ends used to hang while building pairs (a
+    token-by-token truncation and a re-read of the whole document per pair): it is cut into pieces of a pair's
+    length, counted in a warning, and every piece is used. Both pair layouts share the tokenized cache."""
+    words = [f"w{i}" for i in range(50)]
+    rng = np.random.default_rng(0)
+    line = " ".join(words[i] for i in rng.integers(0, len(words), 2_000_000))
+    (tmp_path / "one_line.txt").write_text(line + "\n")
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    cfg = DataConfig(
+        train_files=[str(tmp_path / "one_line.txt")],
+        tokenizer=TokenizerConfig(path=str(tmp_path / "vocab.txt")),
+        cache_dir=str(tmp_path / "cache"),
+        max_seq_len=128,
+    )
+    for layout in ("sentence_pairs", "segment_pairs"):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            data = prepare_pretraining_data(cfg, layout, seed=0)
+        assert "1 sentence(s) longer than 4 pairs (500 tokens) were cut into pieces of 125 tokens" in caplog.text
+        lengths = np.array([len(ids) for ids in data.train["input_ids"]])
+        assert lengths.max() <= 128 and lengths.mean() > 100
+        if layout == "segment_pairs":  # in-order pairs of one document: every token is used once
+            assert int((lengths - 3).sum()) == 2_000_000
+
+
+def test_truncate_pair_matches_token_by_token_trimming():
+    """The linear truncation ends with the lengths of BERT's one-token-at-a-time loop and cuts only the ends."""
+    for la, lb, budget in [(10, 3, 8), (3, 10, 8), (5, 5, 7), (5, 5, 6), (100_000, 40, 125), (0, 9, 4), (4, 4, 20)]:
+        a, b = list(range(la)), list(range(1000, 1000 + lb))
+        pretraining_module._truncate_pair(a, b, budget, random.Random(0))
+        ra, rb = la, lb
+        while ra + rb > budget:
+            if ra > rb:
+                ra -= 1
+            else:
+                rb -= 1
+        assert (len(a), len(b)) == (ra, rb)
+        assert a == list(range(a[0], a[0] + len(a))) if a else True
+        assert b == list(range(b[0], b[0] + len(b))) if b else True

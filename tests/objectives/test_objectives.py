@@ -17,6 +17,7 @@ from torch import nn
 from plm_toolkit.config.schema import choices
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError
+from plm_toolkit.models import bert
 from plm_toolkit.models.base import BIDIRECTIONAL, POOLER, SEGMENTS, Backbone, Representations
 from plm_toolkit.objectives.base import normalized_loss
 from plm_toolkit.objectives.masking import IGNORE_INDEX
@@ -69,7 +70,6 @@ class StandIn(Backbone):
 
 
 def bert_backbone() -> Backbone:
-    bert = pytest.importorskip("plm_toolkit.models.bert")
     config = bert.BertConfig(
         vocab_size=99, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=37, max_position_embeddings=40
     )

@@ -17,7 +17,14 @@ from plm_toolkit.training import checkpoint as ckpt
 
 SST2_TRAIN = resource_path("corpora/sst2/train.tsv")
 SST2_DEV = resource_path("corpora/sst2/dev.tsv")
-QUIET = ["trainer.progress_bar=false", "trainer.tensorboard=false", "trainer.log_every=1", "hardware=cpu"]
+# The tests count their runs in steps (trainer.max_steps=N); plm-finetune's own default is trainer.epochs=3.
+QUIET = [
+    "trainer.progress_bar=false",
+    "trainer.tensorboard=false",
+    "trainer.log_every=1",
+    "hardware=cpu",
+    "trainer.epochs=null",
+]
 
 
 def tiny_tokenizer(texts: list[str], vocab_size: int = 700) -> Tokenizer:

@@ -82,6 +82,10 @@ def test_squad2_loss_falls_and_writes_the_official_files(finetune_config, tmp_pa
         "best_exact_thresh",
         "best_f1",
         "best_f1_thresh",
+        "span_best_exact",
+        "span_best_exact_thresh",
+        "span_best_f1",
+        "span_best_f1_thresh",
     }
     assert set(results) == keys and results["total"] == 12
     predictions = json.loads((tmp_path / "predictions.json").read_text())
@@ -194,7 +198,8 @@ def test_cli_reports_where_outputs_went(tiny_checkpoint, tmp_path):
             *QUIET,
             "data.max_train_samples=16",
             "data.max_eval_samples=16",
-            "trainer.max_steps=2",
+            "trainer.epochs=1",  # plm-finetune counts in epochs: 16 examples at batch 8 are 2 steps
+            "trainer.batch_size=8",
             f"hydra.run.dir={out}",
         ],
         cwd=tmp_path,
@@ -203,5 +208,7 @@ def test_cli_reports_where_outputs_went(tiny_checkpoint, tmp_path):
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "training for 2 optimizer steps: 1 epochs of 16 examples at a global batch of 8" in result.stdout
     assert f"eval results: {out / 'eval_results.json'}" in result.stdout + result.stderr
+    assert [r["epoch"] for r in read_metrics(out) if "lr" in r] == [0.5, 1.0]
     assert (out / "checkpoints" / "step_2" / "model.safetensors").is_file()

@@ -13,7 +13,7 @@ from plm_toolkit.errors import DataError
 from plm_toolkit.models.bert import Bert, BertConfig
 from plm_toolkit.tasks.base import TaskData
 from plm_toolkit.tasks.squad import QuestionAnswering, SquadConfig, SquadEvalInfo, build_features, read_squad
-from plm_toolkit.tasks.squad_metric import normalize_answer
+from plm_toolkit.tasks.squad_metric import normalize_answer, squad_evaluate
 
 # Short windows, so that many contexts need several and some windows cut an answer.
 CONFIG = SquadConfig(doc_stride=32, max_query_length=24)
@@ -114,6 +114,38 @@ def test_decoding_recovers_the_gold_answers(real):
     assert task.artifacts["predictions.json"][examples[0].qid] in ("", *[a for a, _ in examples[0].answers])
 
 
+def test_eval_results_score_the_predictions_written_beside_them(real):
+    """With tau = 6.6 and null odds between about 5 and 9, eval_results.json once said HasAns 0 / NoAns 100 while
+    predictions.json answered half the questions: the official keys must score exactly the files released beside
+    them (predictions.json alone, and with null_odds.json at the official threshold 1.0)."""
+    examples, contexts, _, vocab, features, windows, offsets = real
+    width = max(len(f["input_ids"]) for f in features)
+    rng = np.random.default_rng(0)
+    start = rng.normal(0.0, 0.5, (len(features), width)).astype(np.float32)
+    end = rng.normal(0.0, 0.5, (len(features), width)).astype(np.float32)
+    for row, (feature, window) in enumerate(zip(features, windows, strict=True)):
+        start[row, feature["start_positions"]] += 3.0
+        end[row, feature["end_positions"]] += 3.0
+        start[row, window.cls_index] = end[row, window.cls_index] = 5.0 + 2.0 * rng.random()  # s_null - best ~ 4..9
+    model = Bert(BertConfig(vocab_size=vocab.size, hidden_size=36, num_layers=1, num_heads=3, intermediate_size=37))
+    info = SquadEvalInfo(examples, contexts, windows, offsets, width)
+    config = SquadConfig(doc_stride=32, max_query_length=24, null_score_diff_threshold=6.6)
+    task = QuestionAnswering(config, model, vocab, TaskData([], features, eval_info=info))
+    logits = {"start_logits": torch.from_numpy(start), "end_logits": torch.from_numpy(end)}
+    metrics = task.finish_evaluation({**logits, "feature_index": torch.arange(len(features))})
+    predictions, null_odds = task.artifacts["predictions.json"], task.artifacts["null_odds.json"]
+    answered = sum(bool(p) for p in predictions.values())
+    assert 0.2 * len(predictions) < answered < 0.8 * len(predictions)
+    assert all((null_odds[q] > 0) == (predictions[q] == "") for q in predictions)
+    golds = {e.qid: [a for a, _ in e.answers] for e in examples}
+    official = ("exact", "f1", "total", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1")
+    alone, rescored = squad_evaluate(golds, predictions), squad_evaluate(golds, predictions, null_odds)
+    assert {k: metrics[k] for k in official} == {k: alone[k] for k in official}
+    assert {k: metrics[k] for k in rescored} == rescored
+    assert metrics["HasAns_exact"] > 50 and metrics["NoAns_exact"] > 50  # once HasAns 0 and NoAns 100
+    assert metrics["span_best_exact"] >= metrics["best_exact"] - 1e-9
+
+
 def write(tmp_path, text):
     path = tmp_path / "bad.json"
     path.write_text(text)
@@ -155,3 +187,28 @@ def test_sliding_windows_cover_the_context_with_bert_strides():
     assert sliding_windows(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]
     assert sliding_windows(3, 4, 3) == [(0, 3)]
     assert sliding_windows(10, 4, 8) == [(0, 4), (4, 4), (8, 2)]  # a stride longer than a window never skips
+
+
+def test_impossible_false_without_answers(tmp_path, caplog):
+    """Refused in a training file (naming the question's id); counted, and scored as unanswerable, in evaluation."""
+    qas = [
+        {"id": "ok", "question": "who?", "answers": [{"text": "Rollo", "answer_start": 11}], "is_impossible": False},
+        {"id": "odd", "question": "who?", "answers": [], "is_impossible": False},
+    ]
+    path = write(tmp_path, json.dumps({"data": [{"paragraphs": [{"context": "Their king Rollo swore.", "qas": qas}]}]}))
+    with pytest.raises(DataError, match=r"qas\[1\] \(id=odd\): is_impossible is false but there are no answers"):
+        read_squad(path, training=True)
+    with caplog.at_level(logging.WARNING, logger="plm_toolkit"):
+        examples, _ = read_squad(path)
+    assert "1 question(s) with is_impossible: false but no answers" in caplog.text and "id=odd" in caplog.text
+    assert examples[1].answers == []
+
+
+def test_no_usable_training_example_names_the_file_and_the_reasons(tmp_path, shared_data_module):
+    qas = [{"id": "bad", "question": "who?", "answers": [{"text": "Rollo", "answer_start": 3}]}]
+    path = write(tmp_path, json.dumps({"data": [{"paragraphs": [{"context": "Their king Rollo swore.", "qas": qas}]}]}))
+    examples, contexts = read_squad(path, training=True)
+    tokenizer = load_tokenizer(shared_data_module / "models" / "bert-base-uncased" / "vocab.txt")
+    vocab = vocab_from_tokenizer(tokenizer)
+    with pytest.raises(DataError, match=rf"no usable training examples in {path} \(1 skipped: answer_start does not"):
+        build_features(examples, contexts, tokenizer, vocab, CONFIG, 64, True, str(path))

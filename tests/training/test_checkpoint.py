@@ -1,4 +1,5 @@
 import os
+import shutil
 
 import pytest
 import torch
@@ -22,7 +23,7 @@ def test_save_layout_last_link_and_prune(tmp_path):
     for name in ("model.safetensors", "objective.safetensors", "config.yaml", "tokenizer.json", "trainer_state.pt"):
         assert (root / "step_30" / name).is_file()
     found = ckpt.find_checkpoint("auto", tmp_path)
-    assert found.step == 30
+    assert found.step() == 30
     assert found.trainer_state()["samples_seen"] == 120
 
 
@@ -41,7 +42,7 @@ def test_half_written_checkpoint_is_ignored_and_cleaned(tmp_path):
     (crashed / "model.safetensors").write_bytes(b"partial")
     incomplete = tmp_path / "checkpoints" / "step_10"  # renamed but without its state file: not complete
     incomplete.mkdir()
-    assert ckpt.find_checkpoint("auto", tmp_path).step == 5
+    assert ckpt.find_checkpoint("auto", tmp_path).step() == 5
     ckpt.clean_temporary(tmp_path)
     assert not crashed.exists()
     assert (tmp_path / "checkpoints" / "step_5").is_dir()
@@ -54,8 +55,8 @@ def test_resume_path_errors(tmp_path):
         ckpt.find_checkpoint(str(tmp_path / "nowhere"), tmp_path)
     run = tmp_path / "run"
     save(run, 3, torch.nn.Linear(3, 2))
-    assert ckpt.find_checkpoint(str(run), tmp_path).step == 3
-    assert ckpt.find_checkpoint(str(run / "checkpoints" / "step_3"), tmp_path).step == 3
+    assert ckpt.find_checkpoint(str(run), tmp_path).step() == 3
+    assert ckpt.find_checkpoint(str(run / "checkpoints" / "step_3"), tmp_path).step() == 3
 
 
 def test_corrupt_and_incompatible_weights_name_the_file(tmp_path):
@@ -94,3 +95,12 @@ def test_tied_weights_saved_once(tmp_path):
     other["head"].weight = other["emb"].weight
     ckpt.load_weights(other, tmp_path / "w.safetensors")
     assert torch.equal(other["head"].weight, emb.weight)
+
+
+def test_step_comes_from_the_training_state_not_the_folder_name(tmp_path):
+    """A checkpoint copied under another name (a user's backup) still knows its step."""
+    saved = save(tmp_path, 7, torch.nn.Linear(3, 2))
+    copy = tmp_path / "backup-before-the-lr-change"
+    shutil.copytree(saved, copy)
+    found = ckpt.find_checkpoint(str(copy), tmp_path)
+    assert found.path == copy.resolve() and found.step() == 7

@@ -2,6 +2,7 @@
 
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -91,7 +92,8 @@ def test_accumulation_8x4_equals_32x1(make_config, tmp_path):
     g1, s1 = window_gradients(make_config("trainer.batch_size=32", *no_dropout), tmp_path)
     g8, s8 = window_gradients(make_config("trainer.batch_size=4", "trainer.grad_accum_steps=8", *no_dropout), tmp_path)
     assert s1.counts == s8.counts and s1.counts["mlm"] > 100
-    assert abs(s1.loss() - s8.loss()) < 1e-6
+    # Summed in fp32 in another order: ~1,400 nats over 224 tokens agree to float32's relative precision.
+    assert s1.loss() == pytest.approx(s8.loss(), rel=1e-6)
     assert g1.keys() == g8.keys()
     worst = max((g1[n] - g8[n]).abs().max().item() for n in g1)
     assert worst < 1e-6, worst
@@ -103,11 +105,20 @@ def test_resume_continues_bit_exactly(make_config, tmp_path):
     run(make_config("trainer.max_steps=20", *common), straight)
     run(make_config("trainer.max_steps=10", *common), interrupted)
     assert sorted(p.name for p in (interrupted / "checkpoints").iterdir()) == ["last", "step_10"]
+    # A copy under another name (a user's backup) resumes too: the step comes from the training state.
+    shutil.copytree(interrupted / "checkpoints" / "step_10", tmp_path / "backups" / "before-lr-change")
     run(make_config("trainer.max_steps=20", "trainer.resume=auto", *common), interrupted)
     a, b = read_metrics(straight), read_metrics(interrupted)
     assert [r["step"] for r in b] == list(range(1, 21))
     assert [r["loss"] for r in a] == [r["loss"] for r in b]
     assert [r["lr"] for r in a] == [r["lr"] for r in b]
+    copied = tmp_path / "copied"
+    run(
+        make_config("trainer.max_steps=20", f"trainer.resume={tmp_path / 'backups' / 'before-lr-change'}", *common),
+        copied,
+    )
+    assert [r["loss"] for r in read_metrics(copied)] == [r["loss"] for r in a[10:]]
+    assert (copied / "checkpoints" / "last").resolve().name == "step_20"
     from safetensors.torch import load_file
 
     wa = load_file(straight / "checkpoints" / "last" / "model.safetensors")

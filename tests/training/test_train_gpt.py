@@ -63,7 +63,9 @@ def test_gpt_fine_tunes_on_sst2_and_ner(gpt_run, tmp_path):
     """The head reads the last real token (the template's <|endoftext|>), which has seen the whole sentence."""
     checkpoint = f"model.checkpoint={gpt_run / 'checkpoints' / 'last'}"
     sst2 = [f"data.train_file={SST2_TRAIN}", f"data.validation_file={SST2_DEV}", "data.max_seq_len=40"]
-    cfg = finetune_config(checkpoint, *sst2, "data.max_train_samples=64", "data.max_eval_samples=50")
+    cfg = finetune_config(
+        checkpoint, *sst2, "data.max_train_samples=64", "data.max_eval_samples=50", "trainer.max_steps=150"
+    )
     finetune(cfg, tmp_path / "sst2")
     losses = [r["loss"] for r in read_metrics(tmp_path / "sst2") if "lr" in r]
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.2, losses

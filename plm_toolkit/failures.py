@@ -1,0 +1,143 @@
+"""The one place where an expected failure becomes one line on stderr: ``error: <what and where>``, exit status 1,
+no traceback.
+
+Expected failures are ours (``PlmError``: bad data, config or checkpoint), Hydra's (a misspelt key, an unknown
+group option, a value of the wrong type, an override that does not parse), OmegaConf's (an interpolation that does
+not resolve) and the operating system's (a run directory that cannot be created or written, a full disk). Anything
+else is a bug and keeps its traceback. The entry points run Hydra with ``HYDRA_FULL_ERROR=1`` so that its
+exceptions reach ``guard`` instead of being printed over several lines by Hydra itself.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import fields, is_dataclass
+
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+from plm_toolkit.errors import PlmError
+
+# Set by cli.run_command once Hydra has created the run directory and handed over: an OSError before then is about
+# the run directory.
+_task_started = False
+# Set when a run failed with an expected failure (already reported), so that the command exits with status 1.
+_failed = False
+
+
+def task_started() -> None:
+    global _task_started
+    _task_started = True
+
+
+def report(err: BaseException) -> bool:
+    """Print the one line of an expected failure on stderr and remember to exit 1; False for a bug."""
+    global _failed
+    line = explain(err)
+    if line is None:
+        return False
+    print(f"error: {line}", file=sys.stderr, flush=True)
+    _failed = True
+    return True
+
+
+def did_you_mean(word: str, choices: Iterable[str], prefix: str = "") -> str:
+    """``; did you mean X?`` for the closest choice (difflib), or nothing when none is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {prefix}{close[0]}?" if close else ""
+
+
+def key_names(object_type) -> list[str]:
+    """The keys a typed config node accepts (the fields of its dataclass)."""
+    return [f.name for f in fields(object_type)] if is_dataclass(object_type) else []
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0].strip() if text.strip() else ""
+
+
+def _missing_option(err: MissingConfigException) -> str:
+    """``model=bert_huge``: Hydra lists the group's options over many lines; name the closest and the rest."""
+    missing = err.missing_cfg_file or ""
+    group, _, option = missing.rpartition("/")
+    if not group or err.options is None:
+        return _first_line(str(err))
+    options = [o for o in err.options if not o.startswith("schema")]
+    return (
+        f"{group}={option}: no such option in the config group '{group}'{did_you_mean(option, options)} "
+        f"(options: {', '.join(options)})"
+    )
+
+
+def _composition(err: HydraException) -> str:
+    cause = err.__cause__
+    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and getattr(cause, "full_key", None):
+        # A misspelt key: Hydra suggests `+key=value`, which would add the typo; suggest the real key instead.
+        full_key = str(cause.full_key)
+        parent, _, key = full_key.rpartition(".")
+        names = key_names(cause.object_type)
+        if not parent:  # a top-level name may also be a config group
+            names = sorted(set(names) | {"experiment"})
+        hint = did_you_mean(key, names, prefix=f"{parent}." if parent else "")
+        valid = f" (valid keys: {', '.join(names)})" if names and not hint else ""
+        return f"{full_key}: unknown key{hint}{valid}"
+    group = re.match(r"Could not override '([^']+)'\. No match in the defaults list", str(err))
+    if group:  # `plm-finetune model=bert_base`: model is a section of keys there, not a group of presets
+        key = group.group(1)
+        return f"{key}: not a config group of this command; set its keys as {key}.<key>=<value> (see --help)"
+    if isinstance(cause, OmegaConfBaseException):
+        where = getattr(cause, "full_key", None)
+        override = _first_line(str(err)).removeprefix("Error merging override ")
+        return f"{override or where}: {_first_line(str(cause))}"
+    return " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+
+
+def _os_error(err: OSError) -> str:
+    path = err.filename or ""
+    reason = err.strerror or type(err).__name__
+    if not _task_started:
+        return (
+            f"hydra.run.dir: cannot create or write the run directory ({path}: {reason}); it must be a folder this "
+            "user can create and write to: give another with hydra.run.dir=DIR"
+        )
+    return f"{path}: {reason}" if path else f"{reason}: {err}"
+
+
+def explain(err: BaseException) -> str | None:
+    """The one line that explains an expected failure, or None for a bug (which keeps its traceback)."""
+    if isinstance(err, PlmError):
+        return " ".join(str(err).split("\n"))
+    if isinstance(err, MissingConfigException):
+        return _missing_option(err)
+    if isinstance(err, OverrideParseException):
+        return f"cannot parse the override: {_first_line(str(err))} (see Hydra's override grammar)"
+    if isinstance(err, HydraException):
+        return _composition(err)
+    if isinstance(err, OmegaConfBaseException):
+        where = getattr(err, "full_key", None)
+        return f"{where}: {_first_line(str(err))}" if where else _first_line(str(err))
+    if isinstance(err, OSError):
+        return _os_error(err)
+    # logging.config wraps the log file's OSError (a run directory that cannot be written) in a ValueError.
+    if isinstance(err, ValueError) and isinstance(err.__cause__, OSError):
+        return explain(err.__cause__)
+    return None
+
+
+def guard(main: Callable[[], object]) -> None:
+    """Run a Hydra entry point; an expected failure prints one line on stderr and exits with status 1.
+
+    A run's own failures are reported by ``cli.run_command`` as they happen (a sweep goes on with its other runs);
+    the ones before a run starts (composition, the run directory) arrive here as exceptions."""
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        main()
+    except Exception as err:
+        if not report(err):
+            raise
+    if _failed:
+        sys.exit(1)

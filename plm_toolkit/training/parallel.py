@@ -1,0 +1,148 @@
+"""How the trained module is spread over processes and compiled: DDP, FSDP2 and torch.compile.
+
+FSDP2 (``torch.distributed.fsdp.fully_shard``) shards every parameter on its first dimension over a one-dimensional
+device mesh. Each transformer block is its own unit, so only one block's parameters are gathered at a time; the
+root unit holds the rest (embeddings, heads, the generator's non-block parts), which also keeps tied weights (the
+MLM decoder is the word embedding) in one unit. A block is found without knowing the family: a child of an
+``nn.ModuleList`` whose parameters no other part of the model shares (ALBERT's shared attention blocks stay in the
+root unit; its one layer applied N times is a unit of its own, gathered at each use).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from plm_toolkit.errors import ConfigError
+from plm_toolkit.training.precision import Runtime
+
+log = logging.getLogger("plm_toolkit")
+
+
+def shard_units(module: nn.Module) -> list[nn.Module]:
+    """Transformer blocks to shard one by one: children of ModuleLists whose parameters appear nowhere else."""
+    uses = Counter(id(p) for _, p in module.named_parameters(remove_duplicate=False))
+    units, seen = [], set()
+    for sub in module.modules():
+        if not isinstance(sub, nn.ModuleList):
+            continue
+        for child in sub:
+            if id(child) in seen:
+                continue
+            seen.add(id(child))
+            inside = Counter(id(p) for _, p in child.named_parameters(remove_duplicate=False))
+            if inside and all(uses[i] == n for i, n in inside.items()):
+                units.append(child)
+    # A block nested in another block (a ModuleList inside a layer) stays with its outer unit.
+    nested = {id(m) for u in units for m in u.modules() if m is not u}
+    return [u for u in units if id(u) not in nested]
+
+
+def check_shardable(module: nn.Module) -> None:
+    """FSDP shards on dimension 0, so a scalar parameter cannot be split; name it and the ways out."""
+    scalars = [name for name, p in module.named_parameters() if p.dim() == 0]
+    if scalars:
+        raise ConfigError(
+            f"hardware.distributed=fsdp cannot shard the 0-dimensional parameter(s) {', '.join(scalars[:5])}: "
+            "FSDP splits parameters along their first dimension. Use hardware.distributed=ddp, or make the "
+            "parameter a 1-element vector"
+        )
+
+
+def apply_fsdp(
+    module: nn.Module, runtime: Runtime, reshard_after_forward: bool, compile_blocks: bool, mode: str | None = None
+) -> nn.Module:
+    """Shard ``module`` in place: every block (compiled first with ``compile_blocks``), then the root."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    check_shardable(module)
+    # On a CPU the mesh must say so explicitly: FSDP would otherwise look for an accelerator.
+    mesh = init_device_mesh(runtime.device.type, (runtime.process.world_size,))
+    policy = MixedPrecisionPolicy()
+    if runtime.precision == "bf16":
+        # bf16 compute and communication of parameters, fp32 gradient reduction and fp32 master weights.
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    units = shard_units(module)
+    for unit in units:
+        if compile_blocks:
+            unit.compile(mode=mode)
+        fully_shard(unit, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+    fully_shard(module, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+    log.info("FSDP: %d blocks sharded over %d processes", len(units), runtime.process.world_size)
+    return module
+
+
+def compiler_problem(device: torch.device) -> str | None:
+    """Why torch.compile's default backend cannot run here, or None when it looks able to."""
+    import importlib.util
+    import shutil
+
+    if device.type == "cuda":
+        return None if importlib.util.find_spec("triton") is not None else "triton is not installed"
+    if not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
+        return "no C++ compiler (g++, c++ or clang++) on PATH"
+    return None
+
+
+def _compile_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = []
+    for module_name, name in (
+        ("torch._dynamo.exc", "BackendCompilerFailed"),
+        ("torch._dynamo.exc", "InternalTorchDynamoError"),
+        ("torch._inductor.exc", "InductorError"),
+    ):
+        try:
+            module = __import__(module_name, fromlist=[name])
+        except ImportError:
+            continue
+        if hasattr(module, name):
+            errors.append(getattr(module, name))
+    return tuple(errors)
+
+
+class CompiledForward:
+    """The compiled forward, falling back to the eager module (one warning) when compilation fails."""
+
+    def __init__(self, module: nn.Module, mode: str | None = None):
+        self.eager = module
+        self.compiled = torch.compile(module, mode=mode)
+        self.failed = False
+
+    def __call__(self, *args, **kwargs):
+        if not self.failed:
+            try:
+                return self.compiled(*args, **kwargs)
+            except _compile_errors() as err:
+                self.failed = True
+                reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                log.warning("torch.compile failed (%s); training continues without it (hardware.compile)", reason)
+        return self.eager(*args, **kwargs)
+
+
+def prepare_module(module: nn.Module, runtime: Runtime, hw) -> tuple:
+    """(what the loop calls forward on, the DDP wrapper or None). FSDP shards ``module`` in place."""
+    compile_wanted = bool(hw.compile)
+    mode = getattr(hw.compile_mode, "value", hw.compile_mode)
+    mode = None if mode == "default" else mode
+    if compile_wanted:
+        problem = compiler_problem(runtime.device)
+        if problem:
+            log.warning("hardware.compile=true but %s; training continues without torch.compile", problem)
+            compile_wanted = False
+    if runtime.fsdp:
+        apply_fsdp(module, runtime, bool(hw.reshard_after_forward), compile_wanted, mode)
+        return module, None
+    forward, ddp = module, None
+    if runtime.ddp:
+        # find_unused_parameters: an objective may leave part of the backbone idle (MLM alone never uses
+        # BERT's pooler), which plain DDP treats as an error.
+        device_ids = [runtime.device.index] if runtime.device.type == "cuda" else None
+        forward = ddp = DistributedDataParallel(module, device_ids=device_ids, find_unused_parameters=True)
+    if compile_wanted:
+        forward = CompiledForward(forward, mode)
+    return forward, ddp

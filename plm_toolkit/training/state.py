@@ -1,0 +1,72 @@
+"""What a checkpoint of a training run holds beyond its weights, and how the Trainer writes and reads it.
+
+Unsharded runs (one process, DDP) write ``model.safetensors`` / ``objective.safetensors`` from rank 0 and keep the
+optimizer state in ``trainer_state.pt``; FSDP runs write module and optimizer shards with
+torch.distributed.checkpoint (``training/sharded.py``). Both keep the scheduler, loss scale, RNG, data position,
+training time and the objective's carried memories in ``trainer_state.pt``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from plm_toolkit.training import checkpoint as ckpt
+from plm_toolkit.training.distributed import all_gather_objects, broadcast_object
+from plm_toolkit.training.sharded import load_sharded, save_sharded
+
+
+def save_state(trainer, final: bool) -> Path:
+    """Write the trainer's checkpoint at its current step; returns its path on every rank."""
+    process = trainer.process
+    carried = all_gather_objects(trainer.objective.carried_state(), process)
+    state = {
+        "step": trainer.step,
+        "samples_seen": trainer.samples_seen,
+        "scheduler": trainer.scheduler.state_dict(),
+        "scaler": trainer.scaler.state_dict(),
+        "rng": ckpt.rng_state(),
+        "world_size": process.world_size,
+        "elapsed_seconds": trainer.clock.elapsed,
+        # What the objective carries between batches (segment memories), per rank: resuming continues exactly.
+        "objective_state": {f"rank{r}.{k}": v for r, part in enumerate(carried) for k, v in part.items()},
+    }
+    common = (trainer.config_yaml, trainer.tokenizer_json, trainer.cfg.keep_last)
+    if trainer.runtime.fsdp:
+        return save_sharded(
+            trainer.run_dir, trainer.step, trainer.module, trainer.optimizer, state, *common, process, final
+        )
+    path = None
+    if process.is_main:
+        state["optimizer"] = trainer.optimizer.state_dict()
+        module = trainer.module
+        path = ckpt.save_checkpoint(trainer.run_dir, trainer.step, module.model, module.objective, state, *common)
+    return Path(broadcast_object(str(path) if path else None, process))
+
+
+def restore_state(trainer, checkpoint: ckpt.Checkpoint) -> dict:
+    """Load weights, optimizer, scheduler, loss scale, RNG and carried memories; returns the training state."""
+    state = checkpoint.trainer_state()
+    path = checkpoint.path
+    if ckpt.is_sharded(path):
+        load_sharded(path, trainer.module, trainer.optimizer)
+    elif trainer.runtime.fsdp:
+        raise ckpt.CheckpointError(
+            f"{path}: written by an unsharded run; hardware.distributed=fsdp resumes sharded checkpoints only. "
+            "Resume it with the hardware it was written with"
+        )
+    else:
+        ckpt.load_weights(trainer.module.model, path / ckpt.MODEL_FILE)
+        ckpt.load_weights(trainer.module.objective, path / ckpt.OBJECTIVE_FILE)
+    try:
+        if not ckpt.is_sharded(path):
+            trainer.optimizer.load_state_dict(state["optimizer"])
+        trainer.scheduler.load_state_dict(state["scheduler"])
+        trainer.scaler.load_state_dict(state["scaler"])
+        int(state["step"]), int(state["samples_seen"])
+    except (KeyError, ValueError, RuntimeError) as err:
+        raise ckpt.CheckpointError(f"{path / ckpt.STATE_FILE}: training state does not fit this run ({err})") from err
+    ckpt.set_rng_state(state["rng"])
+    own = f"rank{trainer.process.rank}."  # each rank carries the memories of its own rows
+    carried = state.get("objective_state", {})
+    trainer.objective.load_carried_state({k.removeprefix(own): v for k, v in carried.items() if k.startswith(own)})
+    return state

@@ -1,0 +1,169 @@
+"""plm-finetune on a tiny Transformer checkpoint: task=translation, task=seq2seq and the text-to-text form of
+SST-2 train, decode and score; tasks a backbone cannot serve are refused with the family named."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from tokenizers import models, trainers
+from torch import nn
+
+from plm_toolkit.data.tokenizer import BPE_SPECIAL_TOKENS, _add_bpe_specials, byte_level_tokenizer
+from plm_toolkit.errors import ConfigError
+from plm_toolkit.finetune import run
+from plm_toolkit.models.transformer import Transformer, TransformerConfig
+from plm_toolkit.training import checkpoint as ckpt
+from tests.training.conftest import read_metrics
+
+from .conftest import SST2_DEV, SST2_TRAIN
+from .test_finetune import falls, losses
+
+pytest.importorskip("sacrebleu")
+EN_DE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "translation" / "en-de"
+FAST = ["optimizer.lr=3e-3", "optimizer.warmup_ratio=0", "trainer.batch_size=16", "data.max_seq_len=40"]
+
+
+@pytest.fixture(scope="module")
+def transformer_checkpoint(tmp_path_factory) -> Path:
+    """A random tiny Transformer (hidden 36, 3 heads, d_ff 37) with a byte-level BPE over SST-2 and English and
+    German text, written as plm-train writes its checkpoints."""
+    texts = [line.split("\t")[0] for line in Path(SST2_TRAIN).read_text().splitlines()[1:]]
+    if EN_DE.is_dir():
+        for lang in ("en", "de"):
+            texts += (EN_DE / f"train.{lang}").read_text(encoding="utf-8").splitlines()[:3000]
+    tokenizer = byte_level_tokenizer(models.BPE())
+    trainer = trainers.BpeTrainer(vocab_size=800, special_tokens=list(BPE_SPECIAL_TOKENS), show_progress=False)
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    _add_bpe_specials(tokenizer)
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        vocab_size=tokenizer.get_vocab_size(),
+        hidden_size=36,
+        num_layers=2,
+        num_heads=3,
+        intermediate_size=37,
+        max_position_embeddings=128,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+    )
+    yaml = OmegaConf.to_yaml({"model": OmegaConf.to_container(OmegaConf.structured(config))})
+    root = tmp_path_factory.mktemp("transformer")
+    state = {"step": 0, "samples_seen": 0}
+    return ckpt.save_checkpoint(root, 1, Transformer(config), nn.Module(), state, yaml, tokenizer.to_str(), 0)
+
+
+@pytest.fixture
+def config_for(finetune_config, transformer_checkpoint):
+    return lambda *overrides: finetune_config(f"model.checkpoint={transformer_checkpoint}", *overrides)
+
+
+@pytest.fixture
+def en_de_slice(tmp_path, shared_data):
+    for lang in ("en", "de"):
+        lines = (shared_data / "translation" / "en-de" / f"train.{lang}").read_text(encoding="utf-8").splitlines()
+        (tmp_path / f"train.{lang}").write_text("\n".join(lines[:400]) + "\n", encoding="utf-8")
+    dev = (shared_data / "translation" / "en-de" / "dev.jsonl").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "dev.jsonl").write_text("\n".join(dev[:24]) + "\n", encoding="utf-8")
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_translation_task_trains_and_scores_bleu(config_for, en_de_slice, tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = config_for(
+        "task=translation",
+        f"data.train_file={en_de_slice / 'train'}",
+        f"data.validation_file={en_de_slice / 'dev.jsonl'}",
+        *FAST,
+        "task.num_beams=2",
+        "task.max_length_b=6",
+        "trainer.max_steps=30",
+    )
+    final = run(cfg, run_dir)
+    ok, detail = falls(losses(run_dir), 0.5)
+    assert ok, detail
+    results = json.loads((run_dir / "eval_results.json").read_text())
+    assert {"bleu", "chrf", "bleu_signature", "chrf_signature"} == set(results)
+    assert final["eval_bleu"] == results["bleu"] and 0.0 <= results["chrf"] <= 100.0
+    assert len(json.loads((run_dir / "predictions.json").read_text())) == 24
+
+
+@pytest.mark.slow
+def test_seq2seq_task_reads_named_columns(config_for, tmp_path):
+    rows = [{"question": f"say {w}", "answer": w} for w in ["yes", "no", "maybe", "good", "bad", "red"] * 8]
+    path = tmp_path / "qa.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run_dir = tmp_path / "run"
+    cfg = config_for(
+        "task=seq2seq",
+        "task.source_column=question",
+        "task.target_column=answer",
+        "task.source_prefix=question: ",
+        f"data.train_file={path}",
+        f"data.validation_file={path}",
+        *FAST,
+        "task.num_beams=1",
+        "task.max_length_b=4",
+        "trainer.max_steps=60",
+    )
+    run(cfg, run_dir)
+    ok, detail = falls(losses(run_dir), 1.0)
+    assert ok, detail
+    results = json.loads((run_dir / "eval_results.json").read_text())
+    assert {"bleu", "chrf", "exact_match"} <= set(results)
+    assert results["exact_match"] > 0.5
+    records = [r for r in read_metrics(run_dir) if "eval_exact_match" in r]
+    assert records and records[-1]["eval_exact_match"] == results["exact_match"]
+
+
+@pytest.mark.slow
+def test_sst2_on_an_encoder_decoder_generates_label_words(config_for, tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = config_for(
+        "task=sst2",
+        f"data.train_file={SST2_TRAIN}",
+        f"data.validation_file={SST2_DEV}",
+        "data.max_train_samples=256",
+        "data.max_eval_samples=64",
+        *FAST,
+        "trainer.max_steps=40",
+    )
+    run(cfg, run_dir)
+    results = json.loads((run_dir / "eval_results.json").read_text())
+    assert set(results) == {"accuracy", "invalid_outputs"}
+    assert results["invalid_outputs"] == 0  # it learned to answer with a label word
+    predictions = json.loads((run_dir / "predictions.json").read_text())
+    assert len(predictions) == 64 and set(predictions.values()) <= {"0", "1"}
+
+
+def test_inputs_beyond_the_position_table_are_cut_with_a_warning(config_for, tmp_path, caplog):
+    (tmp_path / "t.en").write_text("a b c\n" * 4)
+    (tmp_path / "t.de").write_text("x y z\n" * 4)
+    cfg = config_for(
+        "task=translation",
+        f"data.train_file={tmp_path / 't'}",
+        "data.max_seq_len=200",
+        "trainer.max_steps=1",
+        "trainer.batch_size=4",
+    )
+    with caplog.at_level("WARNING", logger="plm_toolkit"):
+        run(cfg, tmp_path / "run")
+    assert "data.max_seq_len=200 exceeds the 128 positions of the backbone" in caplog.text
+    assert "inputs are cut to 128 tokens" in caplog.text
+
+
+def test_tasks_the_backbone_cannot_serve_are_refused(config_for, finetune_config, tmp_path):
+    (tmp_path / "train.conll").write_text("a O\n")
+    one_step = "trainer.max_steps=1"
+    with pytest.raises(ConfigError, match="task=ner puts a head on an encoder's token states; .*transformer"):
+        run(config_for("task=ner", f"data.train_file={tmp_path / 'train.conll'}", one_step), tmp_path / "a")
+    (tmp_path / "t.en").write_text("a\n")
+    (tmp_path / "t.de").write_text("b\n")
+    pairs = f"data.train_file={tmp_path / 't'}"
+    with pytest.raises(ConfigError, match="task=translation generates text and needs an encoder-decoder .*bert"):
+        run(finetune_config("task=translation", pairs, one_step), tmp_path / "b")
+    with pytest.raises(ConfigError, match="task.num_beams=0"):
+        run(config_for("task=translation", pairs, "task.num_beams=0", one_step), tmp_path / "c")
