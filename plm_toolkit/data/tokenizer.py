@@ -24,7 +24,7 @@ import tokenizers
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from plm_toolkit.data.corpus import cache_root, choice, read_documents, stable_hash
-from plm_toolkit.data.sentinels import T5_SPECIAL_TOKENS, add_sentinels, t5_unigram_trainer
+from plm_toolkit.data.sentinels import T5_SPECIAL_TOKENS, add_sentinels, sentinel_ids, t5_unigram_trainer
 from plm_toolkit.data.vocab import ROLE_TOKENS, Vocab
 from plm_toolkit.errors import DataError
 
@@ -336,12 +336,9 @@ def vocab_from_tokenizer(tokenizer: Tokenizer, source: str | Path | None = None)
     for role, names in ROLE_TOKENS.items():
         found = [tokenizer.token_to_id(n) for n in names if tokenizer.token_to_id(n) is not None]
         ids[role] = found[0] if found else None
-    sentinels = []
-    while (sentinel := tokenizer.token_to_id(f"<extra_id_{len(sentinels)}>")) is not None:
-        sentinels.append(sentinel)
     return Vocab(
         size=tokenizer.get_vocab_size(with_added_tokens=True),
-        sentinel_ids=tuple(sentinels),
+        sentinel_ids=sentinel_ids(tokenizer),
         continuation_ids=continuation_ids(tokenizer),
         **ids,
     )

@@ -26,7 +26,6 @@ from plm_toolkit.config.schema import TokenizerKind, choices
 from plm_toolkit.data.corpus import choice
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import ENCODER_DECODER, Backbone, Representations, check_vocab_size
-from plm_toolkit.models.encoder_decoder import EncoderDecoderDecoder
 from plm_toolkit.nn.attention import MultiHeadAttention, causal_mask
 from plm_toolkit.nn.feed_forward import FeedForward
 from plm_toolkit.nn.layers import LayerCache, TransformerLayer
@@ -109,20 +108,20 @@ def additive_mask(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 class T5Stack(nn.Module):
-    """The encoder (bidirectional bias, no cross-attention) or the decoder (causal bias, cross-attention), ending
-    in one more RMS norm. The model holds them as ``encoder_stack`` and ``decoder_stack``: ``decoder`` is the
-    generation entry point every backbone has (``Backbone.decoder``)."""
+    """The encoder (bidirectional bias, no cross-attention) or the decoder (``causal``: causal bias,
+    cross-attention), ending in one more RMS norm. The model holds them as ``encoder_stack`` and ``decoder_stack``
+    (``decoder`` is the generation entry point every backbone has, ``Backbone.decoder``)."""
 
-    def __init__(self, config: T5Config, num_layers: int, decoder: bool):
+    def __init__(self, config: T5Config, num_layers: int, causal: bool):
         super().__init__()
-        self.decoder = decoder
+        self.causal = causal
         self.relative_bias = RelativePositionBias(
             config.num_heads,
-            bidirectional=not decoder,
+            bidirectional=not causal,
             num_buckets=config.relative_attention_num_buckets,
             max_distance=config.relative_attention_max_distance,
         )
-        self.layers = nn.ModuleList(t5_layer(config, decoder) for _ in range(num_layers))
+        self.layers = nn.ModuleList(t5_layer(config, causal) for _ in range(num_layers))
         self.final_layer_norm = nn.RMSNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
 
@@ -133,15 +132,17 @@ class T5Stack(nn.Module):
         context: torch.Tensor | None = None,
         context_mask: torch.Tensor | None = None,
         cache: list[LayerCache] | None = None,
+        offset: int | None = None,
     ) -> torch.Tensor:
         """x (B, T, H) embedded inputs; ``mask`` (B, T) 1 = token or None (no padding). With a cache the new
-        queries sit after the cached keys."""
-        offset = cache[0].self_attention.length if cache else 0
+        queries sit after the cached keys: at ``offset``, by default the number of keys cached so far."""
+        if offset is None:
+            offset = cache[0].self_attention.length if cache else 0
         keys = offset + x.shape[1]
         # Every layer's self-attention scores get this one additive term: the relative bias of the stack, with
         # causality and padding folded in once rather than in every layer.
         bias = self.relative_bias(x.shape[1], keys, query_offset=offset).to(x.dtype)  # (1, nh, T, K)
-        if self.decoder:
+        if self.causal:
             bias = bias.masked_fill(~causal_mask(x.shape[1], keys, x.device), torch.finfo(x.dtype).min)
         if mask is not None:
             bias = bias + additive_mask(mask.bool()[:, None, None, :], x.dtype)  # (B, nh, T, K)
@@ -161,8 +162,8 @@ class T5(Backbone):
         check_vocab_size(config)
         self.config = config
         self.shared = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.encoder_stack = T5Stack(config, config.num_layers, decoder=False)
-        self.decoder_stack = T5Stack(config, config.num_decoder_layers or config.num_layers, decoder=True)
+        self.encoder_stack = T5Stack(config, config.num_layers, causal=False)
+        self.decoder_stack = T5Stack(config, config.num_decoder_layers or config.num_layers, causal=True)
         self.lm_head = None
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
@@ -217,12 +218,13 @@ class T5(Backbone):
         encoder_hidden: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         cache: list[LayerCache] | None = None,
+        offset: int | None = None,
     ) -> torch.Tensor:
         """(B, T) decoder ids (starting with the padding id) against the encoder states and their padding mask
         -> (B, T, H). With a ``cache`` (``new_cache()``, filled as it goes) only the ids after the cached ones
-        need passing."""
+        need passing; ``offset`` is the position of the first (by default, the number of positions cached)."""
         embedded = self.shared(decoder_input_ids)
-        return self.decoder_stack(embedded, None, encoder_hidden, _padding(attention_mask), cache)
+        return self.decoder_stack(embedded, None, encoder_hidden, _padding(attention_mask), cache, offset)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., H) decoder states -> (..., V) scores over the vocabulary."""
@@ -235,11 +237,6 @@ class T5(Backbone):
         if self.lm_head is not None:
             return self.lm_head.weight, hidden
         return self.shared.weight, hidden * self.config.hidden_size**-0.5
-
-    def decoder(self, head=None) -> EncoderDecoderDecoder:
-        """Generation (``plm_toolkit/generation.py``): the source is encoded once, the decoder starts from the
-        padding id and steps over its key/value cache; ``head`` defaults to the model's own output layer."""
-        return EncoderDecoderDecoder(self, head or self.logits, start_id=self.config.pad_token_id)
 
     def new_cache(self) -> list[LayerCache]:
         """An empty key/value cache for ``decode``: one per decoder layer."""

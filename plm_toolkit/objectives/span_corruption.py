@@ -45,7 +45,7 @@ class SpanCorruptionObjective(Objective):
     def __init__(self, config: SpanCorruptionConfig, model: nn.Module, vocab: Vocab):
         super().__init__()
         self.config, self.vocab = config, vocab
-        self.decoder_start_id = model.config.pad_token_id
+        self.decoder_start_id = model.decoder_start_token_id
 
     @classmethod
     def check_config(cls, config) -> None:

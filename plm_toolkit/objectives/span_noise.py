@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from plm_toolkit.data.collate import IGNORE_INDEX, shift_right
 from plm_toolkit.errors import DataError
-from plm_toolkit.objectives.masking import IGNORE_INDEX
 
 
 def span_counts(length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
@@ -144,8 +144,7 @@ class SpanCorruption:
             pairs.append(corrupt_spans(tokens, noise, self.sentinel_ids, self.eos_id))
         inputs, input_mask = _pad([p[0] for p in pairs], self.pad_id)
         labels, label_mask = _pad([p[1] for p in pairs], IGNORE_INDEX)
-        decoder_inputs = torch.cat([torch.full_like(labels[:, :1], self.decoder_start_id), labels[:, :-1]], dim=1)
-        decoder_inputs = decoder_inputs.masked_fill(decoder_inputs == IGNORE_INDEX, self.pad_id)
+        decoder_inputs = shift_right(labels, self.decoder_start_id, self.pad_id)
         return {
             "input_ids": inputs,
             "attention_mask": input_mask,

@@ -1,5 +1,5 @@
-"""T5 decoding through the shared generation module: greedy search equals transformers' ``generate`` token for
-token, beam search with one beam equals greedy, and the cache is followed through beam reordering."""
+"""T5 decoding through the shared generation module: greedy and beam search equal transformers' ``generate`` token
+for token, beam search with one beam equals greedy, and the cache is followed through beam reordering."""
 
 import pytest
 import torch
@@ -28,16 +28,22 @@ def sources():
     return ids.masked_fill(mask == 0, 0), mask
 
 
+@pytest.mark.parametrize("beams", [1, 4])
 @pytest.mark.parametrize("version", ["v1.0", "v1.1"])
-def test_greedy_equals_transformers_generate(tmp_path, version):
+def test_greedy_and_beam_search_equal_transformers_generate(tmp_path, version, beams):
     transformers = pytest.importorskip("transformers")
     ours = model(version)
     export_hf(tmp_path, ours)
     theirs = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path).eval()
     ids, mask = sources()
-    got = generate(ours.decoder(), ids, mask, SearchConfig(max_new_tokens=10, eos_id=1))
+    # length_penalty 0: both rank beams by summed log-probability (transformers divides by length^alpha, GNMT by
+    # ((5 + length) / 6)^alpha).
+    search = SearchConfig(max_new_tokens=10, eos_id=1, num_beams=beams, length_penalty=0.0)
+    got = generate(ours.decoder(ours.logits), ids, mask, search)
     with torch.no_grad():
-        expected = theirs.generate(input_ids=ids, attention_mask=mask, max_new_tokens=10, do_sample=False, num_beams=1)
+        expected = theirs.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=10, do_sample=False, num_beams=beams, length_penalty=0.0
+        )
     for row, tokens in enumerate(got):
         reference = expected[row, 1:].tolist()  # without the start token
         if 1 in reference:
@@ -48,9 +54,9 @@ def test_greedy_equals_transformers_generate(tmp_path, version):
 def test_beam_search_with_one_beam_is_greedy_and_wider_beams_score_at_least_as_well():
     t5 = model("v1.0")
     ids, mask = sources()
-    greedy = generate(t5.decoder(), ids, mask, SearchConfig(max_new_tokens=8))
-    assert generate(t5.decoder(), ids, mask, SearchConfig(max_new_tokens=8, num_beams=1)) == greedy
-    beams = generate(t5.decoder(), ids, mask, SearchConfig(max_new_tokens=8, num_beams=4))
+    greedy = generate(t5.decoder(t5.logits), ids, mask, SearchConfig(max_new_tokens=8))
+    assert generate(t5.decoder(t5.logits), ids, mask, SearchConfig(max_new_tokens=8, num_beams=1)) == greedy
+    beams = generate(t5.decoder(t5.logits), ids, mask, SearchConfig(max_new_tokens=8, num_beams=4))
     for row in range(3):
         assert len(beams[row]) == 8
         # Four beams of the full length: the best summed log-probability is at least greedy's.
