@@ -358,18 +358,15 @@ class Trainer:
         return record
 
 
-# The columns whose lengths add up to an example's length for trainer.group_by_length: one sequence, or the two
-# sides of a sentence pair (tasks/seq2seq.py).
-LENGTH_COLUMNS = ("input_ids", "source_ids", "target_ids")
-
-
-def _lengths(examples) -> list[int]:
-    first = examples[0] if len(examples) else {}
-    names = [c for c in LENGTH_COLUMNS if c in first]
-    columns = [_column(examples, name) for name in names]
-    return [sum(len(ids) for ids in row) for row in zip(*columns, strict=True)]
-
-
 def _column(examples, name: str):
     """One column of a list of dicts or of a ``datasets.Dataset``."""
     return examples[name] if hasattr(examples, "column_names") else [e[name] for e in examples]
+
+
+def _lengths(examples) -> list[int]:
+    """Each example's padded width, for trainer.group_by_length: its input, or the longer side of a sentence pair."""
+    first = examples[0]
+    if "input_ids" in first:
+        return [len(ids) for ids in _column(examples, "input_ids")]
+    pairs = zip(_column(examples, "source_ids"), _column(examples, "target_ids"), strict=True)
+    return [max(len(s), len(t)) for s, t in pairs]

@@ -128,13 +128,21 @@ def test_inputs_beyond_the_position_table_are_cut_with_a_warning(config_for, tmp
 
 def test_tasks_the_backbone_cannot_serve_are_refused(config_for, finetune_config, tmp_path):
     (tmp_path / "train.conll").write_text("a O\n")
-    one_step = "trainer.max_steps=1"
     with pytest.raises(ConfigError, match="task=ner puts a head on an encoder's token states; .*transformer"):
-        run(config_for("task=ner", f"data.train_file={tmp_path / 'train.conll'}", one_step), tmp_path / "a")
+        run(
+            config_for("task=ner", f"data.train_file={tmp_path / 'train.conll'}", "trainer.max_steps=1"), tmp_path / "a"
+        )
     (tmp_path / "t.en").write_text("a\n")
     (tmp_path / "t.de").write_text("b\n")
-    pairs = f"data.train_file={tmp_path / 't'}"
     with pytest.raises(ConfigError, match="task=translation generates text and needs an encoder-decoder .*bert"):
-        run(finetune_config("task=translation", pairs, one_step), tmp_path / "b")
+        run(
+            finetune_config("task=translation", f"data.train_file={tmp_path / 't'}", "trainer.max_steps=1"),
+            tmp_path / "b",
+        )
     with pytest.raises(ConfigError, match="task.num_beams=0"):
-        run(config_for("task=translation", pairs, "task.num_beams=0", one_step), tmp_path / "c")
+        run(
+            config_for(
+                "task=translation", f"data.train_file={tmp_path / 't'}", "task.num_beams=0", "trainer.max_steps=1"
+            ),
+            tmp_path / "c",
+        )
