@@ -1,14 +1,20 @@
-"""plm-generate: continue prompts with a causal model (GPT, GPT-2, Transformer-XL with its memory; encoder-decoders
-through the same decoding module).
+"""plm-generate: continue prompts with a causal model (GPT, GPT-2, Transformer-XL with its memory), or decode an
+output for each input with an encoder-decoder (T5, the Transformer).
 
 plm-generate checkpoint=runs/gpt2/checkpoints/last prompt="The history of"
 plm-generate checkpoint=/models/gpt2 prompts_file=prompts.txt max_new_tokens=50 do_sample=true top_p=0.9 seed=1 \
     output_file=continuations.jsonl
 plm-generate checkpoint=PATH prompt="..." num_beams=4 length_penalty=0.6
+plm-generate checkpoint=runs/t5/checkpoints/last prompt="The <extra_id_0> walks in <extra_id_1> park"
+plm-generate checkpoint=runs/wmt/averaged prompts_file=test.en num_beams=4 length_penalty=0.6 max_length_a=1 \
+    max_new_tokens=50
 
-Without ``output_file`` the continuations are printed, one per prompt; with it, a JSONL row per prompt holds
-``prompt``, ``prompt_ids``, ``text`` and ``token_ids`` (the generated ids, without the prompt). Greedy decoding
-(the default) gives the same tokens as transformers' ``generate`` on the same weights.
+A causal model continues the (left-padded) prompt. An encoder-decoder reads the prompt, followed by the end token
+as its training sources were, in its encoder (right-padded and masked, so positions start at 0 in every row) and
+decodes from its decoder start token. Without ``output_file`` the continuations (an encoder-decoder's outputs) are
+printed, one per prompt; with it, a JSONL row per prompt holds ``prompt``, ``prompt_ids``, ``text`` and
+``token_ids`` (the generated ids, without the prompt). Greedy and beam search give the same tokens as transformers'
+``generate`` on the same weights.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from plm_toolkit.config.schema import Device
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.generation import DecodingOptions, SearchConfig, generate
+from plm_toolkit.models.base import ENCODER_DECODER
 from plm_toolkit.models.pretrained import LoadedLanguageModel, load_language_model
 
 log = logging.getLogger("plm_toolkit")
@@ -95,14 +102,26 @@ def read_prompts(cfg) -> list[str]:
 
 
 def encode_prompts(lm: LoadedLanguageModel, prompts: list[str], max_new_tokens: int) -> list[list[int]]:
-    """Token ids of every prompt (no template tokens); an empty prompt starts from the start-of-text token. A
-    prompt that leaves no room for max_new_tokens in the position table is refused, naming it."""
+    """Token ids of every prompt (no template tokens). For a causal model an empty prompt starts from the
+    start-of-text token, and a prompt that leaves no room for max_new_tokens in the position table is refused,
+    naming it. An encoder-decoder's source ends with the end token, as in training (``Seq2SeqCollator``, span
+    corruption); one longer than the encoder's position table is refused."""
     vocab = vocab_from_tokenizer(lm.tokenizer)
     longest = type(lm.model).max_length(lm.model.config)
+    encoder_decoder = ENCODER_DECODER in type(lm.model).capabilities
     out = []
     for number, (prompt, encoding) in enumerate(
         zip(prompts, lm.tokenizer.encode_batch(prompts, add_special_tokens=False), strict=True), start=1
     ):
+        if encoder_decoder:
+            ids = [*encoding.ids, vocab.require("eos_id", "plm-generate on an encoder-decoder")]
+            if longest is not None and len(ids) > longest:
+                raise DataError(
+                    f"prompt {number} ({prompt[:40]!r}...) has {len(ids)} tokens with the end token, more than the "
+                    f"model's {longest} (max_position_embeddings); shorten the prompt"
+                )
+            out.append(ids)
+            continue
         ids = encoding.ids or ([vocab.bos_id] if vocab.bos_id is not None else [])
         if not ids:
             raise DataError(f"prompt {number} is empty and the tokenizer has no start-of-text token to start from")
@@ -130,14 +149,23 @@ def batches(prompt_ids: list[list[int]], batch_size: int, padding: bool):
         yield from (group[i : i + batch_size] for i in range(0, len(group), batch_size))
 
 
-def left_padded(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def padded(rows: list[list[int]], pad_id: int, device, side: str = "left") -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) ids and mask of rows padded on ``side``: left for a causal prompt (every row's last token in the last
+    column), right for an encoder's source."""
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, row in enumerate(rows):
-        ids[i, width - len(row) :] = torch.tensor(row)
-        mask[i, width - len(row) :] = 1
+        place = slice(width - len(row), width) if side == "left" else slice(0, len(row))
+        ids[i, place] = torch.tensor(row)
+        mask[i, place] = 1
     return ids.to(device), mask.to(device)
+
+
+def detokenize(tokenizer, ids: list[int], eos_id: int | None) -> str:
+    """The text of generated ids without the end token that stopped them; other special tokens stay (T5's
+    sentinels mark the spans they stand for)."""
+    return tokenizer.decode(ids[:-1] if ids and ids[-1] == eos_id else ids, skip_special_tokens=False)
 
 
 def run(cfg: DictConfig) -> list[dict]:
@@ -157,11 +185,11 @@ def run(cfg: DictConfig) -> list[dict]:
     generator = torch.Generator(device).manual_seed(cfg.seed)
     generated: list[list[int]] = [[] for _ in prompts]
     for group in batches(prompt_ids, cfg.batch_size, decoder.supports_padding):
-        ids, mask = left_padded([prompt_ids[i] for i in group], vocab.padding_id, device)
+        ids, mask = padded([prompt_ids[i] for i in group], vocab.padding_id, device, decoder.padding_side)
         for index, tokens in zip(group, generate(decoder, ids, mask, search, generator), strict=True):
             generated[index] = tokens
     rows = [
-        {"prompt": p, "prompt_ids": ids, "text": lm.tokenizer.decode(new), "token_ids": new}
+        {"prompt": p, "prompt_ids": ids, "text": detokenize(lm.tokenizer, new, vocab.eos_id), "token_ids": new}
         for p, ids, new in zip(prompts, prompt_ids, generated, strict=True)
     ]
     if cfg.output_file:
@@ -169,8 +197,9 @@ def run(cfg: DictConfig) -> list[dict]:
         path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
         log.info("%d continuation(s) written to %s", len(rows), path)
     else:
+        continuing = ENCODER_DECODER not in type(model).capabilities
         for row in rows:
-            print(row["prompt"] + row["text"])
+            print(row["prompt"] + row["text"] if continuing else row["text"])
     return rows
 
 

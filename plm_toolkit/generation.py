@@ -27,8 +27,11 @@ from plm_toolkit.nn.positions import position_ids
 
 
 class Decoder(Protocol):
-    # Whether prompts of different lengths may share a batch (left padding); else the caller groups them by length.
+    # Whether prompts of different lengths may share a batch; else the caller groups them by length.
     supports_padding: bool
+    # Where the caller pads: "left" for a prompt the decoder continues (every row's last token in the last column),
+    # "right" for an encoder's source (positions start at 0 in every row; the mask hides the padding).
+    padding_side: str
 
     def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, Any]: ...
 
@@ -251,6 +254,7 @@ class CachedDecoder:
     cache=)`` returning ``hidden`` (B, T, H), ``model.new_cache()``, and an LM head mapping (B, H) to (B, V)."""
 
     supports_padding = True
+    padding_side = "left"
 
     def __init__(self, model, head):
         self.model, self.head = model, head
@@ -294,6 +298,7 @@ class EncoderDecoderDecoder:
     token; each ``step`` feeds one token over the cache."""
 
     supports_padding = True
+    padding_side = "right"
 
     def __init__(self, model, head):
         self.model, self.head = model, head

@@ -7,37 +7,25 @@ generation against transformers' ``generate`` (new tokens/s, and whether both pr
 
 Training batches are full windows of random ids (the stream layout has no padding): T inputs and their T next
 tokens, for both models (transformers gets ``shift_labels``, so it, too, reads T positions and predicts T tokens).
-Timing and memory follow ``bench_pretrain.py``: alternating order, untimed warm-up, CPU peak resident set per model
-in a fresh process.
+Timing and memory are ``side_by_side.py``'s: alternating order, untimed warm-up, CPU peak resident set per model in
+a fresh process.
 """
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
+from functools import partial
 
 import torch
 import torch.nn.functional as F
-from bench_pretrain import _memory_kib as memory_kib
-from bench_pretrain import cpu_memory, pick_precision, synchronize
+from bench_pretrain import synchronize
+from side_by_side import Suite, compare, device_of, make_optimizer, memory_probe
 
 from plm_toolkit.generation import SearchConfig, generate
 from plm_toolkit.models.gpt import GPT, GPT2Config
 from plm_toolkit.objectives.base import normalized_loss
 from plm_toolkit.objectives.clm import CausalLanguageModeling, ClmConfig
-
-
-def make_optimizer(params: list[torch.nn.Parameter], device: torch.device) -> torch.optim.Optimizer:
-    # The same settings for both models; fused kernels exist for CPU and CUDA.
-    return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, fused=True)
-
-
-def autocast_factory(precision: str, device: torch.device):
-    if precision == "bf16":
-        return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext
-
 
 # (layers, hidden, heads, intermediate): a 2-layer GPT-2 and GPT-2 small (124M).
 SIZES = {"tiny": (2, 128, 2, 512), "small": (12, 768, 12, 3072)}
@@ -69,8 +57,6 @@ def make_batches(args, count: int) -> list[dict[str, torch.Tensor]]:
 
 class OursRunner:
     """Our GPT-2 with the registered clm objective (its loss never holds all the logits at once)."""
-
-    name = "ours"
 
     def __init__(self, config: GPT2Config, device: torch.device):
         self.model = GPT(config).to(device).train()
@@ -104,8 +90,6 @@ def transformers_config(config: GPT2Config):
 class TransformersRunner:
     """``transformers.GPT2LMHeadModel`` on the same config, trained through ``labels`` / ``shift_labels``."""
 
-    name = "transformers"
-
     def __init__(self, config: GPT2Config, device: torch.device):
         import transformers
 
@@ -123,40 +107,14 @@ class TransformersRunner:
         self.optimizer.zero_grad(set_to_none=True)
 
 
-def training(args, device: torch.device) -> dict:
-    torch.manual_seed(args.seed)
+def suite(args) -> Suite:
     config = gpt2_config(args)
-    ours, theirs = OursRunner(config, device), TransformersRunner(config, device)
-    batches = [{k: v.to(device) for k, v in b.items()} for b in make_batches(args, args.warmup + args.steps)]
-    precision = pick_precision(args.precision, device)
-    autocast = autocast_factory(precision, device)
-    seconds = {ours.name: 0.0, theirs.name: 0.0}
-    memory = {ours.name: 0, theirs.name: 0}
-    for index, batch in enumerate(batches):
-        for runner in (ours, theirs) if index % 2 == 0 else (theirs, ours):
-            synchronize(device)
-            if device.type == "cuda":
-                before = torch.cuda.memory_allocated(device)
-                torch.cuda.reset_peak_memory_stats(device)
-            start = time.perf_counter()
-            runner.step(batch, autocast)
-            synchronize(device)
-            if index >= args.warmup:
-                seconds[runner.name] += time.perf_counter() - start
-                if device.type == "cuda":
-                    memory[runner.name] = max(memory[runner.name], torch.cuda.max_memory_allocated(device) - before)
-    tokens = args.steps * args.batch_size * args.seq_len
-    result = {"precision": precision}
-    for runner in (ours, theirs):
-        entry = {
-            "tokens_per_s": round(tokens / seconds[runner.name], 1),
-            "step_ms": round(1000 * seconds[runner.name] / args.steps, 2),
-            "parameters": runner.num_parameters,
-        }
-        if device.type == "cuda":
-            entry["peak_memory_mb"] = round(memory[runner.name] / 2**20, 1)
-        result[runner.name] = entry
-    return result
+    return Suite(
+        name="gpt2",
+        runners={"ours": partial(OursRunner, config), "transformers": partial(TransformersRunner, config)},
+        batches=partial(make_batches, args),
+        tokens=lambda batch: batch["input_ids"][:, 1:].numel(),
+    )
 
 
 def generation(args, device: torch.device) -> dict:
@@ -214,42 +172,11 @@ def hf_state(model: GPT) -> dict[str, torch.Tensor]:
     return part.tensors
 
 
-def memory_probe(args) -> dict:
-    """CPU peak resident set of a few training steps of one model, less the resident set before them (MiB)."""
-    torch.manual_seed(args.seed)
-    device = torch.device("cpu")
-    batches = make_batches(args, args.memory_steps)
-    runner = (OursRunner if args.memory_probe == "ours" else TransformersRunner)(gpt2_config(args), device)
-    baseline = memory_kib("VmRSS")
-    for batch in batches:
-        runner.step(batch, autocast_factory(args.precision, device))
-    return {"peak_memory_mb": round((memory_kib("VmHWM") - baseline) / 1024, 1)}
-
-
 def run(args, argv: list[str]) -> dict:
     if args.memory_probe:
-        return memory_probe(args)
-    wants_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-    device = torch.device("cuda" if wants_cuda else "cpu")
-    result = {
-        "model": "gpt2",
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "threads": torch.get_num_threads(),
-        "config": args.config,
-        "vocab_size": args.vocab_size,
-        "seq_len": args.seq_len,
-        "batch_size": args.batch_size,
-        "steps": args.steps,
-        "warmup": args.warmup,
-    }
-    result.update(training(args, device))
-    if device.type == "cpu" and not args.no_memory:
-        for name, peak in cpu_memory(argv, ["ours", "transformers"], result["precision"]).items():
-            result[name]["peak_memory_mb"] = peak
-    result["speedup"] = round(result["ours"]["tokens_per_s"] / result["transformers"]["tokens_per_s"], 2)
-    ours_memory, their_memory = result["ours"].get("peak_memory_mb"), result["transformers"].get("peak_memory_mb")
-    if ours_memory and their_memory:
-        result["memory_ratio"] = round(ours_memory / their_memory, 2)
+        return memory_probe(args, suite(args))
+    device = device_of(args)
+    result = compare(args, argv, suite(args), device)
     if not args.no_generate:
         result["generation"] = generation(args, device)
     return result

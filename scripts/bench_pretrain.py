@@ -17,10 +17,11 @@ before them. On CPU, each variant runs a few steps again in a fresh process and 
     python scripts/bench_pretrain.py --config base --seq-len 128 --precision bf16 --device cuda
     python scripts/bench_pretrain.py --config tiny --threads 1 --repeats 5     # on a machine others keep busy
     python scripts/bench_pretrain.py --model gpt2 --config tiny    # GPT-2 against GPT2LMHeadModel, + generation
+    python scripts/bench_pretrain.py --model t5 --config small --batch-size 8    # T5 against T5ForConditionalGeneration
 
 Prints one JSON object: per variant tokens/s (median and every round), step time, peak memory, MFU; ``speedup``
 is ``ours`` (plm-train's defaults on this device) over ``transformers``. Needs ``transformers`` (test extra).
-``--model gpt2`` runs ``bench_gpt2.py``.
+``--model gpt2`` runs ``bench_gpt2.py``, ``--model t5`` ``bench_t5.py``.
 """
 
 from __future__ import annotations
@@ -77,11 +78,14 @@ DEFAULT_VARIANTS = {
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=["bert", "gpt2"], default="bert")
+    parser.add_argument("--model", choices=["bert", "gpt2", "t5"], default="bert")
     parser.add_argument(
-        "--config", choices=["tiny", "base", "small"], default="tiny", help="bert: tiny, base; gpt2: tiny, small"
+        "--config",
+        choices=["tiny", "base", "small"],
+        default="tiny",
+        help="bert: tiny, base; gpt2: tiny, small; t5: tiny, small, base",
     )
-    parser.add_argument("--vocab-size", type=int, default=None, help="default: 30522 (bert), 50257 (gpt2)")
+    parser.add_argument("--vocab-size", type=int, default=None, help="default: 30522 (bert), 50257 (gpt2), 32128 (t5)")
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument(
@@ -110,8 +114,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--memory-probe", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.vocab_size is None:
-        args.vocab_size = 50257 if args.model == "gpt2" else 30522
-    sizes = {"bert": SIZES, "gpt2": {"tiny": None, "small": None}}[args.model]
+        args.vocab_size = {"gpt2": 50257, "t5": 32128}.get(args.model, 30522)
+    sizes = {"bert": SIZES, "gpt2": {"tiny": None, "small": None}, "t5": {"tiny": None, "small": None, "base": None}}
+    sizes = sizes[args.model]
     if args.config not in sizes:
         parser.error(f"--config {args.config} is not a {args.model} size; choose from {', '.join(sorted(sizes))}")
     return args
@@ -377,9 +382,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    if args.model == "gpt2":
-        from bench_gpt2 import run
-
+    if args.model in ("gpt2", "t5"):
+        run = __import__(f"bench_{args.model}").run
         if args.memory_probe and args.precision == "auto":
             args.precision = "fp32"
         print(json.dumps(run(args, argv), indent=None if args.memory_probe else 2))

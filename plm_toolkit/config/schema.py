@@ -19,7 +19,9 @@ def choices(name: str, *values: str) -> type[Enum]:
     return Enum(name, {v: v for v in values}, type=str)
 
 
-TokenizerKind = choices("TokenizerKind", "auto", "wordpiece", "bpe", "gpt2_bpe", "unigram", "character", "word")
+TokenizerKind = choices(
+    "TokenizerKind", "auto", "wordpiece", "bpe", "gpt2_bpe", "unigram", "t5_unigram", "character", "word"
+)
 Packing = choices("Packing", "auto", "sentence_pairs", "segment_pairs", "full_sentences", "streams", "sentence_streams")
 OptimizerName = choices("OptimizerName", "adamw", "adam", "sgd")
 Schedule = choices("Schedule", "linear", "cosine", "constant", "noam", "inverse_sqrt")
@@ -40,8 +42,9 @@ class TokenizerConfig:
     path: str | None = None
     # Algorithm of a trained vocabulary: wordpiece (BERT), bpe (byte-level BPE with <s> </s> <pad> <mask> <unk>,
     # RoBERTa), gpt2_bpe (byte-level BPE with <|endoftext|> alone, GPT-2), unigram (SentencePiece-style unigram LM,
-    # XLNet), character (one token per character, for character-level LMs, where clm's bits per token are bits per
-    # character), or auto: the model preset's choice (model.tokenizer).
+    # XLNet), t5_unigram (T5's: a cased unigram LM with <pad> </s> <unk> and 100 sentinels <extra_id_N> as the last
+    # ids, within vocab_size), character (one token per character, for character-level LMs, where clm's bits per
+    # token are bits per character), or auto: the model preset's choice (model.tokenizer).
     kind: TokenizerKind = TokenizerKind.auto
     # Size of a trained vocabulary (special tokens included).
     vocab_size: int = 8000

@@ -193,6 +193,15 @@ class Seq2SeqCollator:
         return f"Seq2SeqCollator(pad_id={self.pad_id}, eos_id={self.eos_id})"
 
 
+def shift_right(labels: torch.Tensor, start_id: int, pad_id: int) -> torch.Tensor:
+    """(B, T) labels -> (B, T) decoder inputs: the start token, then the labels but the last; padding for
+    IGNORE_INDEX."""
+    shifted = labels.new_full(labels.shape, pad_id)
+    shifted[:, 0] = start_id
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill(shifted == IGNORE_INDEX, pad_id)
+
+
 def _pad(sequences: Sequence[Sequence[int]], fill: int) -> torch.Tensor:
     width = max(len(s) for s in sequences)
     out = torch.full((len(sequences), width), fill, dtype=torch.long)

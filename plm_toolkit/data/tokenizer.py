@@ -24,6 +24,7 @@ import tokenizers
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from plm_toolkit.data.corpus import cache_root, choice, read_documents, stable_hash
+from plm_toolkit.data.sentinels import T5_SPECIAL_TOKENS, add_sentinels, sentinel_ids, t5_unigram_trainer
 from plm_toolkit.data.vocab import ROLE_TOKENS, Vocab
 from plm_toolkit.data.word_vocabulary import WORD_SPECIAL_TOKENS, train_word_tokenizer
 from plm_toolkit.errors import DataError
@@ -44,8 +45,8 @@ BPE_VOCAB_FILE, BPE_MERGES_FILE = "vocab.json", "merges.txt"
 
 
 def tokenizer_kind(data_cfg: Any) -> str:
-    """wordpiece, bpe, gpt2_bpe, unigram, character or word; ``auto`` (left unresolved by a caller that knows no model)
-    means wordpiece."""
+    """wordpiece, bpe, gpt2_bpe, unigram, t5_unigram, character or word; ``auto`` (left unresolved by a caller that
+    knows no model) means wordpiece."""
     kind = choice(data_cfg.tokenizer.kind)
     return "wordpiece" if kind == "auto" else kind
 
@@ -244,9 +245,12 @@ def tokenizer_cache_path(data_cfg: Any, corpus_fingerprint: str) -> Path:
     """Where the tokenizer trained on this corpus with these settings is cached."""
     t = data_cfg.tokenizer
     kind = tokenizer_kind(data_cfg)
-    specials = {"wordpiece": SPECIAL_TOKENS, "gpt2_bpe": GPT2_SPECIAL_TOKENS, "word": WORD_SPECIAL_TOKENS}.get(
-        kind, BPE_SPECIAL_TOKENS
-    )
+    specials = {
+        "wordpiece": SPECIAL_TOKENS,
+        "gpt2_bpe": GPT2_SPECIAL_TOKENS,
+        "t5_unigram": T5_SPECIAL_TOKENS,
+        "word": WORD_SPECIAL_TOKENS,
+    }.get(kind, BPE_SPECIAL_TOKENS)
     word = kind == "word"  # keeps every word, whatever the size settings (they cut the bilm softmax instead)
     key = stable_hash(
         corpus_fingerprint,
@@ -294,6 +298,9 @@ def train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
     elif kind == "unigram":
         tokenizer, trainer = unigram_tokenizer(bool(t.lowercase)), unigram_trainer(int(t.vocab_size))
         finish = partial(_add_specials, xlnet_layout=True)
+    elif kind == "t5_unigram":  # T5's: cased, <pad> </s> <unk>, 100 sentinels at the top (data/sentinels.py)
+        tokenizer, trainer = unigram_tokenizer(lowercase=False), t5_unigram_trainer(int(t.vocab_size))
+        finish = add_sentinels
     else:
         tokenizer = bert_tokenizer(models.WordPiece(unk_token="[UNK]"), bool(t.lowercase))
         trainer = trainers.WordPieceTrainer(
@@ -339,13 +346,10 @@ def vocab_from_tokenizer(tokenizer: Tokenizer, source: str | Path | None = None)
     for role, names in ROLE_TOKENS.items():
         found = [tokenizer.token_to_id(n) for n in names if tokenizer.token_to_id(n) is not None]
         ids[role] = found[0] if found else None
-    sentinels = []
-    while (sentinel := tokenizer.token_to_id(f"<extra_id_{len(sentinels)}>")) is not None:
-        sentinels.append(sentinel)
     vocab = tokenizer.get_vocab(with_added_tokens=True)
     return Vocab(
         size=tokenizer.get_vocab_size(with_added_tokens=True),
-        sentinel_ids=tuple(sentinels),
+        sentinel_ids=sentinel_ids(tokenizer),
         tokens=tuple(sorted(vocab, key=vocab.__getitem__)),
         continuation_ids=continuation_ids(tokenizer),
         **ids,

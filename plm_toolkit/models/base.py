@@ -68,9 +68,11 @@ class Backbone(nn.Module):
     An ``encoder_decoder`` backbone also serves the calls that teacher forcing, fine-tuning and decoding
     (``plm_toolkit/generation.py``) make: ``encode(input_ids, attention_mask) -> (B, S, H)``,
     ``decode(decoder_input_ids, encoder_hidden, attention_mask, cache=None, offset=None) -> (B, T, H)`` (``cache``
-    from ``new_cache()``: one dict per decoder layer, filled by the first call and extended by the next),
-    ``logits(hidden) -> (..., V)`` and ``decoder_start_token_id``; ``forward(input_ids, attention_mask,
-    decoder_input_ids)`` returns the decoder's states.
+    from ``new_cache()``: one ``nn.layers.LayerCache`` per decoder layer, filled by the first call and extended by
+    the next, ``reorder``-ed by beam search; ``offset``: the position of the first new token, by default the
+    number cached), ``logits(hidden) -> (..., V)`` and ``decoder_start_token_id``; ``forward(input_ids,
+    attention_mask, decoder_input_ids)`` returns the decoder's states. The Transformer and T5 serve exactly these;
+    no code outside their files branches on either.
     """
 
     capabilities: ClassVar[frozenset[str]] = frozenset()

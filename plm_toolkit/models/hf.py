@@ -245,29 +245,40 @@ def write_folder(folder: Path, tensors: dict[str, torch.Tensor], hf_config: dict
     for source in files:
         if source.resolve() != (folder / source.name).resolve():
             shutil.copyfile(source, folder / source.name)
-    if tokenizer.name == "tokenizer.json" and not (folder / "vocab.json").exists():
-        _write_bpe_files(tokenizer, folder)
+    if tokenizer.name == "tokenizer.json":
+        _write_tokenizer_config(tokenizer, folder)
 
 
-def _write_bpe_files(tokenizer_json: Path, folder: Path) -> None:
-    """A byte-level BPE tokenizer.json also as vocab.json + merges.txt (what transformers' slow GPT-2 and RoBERTa
-    tokenizers read), with a tokenizer_config.json that keeps its add_prefix_space and names its special tokens:
-    transformers' tokenizer classes otherwise impose their own default and tokenize differently."""
+def _write_tokenizer_config(tokenizer_json: Path, folder: Path) -> None:
+    """A tokenizer_config.json beside a tokenizer.json, so that transformers' AutoTokenizer tokenizes exactly as
+    the run did: transformers' tokenizer classes otherwise impose their own default pipeline.
+
+    A byte-level BPE is also written as vocab.json + merges.txt (what transformers' slow GPT-2 and RoBERTa tokenizers
+    read), its config keeping add_prefix_space and naming its special tokens. A unigram vocabulary (T5's, XLNet's)
+    is loaded as the tokenizer.json it is (``PreTrainedTokenizerFast``): transformers' T5 and XLNet classes rebuild
+    their own normalization and pre-tokenization around its pieces; T5's sentinels are named as extra special
+    tokens."""
     try:
         tokenizer = Tokenizer.from_file(str(tokenizer_json))
     except Exception:  # noqa: BLE001 - not ours to judge here; the tokenizer.json is copied as it is
         return
-    if type(tokenizer.model).__name__ != "BPE":
-        return
-    tokenizer.model.save(str(folder))
-    settings = json.loads(tokenizer.to_str()).get("pre_tokenizer") or {}
-    if settings.get("type") != "ByteLevel":
-        return
     vocab = vocab_from_tokenizer(tokenizer)
     roles = {"bos_token": vocab.bos_id, "eos_token": vocab.eos_id, "unk_token": vocab.unk_id, "pad_token": vocab.pad_id}
     roles |= {"cls_token": vocab.cls_id, "sep_token": vocab.sep_id, "mask_token": vocab.mask_id}
-    config = {name: tokenizer.id_to_token(i) for name, i in roles.items() if i is not None}
-    config["add_prefix_space"] = bool(settings.get("add_prefix_space", False))
+    config: dict[str, Any] = {name: tokenizer.id_to_token(i) for name, i in roles.items() if i is not None}
+    kind = type(tokenizer.model).__name__
+    if kind == "Unigram":
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        if vocab.sentinel_ids:
+            config["additional_special_tokens"] = [tokenizer.id_to_token(i) for i in vocab.sentinel_ids]
+    elif kind == "BPE" and not (folder / "vocab.json").exists():
+        tokenizer.model.save(str(folder))
+        settings = json.loads(tokenizer.to_str()).get("pre_tokenizer") or {}
+        if settings.get("type") != "ByteLevel":
+            return
+        config["add_prefix_space"] = bool(settings.get("add_prefix_space", False))
+    else:
+        return
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 

@@ -31,7 +31,7 @@ from plm_toolkit import registry
 from plm_toolkit.catalog import load_all
 from plm_toolkit.data.tokenizer import load_tokenizer, vocab_from_tokenizer
 from plm_toolkit.errors import CheckpointError, ConfigError
-from plm_toolkit.models.base import GENERATIVE
+from plm_toolkit.models.base import ENCODER_DECODER, GENERATIVE
 from plm_toolkit.models.hf import HFImport, import_hf
 from plm_toolkit.training import checkpoint as ckpt
 
@@ -157,9 +157,8 @@ def with_dropout(model: nn.Module, dropout: float) -> nn.Module:
             module.p = dropout
     config = getattr(model, "config", None)
     if dataclasses.is_dataclass(config):
-        changes = {
-            k: dropout for k in ("hidden_dropout", "attention_dropout", "embedding_dropout") if hasattr(config, k)
-        }
+        keys = ("hidden_dropout", "attention_dropout", "embedding_dropout", "dropout")
+        changes = {k: dropout for k in keys if hasattr(config, k)}
         model.config = dataclasses.replace(config, **changes)
     return model
 
@@ -253,8 +252,9 @@ def typed_objective_config(name: str, section):
 
 
 def _lm_head(model: nn.Module, name: str | None, objective_config, state, vocab, source: Path):
-    """The next-token scorer: the objective's (``next_token_logits``), else, for a family whose LM head is the
-    tied embedding alone (GPT), that embedding."""
+    """The next-token scorer: the objective's (``next_token_logits``), else an encoder-decoder's own output layer
+    (``logits``: a translation run, a fine-tuned seq2seq checkpoint), else, for a family whose LM head is the tied
+    embedding alone (GPT), that embedding."""
     if name in registry.OBJECTIVES and objective_config is not None:
         objective = registry.OBJECTIVES.get(name).builder(objective_config, model, vocab)
         if hasattr(objective, "next_token_logits"):
@@ -262,6 +262,8 @@ def _lm_head(model: nn.Module, name: str | None, objective_config, state, vocab,
                 objective.load_state_dict(state)
             objective.eval()
             return lambda hidden: objective.next_token_logits(model, hidden)
+    if ENCODER_DECODER in type(model).capabilities:
+        return model.logits
     if not getattr(type(model), "lm_head_bias", True):
         return lambda hidden: torch.nn.functional.linear(hidden, model.input_embeddings.weight)
     raise CheckpointError(

@@ -175,6 +175,7 @@ class MemoryDecoder:
     are decoded in separate batches."""
 
     supports_padding = False
+    padding_side = "left"  # unused: every batch holds prompts of one length
 
     def __init__(self, model: TransformerXL, head):
         self.model, self.head = model, head

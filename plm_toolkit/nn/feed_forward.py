@@ -15,19 +15,32 @@ HiddenAct = choices("HiddenAct", "gelu", "gelu_tanh", "relu")
 
 class FeedForward(nn.Module):
     """Linear -> activation (-> dropout) -> Linear, applied to every position alone. ``inner_dropout`` is the
-    dropout on the activations that Transformer-XL, XLNet and T5 apply; BERT and GPT have none there."""
+    dropout on the activations that Transformer-XL, XLNet and T5 apply; BERT and GPT have none there.
+
+    ``gated``: the activation's output is multiplied by a second, linear projection of the input
+    (``intermediate_linear``), the GLU variants of Shazeer 2020; GEGLU with gelu_tanh is T5 v1.1's feed-forward.
+    """
 
     def __init__(
-        self, hidden_size: int, intermediate_size: int, hidden_act: str, bias: bool = True, inner_dropout: float = 0.0
+        self,
+        hidden_size: int,
+        intermediate_size: int,
+        hidden_act: str,
+        bias: bool = True,
+        inner_dropout: float = 0.0,
+        gated: bool = False,
     ):
         super().__init__()
         self.intermediate = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.intermediate_linear = nn.Linear(hidden_size, intermediate_size, bias=bias) if gated else None
         self.act = activation(hidden_act)
         self.inner_dropout = nn.Dropout(inner_dropout) if inner_dropout else None
         self.output = nn.Linear(intermediate_size, hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         inner = self.act(self.intermediate(x))
+        if self.intermediate_linear is not None:
+            inner = inner * self.intermediate_linear(x)
         if self.inner_dropout is not None:
             inner = self.inner_dropout(inner)
         return self.output(inner)

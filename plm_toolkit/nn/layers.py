@@ -52,18 +52,25 @@ class TransformerLayer(nn.Module):
         bias: bool = True,
         head_size: int | None = None,
         norm: str = "layer",
+        attention_scale: float | None = None,
+        feed_forward_dropout: float = 0.0,
+        gated: bool = False,
     ):
+        """``attention_scale`` replaces 1 / sqrt(head_size) on the scores (T5: 1); ``feed_forward_dropout`` drops
+        the feed-forward's inner activations; ``gated`` makes it a GLU (``FeedForward``)."""
         super().__init__()
         self.pre_norm = pre_norm
 
         def attention() -> MultiHeadAttention:
-            return MultiHeadAttention(hidden_size, num_heads, attention_dropout, bias, head_size)
+            return MultiHeadAttention(hidden_size, num_heads, attention_dropout, bias, head_size, attention_scale)
 
         self.attention = attention()
         self.attention_layer_norm = layer_norm(norm, hidden_size, layer_norm_eps)
         self.cross_attention = attention() if cross_attention else None
         self.cross_attention_layer_norm = layer_norm(norm, hidden_size, layer_norm_eps) if cross_attention else None
-        self.feed_forward = FeedForward(hidden_size, intermediate_size, hidden_act, bias)
+        self.feed_forward = FeedForward(
+            hidden_size, intermediate_size, hidden_act, bias, inner_dropout=feed_forward_dropout, gated=gated
+        )
         self.output_layer_norm = layer_norm(norm, hidden_size, layer_norm_eps)
         self.dropout = nn.Dropout(hidden_dropout)
 

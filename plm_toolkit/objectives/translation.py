@@ -20,7 +20,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
-from plm_toolkit.data.collate import IGNORE_INDEX
+from plm_toolkit.data.collate import IGNORE_INDEX, shift_right
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.generation import SearchConfig, generate
@@ -53,15 +53,6 @@ class TranslationConfig:
     max_length_b: int = 50
     # sacrebleu's BLEU tokenizer (13a is its default and WMT's; intl, zh, ja-mecab, ... for other scripts).
     bleu_tokenize: str = "13a"
-
-
-def shift_right(labels: torch.Tensor, start_id: int, pad_id: int) -> torch.Tensor:
-    """(B, T) labels -> (B, T) decoder inputs: the start token, then the labels but the last; padding for
-    IGNORE_INDEX."""
-    shifted = labels.new_full(labels.shape, pad_id)
-    shifted[:, 0] = start_id
-    shifted[:, 1:] = labels[:, :-1]
-    return shifted.masked_fill(shifted == IGNORE_INDEX, pad_id)
 
 
 def check_decoding(config, prefix: str) -> None:

@@ -31,14 +31,19 @@ def composed(*overrides, config_name="train"):
 
 
 def serving_model(group: str, option: str) -> list[str]:
-    """An objective that the default BERT cannot serve is composed with the first tiny preset that can; sentence
-    pairs (data=parallel) with the tiny Transformer."""
+    """An objective that the default BERT cannot serve is composed with the tiny preset of the family it belongs to,
+    else the first tiny preset that can serve it; sentence pairs (data=parallel) with the tiny Transformer."""
     if (group, option) == ("data", "parallel"):
         return ["model=transformer_tiny", "data=parallel"]
     if group != "objective":
         return []
     needed = objective_class(composed(f"objective={option}").objective.name).required_capabilities
-    for preset in sorted((CONFIGS / "model").glob("*_tiny.yaml")):
+    presets = sorted((CONFIGS / "model").glob("*_tiny.yaml"))
+    # The family whose paper objective this is first (with the data its preset picks), else any that can serve it.
+    for preset in presets:
+        if composed(f"model={preset.stem}").objective.name == option:
+            return [f"model={preset.stem}"]
+    for preset in presets:
         if needed <= model_class(composed(f"model={preset.stem}").model.name).capabilities:
             return [f"model={preset.stem}", f"objective={option}"]
     return []

@@ -170,8 +170,8 @@ def test_hugging_face_folder_and_finetuned_checkpoint_load_as_backbones(tiny_che
     )
     again = load_backbone(tmp_path / "run")
     assert again.kind == "plm_train" and again.model.config.hidden_size == 36
-    (hf / "config.json").write_text(json.dumps({"model_type": "t5"}))
-    with pytest.raises(CheckpointError, match="model_type is 't5'; supported: albert, bert"):
+    (hf / "config.json").write_text(json.dumps({"model_type": "bart"}))
+    with pytest.raises(CheckpointError, match="model_type is 'bart'; supported: albert, bert"):
         load_backbone(hf)
 
 

@@ -1,58 +1,20 @@
-"""plm-finetune on a tiny Transformer checkpoint: task=translation, task=seq2seq and the text-to-text form of
+"""plm-finetune on tiny Transformer and T5 checkpoints: task=translation, task=seq2seq and the text-to-text form of
 SST-2 train, decode and score; tasks a backbone cannot serve are refused with the family named."""
 
 import json
-from pathlib import Path
 
 import pytest
-import torch
 from omegaconf import OmegaConf
-from tokenizers import models, trainers
-from torch import nn
 
-from plm_toolkit.data.tokenizer import BPE_SPECIAL_TOKENS, _add_bpe_specials, byte_level_tokenizer
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.finetune import run
-from plm_toolkit.models.transformer import Transformer, TransformerConfig
-from plm_toolkit.training import checkpoint as ckpt
 from tests.training.conftest import read_metrics
 
 from .conftest import SST2_DEV, SST2_TRAIN
 from .test_finetune import falls, losses
 
 pytest.importorskip("sacrebleu")
-EN_DE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "translation" / "en-de"
 FAST = ["optimizer.lr=3e-3", "optimizer.warmup_ratio=0", "trainer.batch_size=16", "data.max_seq_len=40"]
-
-
-@pytest.fixture(scope="module")
-def transformer_checkpoint(tmp_path_factory) -> Path:
-    """A random tiny Transformer (hidden 36, 3 heads, d_ff 37) with a byte-level BPE over SST-2 and English and
-    German text, written as plm-train writes its checkpoints."""
-    texts = [line.split("\t")[0] for line in Path(SST2_TRAIN).read_text().splitlines()[1:]]
-    if EN_DE.is_dir():
-        for lang in ("en", "de"):
-            texts += (EN_DE / f"train.{lang}").read_text(encoding="utf-8").splitlines()[:3000]
-    tokenizer = byte_level_tokenizer(models.BPE())
-    trainer = trainers.BpeTrainer(vocab_size=800, special_tokens=list(BPE_SPECIAL_TOKENS), show_progress=False)
-    tokenizer.train_from_iterator(texts, trainer=trainer)
-    _add_bpe_specials(tokenizer)
-    torch.manual_seed(0)
-    config = TransformerConfig(
-        vocab_size=tokenizer.get_vocab_size(),
-        hidden_size=36,
-        num_layers=2,
-        num_heads=3,
-        intermediate_size=37,
-        max_position_embeddings=128,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-    )
-    yaml = OmegaConf.to_yaml({"model": OmegaConf.to_container(OmegaConf.structured(config))})
-    root = tmp_path_factory.mktemp("transformer")
-    state = {"step": 0, "samples_seen": 0}
-    return ckpt.save_checkpoint(root, 1, Transformer(config), nn.Module(), state, yaml, tokenizer.to_str(), 0)
 
 
 @pytest.fixture
@@ -120,9 +82,14 @@ def test_seq2seq_task_reads_named_columns(config_for, tmp_path):
 
 
 @pytest.mark.slow
-def test_sst2_on_an_encoder_decoder_generates_label_words(config_for, tmp_path):
+@pytest.mark.parametrize("family", ["transformer", "t5"])
+def test_sst2_on_an_encoder_decoder_generates_label_words(finetune_config, request, tmp_path, family):
+    """The GLUE preset's T5 template ("sst2 sentence: ...") and label words, through the same task code for both
+    families: the loss falls and the model answers with label words only."""
+    checkpoint = request.getfixturevalue(f"{family}_checkpoint")
     run_dir = tmp_path / "run"
-    cfg = config_for(
+    cfg = finetune_config(
+        f"model.checkpoint={checkpoint}",
         "task=sst2",
         f"data.train_file={SST2_TRAIN}",
         f"data.validation_file={SST2_DEV}",
@@ -132,11 +99,15 @@ def test_sst2_on_an_encoder_decoder_generates_label_words(config_for, tmp_path):
         "trainer.max_steps=40",
     )
     run(cfg, run_dir)
+    ok, detail = falls(losses(run_dir), 0.5)
+    assert ok, detail
     results = json.loads((run_dir / "eval_results.json").read_text())
     assert set(results) == {"accuracy", "invalid_outputs"}
     assert results["invalid_outputs"] == 0  # it learned to answer with a label word
     predictions = json.loads((run_dir / "predictions.json").read_text())
     assert len(predictions) == 64 and set(predictions.values()) <= {"0", "1"}
+    saved = OmegaConf.load(run_dir / "checkpoints" / "last" / "config.yaml")
+    assert saved.backbone.name == family and saved.task.input_template.startswith("sst2 sentence:")
 
 
 def test_inputs_beyond_the_position_table_are_cut_with_a_warning(config_for, tmp_path, caplog):

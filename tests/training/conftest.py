@@ -9,6 +9,14 @@ from hydra import compose, initialize_config_module
 import plm_toolkit.train  # noqa: F401  (registers schemas, registries and resolvers)
 from plm_toolkit.data.corpus import resource_path
 
+# Every step logged, no evaluation unless asked, no progress bar or TensorBoard, on the CPU.
+QUIET = [
+    "trainer.log_every=1",
+    "trainer.eval_every=0",
+    "trainer.progress_bar=false",
+    "trainer.tensorboard=false",
+    "hardware=cpu",
+]
 # Tiny BERT with odd sizes: shape bugs cannot hide behind equal numbers.
 TINY = [
     "model=bert_tiny",
@@ -20,11 +28,7 @@ TINY = [
     "data.max_seq_len=48",
     "data.tokenizer.vocab_size=600",
     "trainer.batch_size=8",
-    "trainer.log_every=1",
-    "trainer.eval_every=0",
-    "trainer.progress_bar=false",
-    "trainer.tensorboard=false",
-    "hardware=cpu",
+    *QUIET,
 ]
 
 
@@ -90,3 +94,9 @@ def gpt_run(small_corpus, tmp_path_factory) -> Path:
         cfg = compose("train", overrides=[*quiet, *GPT2_SMALL, *base, "trainer.max_steps=60", "trainer.eval_every=60"])
     train.run(cfg, run_dir)
     return run_dir
+
+
+def generate_config(*overrides: str):
+    """plm-generate's config, composed as its command line would."""
+    with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
+        return compose("generate", overrides=list(overrides))

@@ -8,17 +8,13 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-from hydra import compose, initialize_config_module
 
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.export import export_checkpoint
 from plm_toolkit.generate import run as generate
 from plm_toolkit.models.pretrained import load_language_model
 
-
-def generate_config(*overrides):
-    with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
-        return compose("generate", overrides=list(overrides))
+from .conftest import generate_config
 
 
 @pytest.mark.slow

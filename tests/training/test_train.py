@@ -92,7 +92,8 @@ def test_accumulation_8x4_equals_32x1(make_config, tmp_path):
     g1, s1 = window_gradients(make_config("trainer.batch_size=32", *no_dropout), tmp_path)
     g8, s8 = window_gradients(make_config("trainer.batch_size=4", "trainer.grad_accum_steps=8", *no_dropout), tmp_path)
     assert s1.counts == s8.counts and s1.counts["mlm"] > 100
-    assert abs(s1.loss() - s8.loss()) < 1e-6
+    # Summed in fp32 in another order: ~1,400 nats over 224 tokens agree to float32's relative precision.
+    assert s1.loss() == pytest.approx(s8.loss(), rel=1e-6)
     assert g1.keys() == g8.keys()
     worst = max((g1[n] - g8[n]).abs().max().item() for n in g1)
     assert worst < 1e-6, worst
