@@ -104,6 +104,11 @@ def fit(
         examples,
         trainer.layout.global_batch,
     )
+    if cfg.trainer.time_budget:
+        log.info(
+            "or until trainer.time_budget=%g hours of training have passed, whichever comes first",
+            cfg.trainer.time_budget,
+        )
     final = trainer.fit()
     if runtime.process.is_main:
         log.info("run directory: %s", run_dir)

@@ -62,9 +62,13 @@ class ProgressBar:
     def update(self, n: int = 1) -> None:
         self.bar.update(n)
 
-    def show(self, record: dict) -> None:
+    def show(self, record: dict, budget_used: float | None = None) -> None:
+        """``budget_used``: the share of trainer.time_budget spent, shown where a budget rather than the step count
+        (the bar's total) ends the run."""
         epoch = f"{record['epoch']:.2f}" + (f"/{self.epochs:g}" if self.epochs else "")
         extra = {"mfu": f"{record['mfu']:.1%}"} if "mfu" in record else {}
+        if budget_used is not None:
+            extra["budget"] = f"{budget_used:.0%}"
         self.bar.set_postfix(
             epoch=epoch,
             loss=f"{record['loss']:.4f}",

@@ -242,7 +242,7 @@ class Trainer:
         if self.peak:
             record["mfu"] = window.flops / elapsed / (self.peak * 1e12 * self.process.world_size)
         self.metrics.write(record)
-        bar.show(record)
+        bar.show(record, self.clock.fraction() if self.clock.budgeted else None)
         self.window, self.tick = Window.empty(), time.perf_counter()
         return record
 

@@ -122,3 +122,14 @@ def test_time_budget_on_the_real_clock(make_config, tmp_path):
 def test_time_budget_must_be_positive(make_config, tmp_path):
     with pytest.raises(ConfigError, match=r"trainer.time_budget=0.0: expected a finite number in \(0, inf\)"):
         run(make_config("trainer.time_budget=0"), tmp_path)
+
+
+def test_progress_bar_shows_the_share_of_the_time_budget_used():
+    from plm_toolkit.training.logging import ProgressBar
+
+    record = {"epoch": 0.5, "loss": 1.0, "lr": 1e-3, "tokens_per_s": 10.0}
+    bar = ProgressBar(1_000_000, 0, None, enabled=False)
+    bar.show(record, budget_used=0.25)
+    assert "budget=25%" in bar.bar.postfix
+    bar.show(record)
+    assert "budget" not in bar.bar.postfix
