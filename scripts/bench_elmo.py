@@ -119,6 +119,7 @@ def ner(args, name: str, checkpoint: Path, mode: str, lr: float, commands: list[
         f"data.validation_file={evaluation}",
         "data.max_seq_len=128",
         f"trainer.max_steps={args.ner_steps}",
+        "trainer.epochs=null",  # plm-finetune counts in epochs by default
         f"trainer.batch_size={args.ner_batch_size}",
         "trainer.log_every=50",
         f"optimizer.lr={lr}",
