@@ -12,7 +12,6 @@ from pathlib import Path
 
 from plm_toolkit.training import checkpoint as ckpt
 from plm_toolkit.training.distributed import all_gather_objects, broadcast_object
-from plm_toolkit.training.sharded import load_sharded, save_sharded
 
 
 def save_state(trainer, final: bool) -> Path:
@@ -32,6 +31,9 @@ def save_state(trainer, final: bool) -> Path:
     }
     common = (trainer.config_yaml, trainer.tokenizer_json, trainer.cfg.keep_last)
     if trainer.runtime.fsdp:
+        # Imported here: torch.distributed.checkpoint adds ~0.7 s to every command's start-up otherwise.
+        from plm_toolkit.training.sharded import save_sharded
+
         return save_sharded(
             trainer.run_dir, trainer.step, trainer.module, trainer.optimizer, state, *common, process, final
         )
@@ -48,6 +50,8 @@ def restore_state(trainer, checkpoint: ckpt.Checkpoint) -> dict:
     state = checkpoint.trainer_state()
     path = checkpoint.path
     if ckpt.is_sharded(path):
+        from plm_toolkit.training.sharded import load_sharded
+
         load_sharded(path, trainer.module, trainer.optimizer)
     elif trainer.runtime.fsdp:
         raise ckpt.CheckpointError(
