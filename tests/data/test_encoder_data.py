@@ -7,7 +7,7 @@ import pytest
 
 from plm_toolkit.config.schema import DataConfig, TokenizerConfig
 from plm_toolkit.data import build_pretraining_examples
-from plm_toolkit.data.pretraining import document_pairs
+from plm_toolkit.data.sentence_pairs import document_pairs
 from plm_toolkit.data.tokenizer import load_or_train_tokenizer, load_tokenizer, vocab_from_tokenizer
 from plm_toolkit.errors import DataError
 

@@ -20,6 +20,7 @@ from plm_toolkit.data import (
     collate,
     pack_full_sentences,
     prepare_pretraining_data,
+    sentence_pairs,
 )
 from plm_toolkit.data import pretraining as pretraining_module
 
@@ -295,7 +296,7 @@ def test_truncate_pair_matches_token_by_token_trimming():
     """The linear truncation ends with the lengths of BERT's one-token-at-a-time loop and cuts only the ends."""
     for la, lb, budget in [(10, 3, 8), (3, 10, 8), (5, 5, 7), (5, 5, 6), (100_000, 40, 125), (0, 9, 4), (4, 4, 20)]:
         a, b = list(range(la)), list(range(1000, 1000 + lb))
-        pretraining_module._truncate_pair(a, b, budget, random.Random(0))
+        sentence_pairs._truncate_pair(a, b, budget, random.Random(0))
         ra, rb = la, lb
         while ra + rb > budget:
             if ra > rb:
