@@ -182,7 +182,8 @@ def test_two_process_ddp_matches_one_process(small_corpus, tmp_path):
     assert two.returncode == 0, two.stderr[-3000:]
     a, b = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
     assert [r["step"] for r in b] == list(range(1, 7))
-    assert max(abs(x["loss"] - y["loss"]) for x, y in zip(a, b, strict=True)) < 1e-6
+    # Losses near 9 in fp32: two processes sum in another order, a few ulps (1.1e-6 seen) apart; 1e-5 as for FSDP.
+    assert max(abs(x["loss"] - y["loss"]) for x, y in zip(a, b, strict=True)) < 1e-5
     # Written once, by rank 0, and resumable by the same launch.
     assert sorted(p.name for p in (tmp_path / "two" / "checkpoints").iterdir()) == ["last", "step_3", "step_6"]
     resumed = launch(
