@@ -32,6 +32,7 @@ from plm_toolkit.models.base import (
 from plm_toolkit.nn.attention import padding_mask
 from plm_toolkit.nn.embeddings import TokenEmbeddings
 from plm_toolkit.nn.feed_forward import HiddenAct
+from plm_toolkit.nn.init import init_weights
 from plm_toolkit.nn.layers import TransformerLayer
 from plm_toolkit.registry import MODELS
 
@@ -126,23 +127,6 @@ class BertPooler(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.dense(hidden[:, 0]))  # (B, H)
-
-
-def init_weights(module: nn.Module, std: float) -> None:
-    """BERT's init, for ``nn.Module.apply``: normal(0, std) weights (the TensorFlow release truncates at 2 std,
-    Hugging Face does not), zero biases, LayerNorm 1 / 0; the padding row starts at zero."""
-    if isinstance(module, nn.Linear):
-        nn.init.normal_(module.weight, mean=0.0, std=std)
-        if module.bias is not None:
-            nn.init.zeros_(module.bias)
-    elif isinstance(module, nn.Embedding):
-        nn.init.normal_(module.weight, mean=0.0, std=std)
-        if module.padding_idx is not None:
-            with torch.no_grad():
-                module.weight[module.padding_idx].zero_()
-    elif isinstance(module, nn.LayerNorm):
-        nn.init.ones_(module.weight)
-        nn.init.zeros_(module.bias)
 
 
 def embedding_width(config: BertConfig) -> int:

@@ -30,6 +30,7 @@ from plm_toolkit.generation import CachedDecoder
 from plm_toolkit.models.base import CAUSAL, Backbone, Representations, check_vocab_size
 from plm_toolkit.nn.embeddings import TokenEmbeddings
 from plm_toolkit.nn.feed_forward import HiddenAct
+from plm_toolkit.nn.init import init_weights
 from plm_toolkit.nn.layers import LayerCache, TransformerLayer
 from plm_toolkit.nn.positions import position_ids as positions_of
 from plm_toolkit.registry import MODELS
@@ -141,14 +142,7 @@ class GPT(Backbone):
             )
 
     def _init_weights(self, module: nn.Module) -> None:
-        std = self.config.initializer_range
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if getattr(module, "bias", None) is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
+        init_weights(module, self.config.initializer_range)
 
     @property
     def input_embeddings(self) -> nn.Embedding:

@@ -30,10 +30,11 @@ from torch import nn
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import BIDIRECTIONAL
-from plm_toolkit.models.bert import BertConfig, BertEncoder, embedding_width, head_activation, init_weights
+from plm_toolkit.models.bert import BertConfig, BertEncoder, embedding_width, head_activation
 from plm_toolkit.nn.attention import padding_mask
 from plm_toolkit.nn.embeddings import TokenEmbeddings
 from plm_toolkit.nn.heads import MaskedLMHead, activation
+from plm_toolkit.nn.init import init_weights
 from plm_toolkit.objectives.base import BatchTransform, Objective, ObjectiveOutput
 from plm_toolkit.objectives.masking import IGNORE_INDEX, MaskingUnit, check_masking_config, masking_from_config
 from plm_toolkit.registry import OBJECTIVES
