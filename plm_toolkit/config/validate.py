@@ -212,14 +212,21 @@ def problems(cfg: DictConfig) -> list[str]:
             f"objective={o.name} feeds two segments (token types 0 and 1); model.type_vocab_size="
             f"{m.type_vocab_size} has one (RoBERTa's): set model.type_vocab_size=2 or pick objective=mlm"
         )
+    checked = len(out)
     for check in (
         lambda: objective_class(o.name).check_config(o),
         lambda: objective_class(o.name).check_data(o, d),
-        lambda: data_plan(cfg),
         lambda: model_class(m.name).check_config(m),
     ):
         try:
             check()
+        except ConfigError as err:
+            out.append(str(err))
+    # The plan is derived from the objective's and model's values: only once they passed (span corruption's window
+    # search never ends for objective.noise_density >= 1).
+    if len(out) == checked:
+        try:
+            data_plan(cfg)
         except ConfigError as err:
             out.append(str(err))
     wanted = objective_class(o.name).natural_layout

@@ -104,6 +104,7 @@ CASES = [
     Case("parallel_line_counts", "train", ("data.train_files=[{files}/uneven]",), "{files}/uneven.en has 3 lines but {files}/uneven.de has 2; parallel files must be line-aligned", base=TRANSLATION),
     Case("parallel_jsonl_no_key", "train", ("data.train_files=[{files}/no_target_key.jsonl]",), "{files}/no_target_key.jsonl:3: no key 'de' (data.target_lang); the row has 'en', 'fr'", base=TRANSLATION),
     # --- ERNIE's knowledge units ----------------------------------------------------------------------------------
+    Case("span_noise_density_one_or_more", "train", ("objective.noise_density=1.5",), "objective.noise_density=1.5: expected a share in (0, 1)", base=("model=t5",)),
     Case("gazetteer_not_utf8", "train", ("objective.entity_gazetteer={files}/latin1_gazetteer.txt",), "{files}/latin1_gazetteer.txt:2: not valid UTF-8", base=ERNIE),
     Case("lexicon_empty", "train", ("objective.phrase_lexicon={files}/blank_corpus.txt",), "objective.phrase_lexicon={files}/blank_corpus.txt: no entries of 2 word(s) or more", base=ERNIE),
     Case("entity_tagger_not_ner", "train", ("objective.entity_tagger={checkpoint}",), "objective.entity_tagger={checkpoint} is a pretraining checkpoint (no task); expected a named-entity tagger from plm-finetune task=ner", base=ERNIE),
