@@ -64,7 +64,10 @@ class MaskedLMHead(nn.Module):
         nn.init.zeros_(self.layer_norm.bias)
         nn.init.zeros_(self.bias)
 
+    def transform(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., H) states -> (..., E): what the tied decoder projects (with ``self.bias``) onto the vocabulary."""
+        return self.layer_norm(self.act(self.dense(hidden)))
+
     def forward(self, hidden: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
         """(..., H) states and the (vocab, E) embedding matrix -> (..., vocab) logits."""
-        transformed = self.layer_norm(self.act(self.dense(hidden)))
-        return F.linear(transformed, embedding_weight, self.bias)
+        return F.linear(self.transform(hidden), embedding_weight, self.bias)

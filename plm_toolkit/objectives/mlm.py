@@ -20,6 +20,7 @@ from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import BIDIRECTIONAL, Representations
 from plm_toolkit.models.bert import head_activation
 from plm_toolkit.nn.heads import MaskedLMHead
+from plm_toolkit.nn.losses import linear_cross_entropy
 from plm_toolkit.objectives.base import BatchTransform, Objective, ObjectiveOutput
 from plm_toolkit.objectives.masking import IGNORE_INDEX, MaskingUnit, check_masking_config, masking_from_config
 from plm_toolkit.registry import OBJECTIVES
@@ -118,7 +119,8 @@ class MaskedLanguageModeling(Objective):
             gold = F.pad(labels, (0, 1), value=IGNORE_INDEX).gather(1, positions).flatten()  # (B*P,), pads ignored
             index = positions.clamp(max=labels.shape[1] - 1)[:, :, None].expand(-1, -1, width)  # (B, P, H)
             hidden = reps.hidden.gather(1, index).flatten(0, 1)  # (B*P, H)
-        logits = self.head(hidden, model.input_embeddings.weight)  # (N or B*P, V)
-        loss_sum = F.cross_entropy(logits, gold, reduction="sum", ignore_index=IGNORE_INDEX)
-        correct = ((logits.detach().argmax(dim=-1) == gold) & (gold != IGNORE_INDEX)).sum()
+        # The (N, V) logits are never held at once, nor their softmax (nn/losses.py).
+        loss_sum, correct = linear_cross_entropy(
+            self.head.transform(hidden), model.input_embeddings.weight, self.head.bias, gold, ignore_index=IGNORE_INDEX
+        )
         return ObjectiveOutput(loss_sums={"mlm": loss_sum}, metrics={"mlm_correct": correct})

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from plm_toolkit.nn.losses import chunk_rows, linear_cross_entropy
+from plm_toolkit.training import parallel
 
 
 @pytest.mark.parametrize("with_bias", [True, False])
@@ -34,6 +35,67 @@ def test_same_loss_and_gradients_as_plain_cross_entropy(with_bias, chunk):
     torch.testing.assert_close(evaluated, reference, rtol=1e-6, atol=1e-4)
 
 
+def problem_with_ignored_rows(seed, rows, width, vocab, every):
+    """(hidden, weight, bias, targets) with every ``every``-th target ignored (-100)."""
+    torch.manual_seed(seed)
+    hidden = torch.randn(rows, width, requires_grad=True)
+    weight = torch.randn(vocab, width, requires_grad=True)
+    bias = torch.randn(vocab, requires_grad=True)
+    targets = torch.randint(0, vocab, (rows,))
+    targets[::every] = -100
+    return hidden, weight, bias, targets
+
+
+def test_ignored_rows_count_for_nothing_in_loss_hits_and_gradients():
+    hidden, weight, bias, targets = problem_with_ignored_rows(1, 29, 11, 67, every=3)
+    loss, correct = linear_cross_entropy(hidden, weight, bias, targets, chunk=8, ignore_index=-100)
+    loss.backward()
+    ours = [p.grad.clone() for p in (hidden, weight, bias)]
+    for p in (hidden, weight, bias):
+        p.grad = None
+    logits = F.linear(hidden, weight, bias)
+    reference = F.cross_entropy(logits, targets, reduction="sum", ignore_index=-100)
+    reference.backward()
+    torch.testing.assert_close(loss, reference, rtol=1e-6, atol=1e-4)
+    assert correct.item() == ((logits.argmax(-1) == targets) & (targets != -100)).sum().item()
+    assert hidden.grad[::3].abs().max() == 0 and ours[0][::3].abs().max() == 0
+    for mine, theirs in zip(ours, (hidden.grad, weight.grad, bias.grad), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        evaluated, hits = linear_cross_entropy(hidden, weight, bias, targets, chunk=8, ignore_index=-100)
+    torch.testing.assert_close(evaluated, reference, rtol=1e-6, atol=1e-4)
+    assert hits.item() == correct.item()
+
+
+def test_large_logits_keep_an_exact_log_partition():
+    """log Z from the softmax's largest entry stays exact when the gold logit is far below the top one (its own
+    probability underflows to 0 in fp32)."""
+    hidden = torch.tensor([[1.0, 0.0], [0.0, 1.0]], requires_grad=True)
+    weight = torch.tensor([[200.0, 0.0], [0.0, 0.0], [-200.0, 3.0]], requires_grad=True)
+    targets = torch.tensor([2, 1])
+    loss, correct = linear_cross_entropy(hidden, weight, None, targets)
+    reference = F.cross_entropy(F.linear(hidden, weight), targets, reduction="sum")
+    torch.testing.assert_close(loss, reference)
+    assert loss.item() > 399 and correct.item() == 0
+
+
+def test_the_cpu_workspace_serves_calls_of_other_sizes_and_precisions():
+    torch.manual_seed(2)
+    for rows, vocab in [(50, 300), (7, 1000), (120, 90)]:
+        hidden = torch.randn(rows, 16, requires_grad=True)
+        weight = torch.randn(vocab, 16, requires_grad=True)
+        targets = torch.randint(0, vocab, (rows,))
+        loss, _ = linear_cross_entropy(hidden, weight, None, targets, chunk=32)
+        torch.testing.assert_close(loss, F.cross_entropy(hidden @ weight.T, targets, reduction="sum"))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _ = linear_cross_entropy(hidden, weight, None, targets, chunk=32)
+    loss.backward()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        reference = F.cross_entropy(F.linear(hidden, weight).float(), targets, reduction="sum")
+    torch.testing.assert_close(loss, reference, rtol=1e-3, atol=1e-2)
+    assert hidden.grad.dtype == torch.float32 and weight.grad.dtype == torch.float32
+
+
 def test_chunks_hold_at_least_a_thousand_rows():
     assert chunk_rows(50257) == 1335 and chunk_rows(600) == (1 << 26) // 600 and chunk_rows(10**8) == 1024
 
@@ -56,3 +118,25 @@ def test_cuda_autocast_keeps_the_projection_in_bf16_and_matches_plain():
     torch.testing.assert_close(ours[0], hidden.grad, rtol=5e-2, atol=5e-2)
     torch.testing.assert_close(ours[1], weight.grad, rtol=5e-2, atol=5e-2)
     assert ours[1].dtype == torch.float32
+
+
+@pytest.mark.slow
+def test_compiles_into_one_graph_with_the_eager_loss_and_gradients():
+    """hardware.compile traces the objective's loss with the backbone: no graph break, no workspace inside."""
+    if parallel.compiler_problem(torch.device("cpu")):
+        pytest.skip("no working compiler here")
+    torch._dynamo.reset()
+    hidden, weight, bias, targets = problem_with_ignored_rows(3, 40, 16, 300, every=4)
+
+    def loss_of(h, w, b, t):
+        return linear_cross_entropy(torch.tanh(h), w, b, t, chunk=16, ignore_index=-100)[0] * 2
+
+    explained = torch._dynamo.explain(loss_of)(hidden, weight, bias, targets)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    torch.compile(loss_of)(hidden, weight, bias, targets).backward()
+    compiled = [p.grad.clone() for p in (hidden, weight, bias)]
+    for p in (hidden, weight, bias):
+        p.grad = None
+    loss_of(hidden, weight, bias, targets).backward()
+    for mine, eager in zip(compiled, (hidden.grad, weight.grad, bias.grad), strict=True):
+        torch.testing.assert_close(mine, eager, rtol=1e-5, atol=1e-5)
