@@ -21,6 +21,7 @@ import string
 import sys
 
 from plm_toolkit.errors import DataError
+from plm_toolkit.tasks.squad_data import read_squad
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = set(string.punctuation)
@@ -162,8 +163,6 @@ def main() -> None:
     parser.add_argument("--na-prob-file")
     parser.add_argument("--na-prob-thresh", type=float, default=1.0)
     args = parser.parse_args()
-    from plm_toolkit.tasks.squad import read_squad  # the reader and its messages, without a cycle at import
-
     try:
         examples, _ = read_squad(args.data_file)
         golds = {e.qid: [text for text, _ in e.answers] for e in examples}

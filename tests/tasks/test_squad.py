@@ -12,7 +12,8 @@ from plm_toolkit.data.tokenizer import load_tokenizer, vocab_from_tokenizer
 from plm_toolkit.errors import DataError
 from plm_toolkit.models.bert import Bert, BertConfig
 from plm_toolkit.tasks.base import TaskData
-from plm_toolkit.tasks.squad import QuestionAnswering, SquadConfig, SquadEvalInfo, build_features, read_squad
+from plm_toolkit.tasks.squad import QuestionAnswering, SquadEvalInfo
+from plm_toolkit.tasks.squad_data import SquadConfig, build_features, read_squad
 from plm_toolkit.tasks.squad_metric import normalize_answer, squad_evaluate
 
 # Short windows, so that many contexts need several and some windows cut an answer.
@@ -182,7 +183,7 @@ def test_answer_start_that_misses_its_text_is_skipped_and_counted(tmp_path, capl
 
 
 def test_sliding_windows_cover_the_context_with_bert_strides():
-    from plm_toolkit.tasks.squad import sliding_windows
+    from plm_toolkit.tasks.squad_data import sliding_windows
 
     assert sliding_windows(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]
     assert sliding_windows(3, 4, 3) == [(0, 3)]
