@@ -8,15 +8,20 @@ else is a bug and keeps its traceback. The entry points run Hydra with ``HYDRA_F
 exceptions reach ``guard`` instead of being printed over several lines by Hydra itself. The commands that take
 positional arguments instead (plm-export, plm-average) parse them with ``ArgumentParser`` below and ``report`` their
 failures themselves.
+
+Under torchrun every rank usually fails alike (the same config, the same files): the line is printed once between
+them, by rank 0 when it fails too, and every rank still exits with status 1 (``_prints_it``).
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import hashlib
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import fields, is_dataclass
 from typing import NoReturn
@@ -25,12 +30,18 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from plm_toolkit.errors import PlmError
+from plm_toolkit.training.distributed import launched_rank, launcher_store
 
 # Set by cli.run_command once Hydra has created the run directory and handed over: an OSError before then is about
 # the run directory.
 _task_started = False
 # Set when a run failed with an expected failure (already reported), so that the command exits with status 1.
 _failed = False
+# Failures this process reported: each rank's n-th is matched with the other ranks' n-th (the runs of a sweep).
+_reports = 0
+# How long a rank other than 0 gives rank 0 to report the same failure, so that the line comes from rank 0 whenever it
+# fails too: its output is the one that `torchrun --local-ranks-filter 0` and per-rank logs are read for.
+RANK0_GRACE_S = 5.0
 
 
 def task_started() -> None:
@@ -44,9 +55,35 @@ def report(err: BaseException) -> bool:
     line = explain(err)
     if line is None:
         return False
-    print(f"error: {line}", file=sys.stderr, flush=True)
+    if _prints_it(line):
+        print(f"error: {line}", file=sys.stderr, flush=True)
     _failed = True
     return True
+
+
+def _prints_it(line: str) -> bool:
+    """Whether this process prints ``line``: always, except under torchrun, where the ranks that report the same
+    line print it once between them, through torchrun's store. Rank 0 claims the line at once; another rank first
+    gives rank 0 ``RANK0_GRACE_S`` to claim it, then claims it itself, so a failure only some ranks hit (a file one
+    node cannot read, a bad shard) is still printed, by the first of them. Without the store, every rank prints."""
+    global _reports
+    n, _reports = _reports, _reports + 1
+    try:
+        store = launcher_store("plm_toolkit/failures")
+        if store is None:
+            return True
+        rank = launched_rank()
+        if rank != 0:
+            deadline = time.monotonic() + RANK0_GRACE_S
+            # check() polls quietly; a wait() that times out logs C++ warnings on stderr.
+            while not store.check([f"{n}/rank_0"]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        first = store.add(f"{n}/{hashlib.sha1(line.encode()).hexdigest()}", 1) == 1
+        if rank == 0:
+            store.set(f"{n}/rank_0", "reported")
+        return first
+    except (RuntimeError, ValueError, KeyError):  # torch's DistError is a RuntimeError
+        return True
 
 
 def did_you_mean(word: str, choices: Iterable[str], prefix: str = "") -> str:

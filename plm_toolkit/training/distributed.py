@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -51,6 +52,29 @@ def adopt_submitit_environment() -> bool:
 def launched_world_size() -> int:
     """Number of processes the launcher started (1 when not launched by torchrun or submitit)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def launched_rank() -> int:
+    """This process's rank as the launcher set it (0 when not launched), known before any process group exists."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def launcher_store(name: str, timeout: float = 10.0) -> dist.Store | None:
+    """A client of torchrun's own key-value store, under ``name`` and the launch attempt; None outside torchrun.
+
+    torchrun's agent hosts that store (``TORCHELASTIC_USE_AGENT_STORE``) before it starts the workers and keeps it
+    after one of them has died, so ranks can agree on something without a process group, or when a peer is gone.
+    The attempt (``TORCHELASTIC_RESTART_COUNT``) keeps a restarted worker group from reading the last one's keys."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or launched_world_size() < 2:
+        return None
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        is_master=False,
+        timeout=timedelta(seconds=timeout),
+        wait_for_workers=False,
+    )
+    return dist.PrefixStore(f"{name}/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
 def launched() -> bool:
