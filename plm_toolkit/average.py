@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ import torch
 from safetensors.torch import save_file
 
 from plm_toolkit import failures
+from plm_toolkit.atomic import atomic_folder
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.training import checkpoint as ckpt
 
@@ -75,21 +75,17 @@ def average_checkpoints(run_dir: str | Path, count: int, out_dir: str | Path) ->
     if out_dir.exists() and not (out_dir / "averaged.json").is_file():
         raise CheckpointError(f"{out_dir} exists and is not an averaged checkpoint; give a new folder")
     chosen = last_checkpoints(run_dir, count)
-    tmp = out_dir.with_name(f"{ckpt.TMP_PREFIX}{out_dir.name}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name in (ckpt.MODEL_FILE, ckpt.OBJECTIVE_FILE):
-        files = [c / name for c in chosen]
-        if all(f.is_file() for f in files):
-            save_file(average_weights(files), str(tmp / name))
-    for name in (ckpt.CONFIG_FILE, ckpt.TOKENIZER_FILE):
-        if (chosen[-1] / name).is_file():
-            shutil.copy2(chosen[-1] / name, tmp / name)
-    steps = [ckpt.Checkpoint(c).step() for c in chosen]
-    (tmp / "averaged.json").write_text(json.dumps({"steps": steps, "checkpoints": [str(c) for c in chosen]}) + "\n")
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.rename(tmp, out_dir)
+    with atomic_folder(out_dir) as tmp:
+        for name in (ckpt.MODEL_FILE, ckpt.OBJECTIVE_FILE):
+            files = [c / name for c in chosen]
+            if all(f.is_file() for f in files):
+                save_file(average_weights(files), str(tmp / name))
+        for name in (ckpt.CONFIG_FILE, ckpt.TOKENIZER_FILE):
+            if (chosen[-1] / name).is_file():
+                shutil.copy2(chosen[-1] / name, tmp / name)
+        steps = [ckpt.Checkpoint(c).step() for c in chosen]
+        record = {"steps": steps, "checkpoints": [str(c) for c in chosen]}
+        (tmp / "averaged.json").write_text(json.dumps(record) + "\n")
     return out_dir
 
 

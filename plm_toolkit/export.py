@@ -1,28 +1,43 @@
-"""plm-export: write a plm-train (or plm-finetune) checkpoint as a Hugging Face folder.
+"""plm-export: write a plm-train (or plm-finetune) checkpoint as a Hugging Face folder, or an ELMo as bilm-tf's.
 
     plm-export runs/gpt2 out/gpt2-hf              # a run directory, checkpoints/last or a step_N folder
     plm-export runs/bert/checkpoints/step_300 out/bert --backbone-only
+    plm-export runs/elmo out/elmo --format bilm-tf
 
-The folder holds config.json, model.safetensors and the tokenizer (tokenizer.json; a byte-level BPE also as
-vocab.json + merges.txt), in the layout of the family's transformers class: the pretraining heads of the run's
+The Hugging Face folder holds config.json, model.safetensors and the tokenizer (tokenizer.json; a byte-level BPE also
+as vocab.json + merges.txt), in the layout of the family's transformers class: the pretraining heads of the run's
 objective where transformers has them (BertForPreTraining, GPT2LMHeadModel, ...; ELECTRA's generator in
 ``generator/``), the bare model otherwise. What the weights do not show (ELECTRA's generator head count, XLNet's
 reuse_len) comes from the checkpoint's config.yaml; an export that could not load exactly is refused. A fine-tuned
 checkpoint exports its backbone. Families transformers does not have (Transformer-XL) are refused with the list of
-those it has.
+those it has. ``--format bilm-tf`` writes an ELMo as bilm-tf's options.json + weights.hdf5 (+ vocab.txt), what
+plm-embed, allennlp and bilm-tf read.
+
+The folder is written whole or not at all (``atomic.atomic_folder``): into a temporary folder beside OUT_DIR, renamed
+into place once every file is on disk. OUT_DIR may be absent, empty or an earlier export (``exported.json`` lists
+the files plm-export wrote; that export is replaced); a folder holding anything else is refused, so that nothing
+plm-export did not write is ever deleted.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import signal
 import sys
 from pathlib import Path
 
 from plm_toolkit import failures, registry
-from plm_toolkit.errors import CheckpointError
-from plm_toolkit.models.hf import export_hf
+from plm_toolkit.atomic import atomic_folder
+from plm_toolkit.catalog import load_all
+from plm_toolkit.data.tokenizer import load_tokenizer
+from plm_toolkit.errors import CheckpointError, ConfigError
+from plm_toolkit.models.elmo_bilm_tf import export_bilm_tf
+from plm_toolkit.models.hf import ADAPTERS, export_hf, some
 from plm_toolkit.models.pretrained import (
     load_plm_checkpoint,
+    model_config_of,
     plm_checkpoint_dir,
     read_config_yaml,
     typed_objective_config,
@@ -31,17 +46,69 @@ from plm_toolkit.training import checkpoint as ckpt
 
 log = logging.getLogger("plm_toolkit")
 
+FORMATS = ("hf", "bilm-tf")
+# The formats besides Hugging Face's, and the families each holds.
+FAMILY_FORMATS = {"bilm-tf": ("elmo",)}
+# Written last into every export: its checkpoint, format and files, so that a later export knows what it may replace.
+MANIFEST_FILE = "exported.json"
 
-def export_checkpoint(source: str | Path, out: str | Path, backbone_only: bool = False) -> Path:
-    """Export the checkpoint ``source`` names into the folder ``out``; returns the step folder it read."""
-    source = Path(source).expanduser()
-    step = plm_checkpoint_dir(source) if source.exists() else None
-    if step is None:
+
+def files_under(folder: Path) -> list[str]:
+    """Every file and folder under ``folder``, relative to it."""
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*"))
+
+
+def earlier_export(out: Path) -> set[str]:
+    """What an earlier plm-export wrote into ``out`` (with the folders holding it), by its manifest; empty without."""
+    try:
+        files = json.loads((out / MANIFEST_FILE).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+    if not isinstance(files, list) or not all(isinstance(name, str) for name in files):
+        return set()
+    folders = {str(parent) for name in files for parent in Path(name).parents if str(parent) != "."}
+    return {MANIFEST_FILE, *files, *folders}
+
+
+def check_out_dir(out: Path) -> None:
+    """Refuse an ``out`` that cannot become a folder, or that holds anything plm-export did not write there (replacing
+    the folder would delete it)."""
+    existing = next((path for path in (out, *out.parents) if path.exists()), None)
+    if existing is not None and existing != out and not existing.is_dir():
+        raise CheckpointError(f"{out}: cannot be created: {existing} is a file, not a folder")
+    if existing != out:
+        return
+    if not out.is_dir():
+        raise CheckpointError(f"{out}: exists and is not a folder; give a new or empty folder")
+    foreign = sorted(set(files_under(out)) - earlier_export(out))
+    if foreign:
         raise CheckpointError(
-            f"{source}: no plm-train checkpoint here (a run directory, checkpoints/last or a step_N folder holding "
-            f"{ckpt.MODEL_FILE} and {ckpt.CONFIG_FILE})"
+            f"{out}: holds files plm-export did not write ({some(foreign)}); give a new or empty folder (plm-export "
+            f"replaces only an earlier export, listed in its {MANIFEST_FILE})"
         )
-    model, tokenizer_file = load_plm_checkpoint(step)
+
+
+def check_family(fmt: str, config) -> None:
+    """Refuse a format that cannot hold the checkpoint's family before its weights are read."""
+    holders = FAMILY_FORMATS.get(fmt)
+    if holders is not None and config.name not in holders:
+        raise CheckpointError(
+            f"--format {fmt} holds model={'/'.join(holders)} only; this checkpoint is model={config.name}: "
+            "export it with --format hf"
+        )
+    if fmt == "hf":
+        load_all()
+        try:
+            ADAPTERS.for_config(config)
+        except CheckpointError as err:
+            others = [name for name, families in FAMILY_FORMATS.items() if config.name in families]
+            if not others:
+                raise
+            raise CheckpointError(f"{err}; --format {others[0]} writes model={config.name}") from None
+
+
+def write_hf(folder: Path, step: Path, model, tokenizer_file: Path, backbone_only: bool) -> None:
+    """The Hugging Face folder of ``model``, with the heads of the run's objective unless ``backbone_only``."""
     saved = read_config_yaml(step / ckpt.CONFIG_FILE)
     objective_state, objective_config = {}, None
     section = saved.get("objective")
@@ -50,30 +117,71 @@ def export_checkpoint(source: str | Path, out: str | Path, backbone_only: bool =
         if (step / ckpt.OBJECTIVE_FILE).is_file():
             objective_state = ckpt.read_weights(step / ckpt.OBJECTIVE_FILE)
     try:
-        export_hf(out, model, objective_state, tokenizer_file, objective_config)
+        export_hf(folder, model, objective_state, tokenizer_file, objective_config)
     except CheckpointError as err:
         if not objective_state:
             raise
         raise CheckpointError(f"{err} (--backbone-only exports the model without the objective's heads)") from err
+
+
+def export_checkpoint(source: str | Path, out: str | Path, backbone_only: bool = False, format: str = "hf") -> Path:
+    """Export the checkpoint ``source`` names into the folder ``out``, atomically; returns the step folder it read."""
+    if format not in FORMATS:
+        raise ConfigError(f"--format {format}: expected one of {', '.join(FORMATS)}")
+    source = Path(source).expanduser()
+    step = plm_checkpoint_dir(source) if source.exists() else None
+    if step is None:
+        raise CheckpointError(
+            f"{source}: no plm-train checkpoint here (a run directory, checkpoints/last or a step_N folder holding "
+            f"{ckpt.MODEL_FILE} and {ckpt.CONFIG_FILE})"
+        )
+    out = Path(os.path.abspath(Path(out).expanduser()))
+    if out.is_symlink():  # replace the folder it points to, not the link
+        out = out.resolve()
+    check_out_dir(out)
+    check_family(format, model_config_of(step))
+    model, tokenizer_file = load_plm_checkpoint(step)
+    with atomic_folder(out) as tmp:
+        if format == "bilm-tf":
+            export_bilm_tf(tmp, model, load_tokenizer(tokenizer_file))
+        else:
+            write_hf(tmp, step, model, tokenizer_file, backbone_only)
+        manifest = {"checkpoint": str(step), "format": format, "files": files_under(tmp)}
+        (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return step
+
+
+def _stop(signum, frame):
+    raise SystemExit(128 + signum)  # unwinds through atomic_folder, which removes its temporary folder
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = failures.ArgumentParser(prog="plm-export", description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="a plm-train run directory, checkpoints/last or a step_N folder")
-    parser.add_argument("out_dir", help="the Hugging Face folder to write (created if needed)")
+    parser.add_argument(
+        "out_dir", help="the folder to write: absent, empty or an earlier export (replaced whole, atomically)"
+    )
     parser.add_argument(
         "--backbone-only", action="store_true", help="leave the objective's heads out (the bare model class)"
+    )
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="hf",
+        help="hf: a Hugging Face folder (default); bilm-tf: an ELMo as options.json + weights.hdf5 (+ vocab.txt)",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     failures.task_started()  # no run directory: an OSError names its own path
+    previous = signal.signal(signal.SIGTERM, _stop)
     try:
-        step = export_checkpoint(args.checkpoint, args.out_dir, args.backbone_only)
+        step = export_checkpoint(args.checkpoint, args.out_dir, args.backbone_only, args.format)
     except Exception as err:
         if not failures.report(err):
             raise
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     log.info("exported %s to %s", step, args.out_dir)
     return 0
 

@@ -1,3 +1,4 @@
+import hashlib
 import os
 from pathlib import Path
 
@@ -40,6 +41,20 @@ def tokenizer_texts() -> list[str]:
         for lang in ("en", "de"):
             texts += (en_de / f"train.{lang}").read_text(encoding="utf-8").splitlines()[:3000]
     return texts
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Each file's sha256, each link's target and each folder under ``root``: equal digests, an untouched tree."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        key = str(path.relative_to(root))
+        if path.is_symlink():
+            out[key] = "-> " + os.readlink(path)
+        elif path.is_file():
+            out[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            out[key] = "folder"
+    return out
 
 
 def save_untrained(root: Path, model: nn.Module, tokenizer: Tokenizer, objective: str | None = None) -> Path:

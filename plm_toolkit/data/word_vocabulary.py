@@ -60,3 +60,13 @@ def read_bilm_vocab(path: Path) -> Tokenizer:
         raise DataError(f"{path}: not a readable UTF-8 vocabulary file ({err})") from None
     words = [line.strip() for line in lines if line.strip() and line.strip() != "!!!MAXTERMID"]
     return word_tokenizer(words)
+
+
+def write_bilm_vocab(tokenizer: Tokenizer, path: Path) -> bool:
+    """A word tokenizer's words as a bilm-tf vocabulary file, one per line in id order (what ``read_bilm_vocab``
+    reads back); False, writing nothing, for a tokenizer of another kind."""
+    if not isinstance(tokenizer.model, models.WordLevel):
+        return False
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    path.write_text("".join(f"{word}\n" for word in sorted(vocab, key=vocab.__getitem__)), encoding="utf-8")
+    return True

@@ -1,7 +1,7 @@
 """ELMo's checkpoint adapter: bilm-tf's ``options.json`` + HDF5 weights, the format of every released ELMo.
 
     model = import_bilm_tf("/models/elmo_small")       # a folder with *options.json and *weights*.hdf5
-    export_bilm_tf("/tmp/out", model)                  # writes options.json + weights.hdf5 back
+    export_bilm_tf("/tmp/out", model, tokenizer)       # writes options.json + weights.hdf5 (+ vocab.txt) back
 
 The HDF5 layout (bilm-tf's ``bin/dump_weights.py``; TF matrices are [in, out]):
   char_embed                                  (261, E)       characters 0..260; our row 0 (masking) is zero
@@ -26,12 +26,12 @@ import torch
 from tokenizers import Tokenizer
 
 from plm_toolkit.data.characters import NUM_CHARACTER_IDS
-from plm_toolkit.data.word_vocabulary import read_bilm_vocab, word_tokenizer
+from plm_toolkit.data.word_vocabulary import read_bilm_vocab, word_tokenizer, write_bilm_vocab
 from plm_toolkit.errors import CheckpointError, ConfigError
 from plm_toolkit.models.elmo import CnnActivation, Elmo, ElmoConfig
 from plm_toolkit.models.pretrained import CheckpointFormat, register_format
 
-OPTIONS_FILE, WEIGHTS_FILE = "options.json", "weights.hdf5"
+OPTIONS_FILE, WEIGHTS_FILE, VOCAB_FILE = "options.json", "weights.hdf5", "vocab.txt"
 # TF's LSTMCell adds this to the forget gate's pre-activation; PyTorch-style cells keep it in the bias.
 TF_FORGET_BIAS = 1.0
 
@@ -252,11 +252,15 @@ def write_options(config: ElmoConfig) -> dict:
     }
 
 
-def export_bilm_tf(folder: str | Path, model: Elmo) -> Path:
-    """Write ``options.json`` and ``weights.hdf5`` in bilm-tf's layout (the inverse of ``read_weights``)."""
+def export_bilm_tf(folder: str | Path, model: Elmo, tokenizer: Tokenizer | None = None) -> Path:
+    """Write ``options.json`` and ``weights.hdf5`` in bilm-tf's layout (the inverse of ``read_weights``), and a word
+    ``tokenizer``'s vocabulary as ``vocab.txt``. Like bilm-tf's ``dump_weights``, the softmax is left out. Writes into
+    ``folder`` as it is: ``plm-export --format bilm-tf`` (``export.export_checkpoint``) writes atomically."""
     h5py = h5py_module()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    if tokenizer is not None:
+        write_bilm_vocab(tokenizer, folder / VOCAB_FILE)
     config = model.config
     state = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}
     cells, hidden = config.cell_size, config.hidden_size

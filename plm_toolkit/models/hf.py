@@ -182,6 +182,7 @@ def export_hf(
     pretraining class they make up (``BertForPreTraining``, ``GPT2LMHeadModel``, ...). ``objective_config`` is the
     objective config the run used, for what the weights do not show (ELECTRA's generator heads, XLNet's
     reuse_len). The tokenizer file is copied beside the weights (byte-level BPE also as vocab.json + merges.txt).
+    Writes into ``folder`` as it is; plm-export (``export.export_checkpoint``) writes atomically.
     """
     load_all()
     folder = Path(folder)

@@ -30,6 +30,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from plm_toolkit.atomic import TMP_PREFIX, fsync, swap_in, sync_folder
 from plm_toolkit.errors import CheckpointError
 
 MODEL_FILE = "model.safetensors"
@@ -37,17 +38,8 @@ OBJECTIVE_FILE = "objective.safetensors"
 CONFIG_FILE = "config.yaml"
 TOKENIZER_FILE = "tokenizer.json"
 STATE_FILE = "trainer_state.pt"
-TMP_PREFIX = ".tmp-"
 # A sharded (FSDP) run's weights and optimizer state: a torch.distributed.checkpoint folder, one file per rank.
 SHARDED_DIR = "sharded"
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def unique_state(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -196,22 +188,16 @@ def write_common_files(tmp: Path, trainer_state: dict, config_yaml: str, tokeniz
 
 def publish(root: Path, tmp: Path, step: int, keep_last: int) -> Path:
     """Make the written ``tmp`` the checkpoint ``step_<step>`` in one rename, point ``last`` at it, prune."""
-    for f in tmp.iterdir():
-        _fsync(f)
+    sync_folder(tmp)
     final = root / f"step_{step}"
-    if final.exists():  # the same step saved again (e.g. a rerun): move the old copy aside first
-        old = root / f"{TMP_PREFIX}old-step_{step}-{os.getpid()}"
-        os.rename(final, old)
-        os.rename(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, final)
+    # The same step saved again (e.g. a rerun) replaces the old copy.
+    swap_in(tmp, final, root / f"{TMP_PREFIX}old-step_{step}-{os.getpid()}")
     link_tmp = root / f"{TMP_PREFIX}last-{os.getpid()}"
     if link_tmp.is_symlink() or link_tmp.exists():
         link_tmp.unlink()
     os.symlink(final.name, link_tmp)
     os.replace(link_tmp, root / "last")
-    _fsync(root)
+    fsync(root)
     prune(root, keep_last)
     return final
 

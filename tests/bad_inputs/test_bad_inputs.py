@@ -7,15 +7,15 @@ cannot be a static file) and add a row to CASES: the command, its arguments and 
 Placeholders in both: ``{files}`` (this folder's files/), ``{tmp}`` (the case's own directory), ``{checkpoint}``
 (a plm-train checkpoint of a tiny BERT), ``{prepared}`` (the folders ``pretrained_run`` builds: checkpoints of other
 families, broken copies) and ``{run}`` (the case's run directory). A case with ``resume=True`` runs in a copy of a
-finished plm-train run, whose checkpoints must come out untouched. A case's directory must hold nothing else
-afterwards (no output file, no temporary folder).
+finished plm-train run, whose checkpoints must come out untouched; a case with ``untouched`` names a folder that must
+come out as it was (files, links and folders). A case's directory must hold nothing else afterwards (no output file,
+no temporary folder).
 
 The cases run as subprocesses, several at a time, once per session; each test then reads its own outcome.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -33,7 +33,7 @@ from plm_toolkit.data.corpus import resource_path
 from plm_toolkit.models.hf import export_hf
 from plm_toolkit.train import run as train_run
 from plm_toolkit.training import checkpoint as ckpt
-from tests.conftest import save_untrained, tiny_transformer
+from tests.conftest import save_untrained, tiny_transformer, tree_digest
 from tests.training.conftest import QUIET, TINY
 
 FILES = Path(__file__).parent / "files"
@@ -63,6 +63,8 @@ class Case:
     resume: bool = False
     # plm-train: the overrides the case's own ones follow (a tiny BERT on a small corpus unless given).
     base: tuple[str, ...] | None = None
+    # A folder (placeholders allowed) whose whole tree must come out unchanged.
+    untouched: str | None = None
 
 
 SQUAD = ("task=squad2", "data.max_seq_len=48", "task.doc_stride=16", "task.max_query_length=8")
@@ -133,8 +135,12 @@ CASES = [
     Case("bilm_tf_wrong_shape", "embed", ("checkpoint={prepared}/elmo_wrong_shape", *EMBED), "{prepared}/elmo_wrong_shape/weights.hdf5: dataset 'CNN/b_cnn_1' has shape (8,), the options imply (7,)"),
     # --- plm-export and plm-average ----------------------------------------------------------------------------------
     Case("export_missing", "export", ("{tmp}/nothing", "{tmp}/hf"), "{tmp}/nothing: no plm-train checkpoint here"),
-    Case("export_out_not_a_folder", "export", ("{checkpoint}", "{files}/blank_corpus.txt/hf"), "{files}/blank_corpus.txt/hf: Not a directory"),
+    Case("export_out_not_a_folder", "export", ("{checkpoint}", "{files}/blank_corpus.txt/hf"), "{files}/blank_corpus.txt/hf: cannot be created: {files}/blank_corpus.txt is a file, not a folder"),
     Case("export_no_transformers_class", "export", ("{prepared}/transformer_xl", "{tmp}/hf"), "model=transformer_xl has no Hugging Face adapter (transformers has no such model)"),
+    Case("export_over_other_files", "export", ("{checkpoint}", "{prepared}/mine/hf"), "{prepared}/mine/hf: holds files plm-export did not write (notes.txt); give a new or empty folder", untouched="{prepared}/mine"),
+    Case("export_bilm_tf_not_elmo", "export", ("{checkpoint}", "{tmp}/elmo", "--format", "bilm-tf"), "--format bilm-tf holds model=elmo only; this checkpoint is model=bert: export it with --format hf"),
+    Case("export_elmo_as_hf", "export", ("{prepared}/elmo_run", "{tmp}/hf"), "model=elmo has no Hugging Face adapter (transformers has no such model); families with one: albert, bert,"),
+    Case("export_unknown_format", "export", ("{prepared}/elmo_run", "{tmp}/hf", "--format", "bilm"), "argument --format: invalid choice: 'bilm' (choose from"),
     Case("average_too_many", "average", ("{run}", "5", "{tmp}/averaged"), "{run}: asked to average 5 checkpoints but it has 1 (step_2); train with trainer.keep_last >= 5", resume=True),
     Case("average_over_a_run", "average", ("{run}", "1", "{run}"), "{run} exists and is not an averaged checkpoint; give a new folder", resume=True),
     Case("average_count_not_a_number", "average", ("{run}", "five", "{tmp}/averaged"), "count: invalid int value: 'five'", resume=True),
@@ -154,18 +160,6 @@ def command_line(case: Case, places: dict[str, str]) -> list[str]:
     else:
         args = list(case.overrides)
     return [sys.executable, "-m", MODULES[case.command], *(a.format(**places) for a in args)]
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    """Each file's sha256 and each link's target under ``root``."""
-    out = {}
-    for path in sorted(root.rglob("*")):
-        key = str(path.relative_to(root))
-        if path.is_symlink():
-            out[key] = "-> " + os.readlink(path)
-        elif path.is_file():
-            out[key] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
 
 
 def prepare_hf(prepared: Path, checkpoint: Path) -> None:
@@ -190,11 +184,13 @@ def prepare_hf(prepared: Path, checkpoint: Path) -> None:
 def prepare_elmo(prepared: Path) -> None:
     """A tiny random ELMo in bilm-tf's layout, and copies with a field, a dataset or a shape wrong."""
     h5py = pytest.importorskip("h5py")
+    from plm_toolkit.data.word_vocabulary import word_tokenizer
     from plm_toolkit.models.elmo import Elmo, ElmoConfig
     from plm_toolkit.models.elmo_bilm_tf import export_bilm_tf
 
     config = ElmoConfig(char_embedding_size=4, filters=[[1, 5], [2, 7]], num_highway=1, hidden_size=11, cell_size=17)
     export_bilm_tf(prepared / "elmo", Elmo(config))
+    save_untrained(prepared / "elmo_run", Elmo(config), word_tokenizer(["a", "cat"]), objective="bilm")
     for name in ("elmo_no_field", "elmo_no_dataset", "elmo_wrong_shape"):
         shutil.copytree(prepared / "elmo", prepared / name)
     options = json.loads((prepared / "elmo" / "options.json").read_text())
@@ -237,6 +233,8 @@ def pretrained_run(tmp_path_factory, bpe_tokenizer) -> dict[str, Path]:
     prepare_hf(prepared, checkpoint)
     prepare_elmo(prepared)
     prepare_decoders(prepared, bpe_tokenizer)
+    (prepared / "mine" / "hf").mkdir(parents=True)  # a folder plm-export did not write
+    (prepared / "mine" / "hf" / "notes.txt").write_text("not an export\n")
     return {"root": root, "corpus": corpus, "checkpoint": checkpoint, "prepared": prepared, "run": root / "run"}
 
 
@@ -262,9 +260,11 @@ def outcomes(pretrained_run) -> dict[str, dict]:
             "corpus": str(pretrained_run["corpus"]),
             "cache": str(pretrained_run["root"] / "cache"),
         }
-        before = tree_digest(run_dir / "checkpoints") if case.resume else None
+        kept = run_dir / "checkpoints" if case.resume else None
+        kept = Path(case.untouched.format(**places)) if case.untouched else kept
+        before = tree_digest(kept) if kept else None
         done = subprocess.run(command_line(case, places), cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
-        after = tree_digest(run_dir / "checkpoints") if case.resume else None
+        after = tree_digest(kept) if kept else None
         left = sorted(p.name for p in tmp.iterdir() if p != run_dir)
         return case.name, {"done": done, "places": places, "before": before, "after": after, "left": left}
 
@@ -284,5 +284,7 @@ def test_bad_input_gets_one_line_and_loses_nothing(case, outcomes):
     assert len(lines) == 1 and lines[0].startswith("error: "), output
     assert case.expected.format(**outcome["places"]) in lines[0], output
     assert outcome["left"] == [], f"left in the case's directory: {outcome['left']}"
-    if case.resume:
-        assert outcome["after"] == outcome["before"] and outcome["before"], "the checkpoints changed"
+    if case.resume or case.untouched:
+        assert outcome["after"] == outcome["before"] and outcome["before"], (
+            "the checkpoints or the untouched folder changed"
+        )

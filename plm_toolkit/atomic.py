@@ -1,0 +1,96 @@
+"""Folders written whole or not at all: checkpoints, plm-export's folders, plm-average's.
+
+A folder is written under a temporary name beside its final place (``.tmp-<name>-<pid>``: the same file system, so
+the rename is atomic), its files are synced to disk, and only then is it renamed into place. A failure or an
+interruption (an exception, Ctrl-C, SIGTERM turned into SystemExit) removes the temporary folder and leaves the final
+place as it was; a process killed outright leaves its temporary folder, which the next write to the same place
+removes once that process is gone.
+
+    with atomic_folder(out) as tmp:      # out: absent, empty, or a folder this writer may replace
+        write_everything_into(tmp)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+TMP_PREFIX = ".tmp-"
+
+
+def fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_folder(folder: Path) -> None:
+    """Flush every file under ``folder`` to disk, then the folder itself (its entries)."""
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            fsync(path)
+    fsync(folder)
+
+
+def swap_in(tmp: Path, final: Path, aside: Path) -> None:
+    """Put the written folder ``tmp`` at ``final``: one rename when ``final`` is absent or an empty folder; otherwise
+    the old ``final`` is renamed to ``aside``, ``tmp`` renamed in, and the old one removed. Should the second rename
+    fail, the old folder goes back."""
+    if not final.is_dir() or not any(final.iterdir()):
+        os.rename(tmp, final)  # POSIX rename replaces an empty directory
+    else:
+        os.rename(final, aside)
+        try:
+            os.rename(tmp, final)
+        except BaseException:
+            os.rename(aside, final)
+            raise
+        shutil.rmtree(aside, ignore_errors=True)
+    fsync(final.parent)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale(final: Path) -> None:
+    """Remove the temporary folders that writers of ``final`` killed outright left beside it (their process gone)."""
+    if not final.parent.is_dir():
+        return
+    for kind in ("", "old-"):
+        prefix = f"{TMP_PREFIX}{kind}{final.name}-"
+        for path in final.parent.iterdir():
+            pid = path.name.removeprefix(prefix)
+            if path.name.startswith(prefix) and pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
+def atomic_folder(final: str | Path) -> Iterator[Path]:
+    """A fresh temporary folder beside ``final`` to write into. When the block ends normally, it is synced and
+    replaces ``final`` (``swap_in``: whatever ``final`` held is removed, so check first that it may be); when the
+    block raises, it is removed and ``final`` is untouched."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale(final)
+    tmp = final.with_name(f"{TMP_PREFIX}{final.name}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        sync_folder(tmp)
+        swap_in(tmp, final, final.with_name(f"{TMP_PREFIX}old-{final.name}-{os.getpid()}"))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
