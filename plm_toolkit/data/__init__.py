@@ -48,7 +48,8 @@ def prepare_pretraining_data(
     data_cfg: Any, layout: Any, seed: int, window: tuple[int, int] | None = None, units: Any = None
 ) -> PretrainingData:
     """Tokenizer (loaded or trained), then the train and validation examples in `layout` (a layout name, or an
-    objective's ``DataPlan``, which also gives the window and the knowledge units' sources); all cached.
+    objective's ``DataPlan``, which also gives the window, the knowledge units' sources and whether the examples
+    carry the spelling of unknown tokens); all cached.
     ``window`` = (length, stride) of the "streams" layout; ``units``: where knowledge units come from, when the
     objective masks them (``data/unit_corpus.py``)."""
     plan = layout if isinstance(layout, DataPlan) else DataPlan(str(getattr(layout, "value", layout)))
@@ -60,10 +61,12 @@ def prepare_pretraining_data(
     if builder is not None:  # a layout an objective module registered (data/plan.py)
         train = builder(data_cfg, tokenizer, vocab, plan, "train", seed)
         return PretrainingData(tokenizer, vocab, train, builder(data_cfg, tokenizer, vocab, plan, "validation", seed))
-    train = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "train", seed, window, units)
-    assert train is not None  # the training split always has a source, or reading it raised
-    validation = build_pretraining_examples(data_cfg, tokenizer, vocab, layout, "validation", seed, window, units)
-    return PretrainingData(tokenizer, vocab, train, validation)
+    splits = [
+        build_pretraining_examples(data_cfg, tokenizer, vocab, layout, split, seed, window, units, plan.spellings)
+        for split in ("train", "validation")
+    ]
+    assert splits[0] is not None  # the training split always has a source, or reading it raised
+    return PretrainingData(tokenizer, vocab, *splits)
 
 
 __all__ = [

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from plm_toolkit.data.spellings import SUFFIX as SPELLINGS
 from plm_toolkit.data.units import NONE as NO_UNIT
 from plm_toolkit.data.vocab import Vocab
 
@@ -27,6 +28,8 @@ def collate(examples: Sequence[dict[str, Any]], vocab: Vocab) -> dict[str, torch
       reverse_ids          (B, T) long, when the examples have one (ELMo's reversed-sentence stream), padded as
                            input_ids
       units                (B, T) int8, knowledge units' join codes, when the examples have them
+      <name>_spellings     B lists of strings, as the examples have them (data/spellings.py): the spelling of each
+                           unk token of <name>_ids; not tensors, so the objective's transform consumes them
     """
     lengths = [len(e["input_ids"]) for e in examples]
     batch_size, width = len(examples), max(lengths)
@@ -58,6 +61,9 @@ def collate(examples: Sequence[dict[str, Any]], vocab: Vocab) -> dict[str, torch
         for row, (example, length) in enumerate(zip(examples, lengths, strict=True)):
             units[row, :length] = torch.as_tensor(example["units"], dtype=torch.int8)
         batch["units"] = units
+    for key in examples[0]:
+        if key.endswith(SPELLINGS):
+            batch[key] = [list(e[key]) for e in examples]
     if "next_sentence_label" in examples[0]:
         batch["next_sentence_label"] = torch.tensor([int(e["next_sentence_label"]) for e in examples], dtype=torch.long)
     return batch

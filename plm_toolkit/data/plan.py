@@ -66,6 +66,9 @@ class DataPlan:
     # Where knowledge units come from (an objective config that data/unit_corpus.py reads), or None. With them the
     # corpus is tokenized with a join code per token and full-sentences examples carry a ``units`` column.
     units: Any = None
+    # Whether examples carry, beside their ids, the spelling of every token the vocabulary maps to unk
+    # (data/spellings.py): for a backbone that reads characters, which must read such a word as written.
+    spellings: bool = False
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:

@@ -38,6 +38,7 @@ from plm_toolkit.data.sentence_pairs import (
     split_long_sentences,
 )
 from plm_toolkit.data.sentence_streams import sentence_stream_windows
+from plm_toolkit.data.spellings import unknown_spellings
 from plm_toolkit.data.template import Template, template_of
 from plm_toolkit.data.unit_corpus import tokenize_with_units, unit_documents, wrap_with_codes
 from plm_toolkit.data.units import NONE as NO_UNIT
@@ -61,12 +62,14 @@ def build_pretraining_examples(
     seed: int,
     window: tuple[int, int] | None = None,
     units: Any = None,
+    spellings: bool = False,
 ) -> datasets.Dataset | None:
     """The examples of `split` in `layout`, or None when the split has no source. Deterministic given `seed`.
 
     ``window`` = (length, stride) of the stream layouts; default (max_seq_len + 1, max_seq_len): inputs and
     next-token targets of consecutive segments. ``units``: where knowledge units come from (an objective config,
     ``data/unit_corpus.py``); the full-sentences examples then carry a ``units`` column, a join code per token.
+    ``spellings``: the sentence-streams examples also carry the spelling of every unk token (``data/spellings.py``).
     """
     layout = choice(layout)
     if layout not in LAYOUTS:
@@ -78,10 +81,13 @@ def build_pretraining_examples(
         return None
     if units is not None and layout != "full_sentences":
         raise DataError(f"knowledge units travel with full_sentences packing only, not {layout}")
+    if spellings and layout != "sentence_streams":
+        raise ValueError(f"token spellings travel with sentence_streams packing only, not {layout}")
+    unk_id = vocab.require("unk_id", "keeping the spelling of unknown words") if spellings else None
     if units is not None:
         tokenized = tokenize_with_units(documents, tokenizer, data_cfg, units)
     else:
-        tokenized = tokenize_documents(documents, tokenizer, data_cfg)
+        tokenized = tokenize_documents(documents, tokenizer, data_cfg, unk_id)
     settings = (layout, int(data_cfg.max_seq_len), FORMAT_VERSION, int(seed))
     if layout in PAIR_LAYOUTS:
         settings += (float(data_cfg.short_seq_prob), float(data_cfg.random_next_prob))
@@ -106,7 +112,8 @@ def build_pretraining_examples(
             vocab.require("bos_id", "ELMo's sentence streams"),
             vocab.require("eos_id", "ELMo's sentence streams"),
         )
-        return sentence_stream_windows(_iter_documents(tokenized), *markers, window[0], window[1], path)
+        unknown = _iter_documents(tokenized, "unknown") if spellings else None
+        return sentence_stream_windows(_iter_documents(tokenized), *markers, *window, path, unknown, unk_id)
     single = template_of(tokenizer, pair=False)
     return _full_sentences(tokenized, single, vocab.document_separator, int(data_cfg.max_seq_len), path)
 
@@ -114,9 +121,13 @@ def build_pretraining_examples(
 # --- step 1: sentences -> token ids -----------------------------------------------------------------------
 
 
-def tokenize_documents(documents: Any, tokenizer: Tokenizer, data_cfg: Any) -> datasets.Dataset:
-    """One row per document with at least one sentence: `sentences`, a list of token-id lists (no specials)."""
-    key = stable_hash(documents.fingerprint, tokenizer.to_str(), FORMAT_VERSION)
+def tokenize_documents(
+    documents: Any, tokenizer: Tokenizer, data_cfg: Any, unk_id: int | None = None
+) -> datasets.Dataset:
+    """One row per document with at least one sentence: `sentences`, a list of token-id lists (no specials); with
+    ``unk_id`` also `unknown`, each sentence's spellings of its ``unk_id`` tokens (``data/spellings.py``)."""
+    spelled = () if unk_id is None else ("spellings", unk_id)  # without, the cache key is the one it always was
+    key = stable_hash(documents.fingerprint, tokenizer.to_str(), FORMAT_VERSION, *spelled)
     path = cache_root(data_cfg) / "tokenized" / f"{key}.arrow"
     path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -124,21 +135,29 @@ def tokenize_documents(documents: Any, tokenizer: Tokenizer, data_cfg: Any) -> d
         texts = [document for block in batch["text"] for document in split_documents(block or "")]
         per_document = [document_sentences(text) for text in texts]
         flat = [s for sentences in per_document for s in sentences]
-        ids = [e.ids for e in tokenizer.encode_batch(flat, add_special_tokens=False)]
-        out, start = [], 0
+        encodings = tokenizer.encode_batch(flat, add_special_tokens=False)
+        columns = {"sentences": [e.ids for e in encodings]}
+        if unk_id is not None:
+            columns["unknown"] = [unknown_spellings(e, text, unk_id) for e, text in zip(encodings, flat, strict=True)]
+        out: dict[str, list] = {name: [] for name in columns}
+        start = 0
         for sentences in per_document:
-            document = [i for i in ids[start : start + len(sentences)] if i]
+            kept = [k for k in range(start, start + len(sentences)) if encodings[k].ids]
             start += len(sentences)
-            if document:  # blank documents are dropped (a batched map may return fewer rows)
-                out.append(document)
-        return {"sentences": out}
+            if kept:  # blank documents are dropped (a batched map may return fewer rows)
+                for name, values in columns.items():
+                    out[name].append([values[k] for k in kept])
+        return out
 
+    features = {"sentences": [[datasets.Value("int32")]]}
+    if unk_id is not None:
+        features["unknown"] = [[datasets.Value("string")]]
     tokenized = documents.dataset.map(
         tokenize,
         batched=True,
         batch_size=_BATCH,
         remove_columns=documents.dataset.column_names,
-        features=datasets.Features({"sentences": [[datasets.Value("int32")]]}),
+        features=datasets.Features(features),
         cache_file_name=str(path),
         new_fingerprint=key,
         desc="tokenizing",
@@ -244,9 +263,9 @@ def _full_sentences(
     return datasets.Dataset.from_file(str(path))
 
 
-def _iter_documents(tokenized: datasets.Dataset):
+def _iter_documents(tokenized: datasets.Dataset, column: str = "sentences"):
     for batch in tokenized.iter(batch_size=_BATCH):
-        yield from batch["sentences"]
+        yield from batch[column]
 
 
 def _record_batch(rows: list[list], schema: pa.Schema) -> pa.RecordBatch:

@@ -9,8 +9,10 @@ to the next sentence's start is not predicted (bilm-tf never feeds ``</S>`` as a
 
 The softmax covers the first ``softmax_size`` words of the word vocabulary (``data.tokenizer.kind=word``: ``<S>``,
 ``</S>``, ``<UNK>``, then by falling frequency); rarer words are predicted as ``<UNK>``, though the character CNN
-reads them in full. Training uses a sampled softmax with ``num_negatives`` log-uniform negatives per batch when the
-softmax is larger than that (``nn/sampled_softmax.py``), as the paper trained; evaluation always uses the full one.
+reads them in full, and so are words missing from the vocabulary altogether (an evaluation text's new words): the
+data carries their spelling (``data/spellings.py``), which the batch transform reads them by. Training uses a
+sampled softmax with ``num_negatives`` log-uniform negatives per batch when the softmax is larger than that
+(``nn/sampled_softmax.py``), as the paper trained; evaluation always uses the full one.
 Dropout falls on the LSTM outputs before the softmax as in bilm-tf.
 
 The loss is the mean negative log-likelihood over both directions' targets (bilm-tf: the mean of the two means; both
@@ -29,6 +31,7 @@ from torch import nn
 
 from plm_toolkit.data.characters import BOS_TOKEN, EOS_TOKEN, character_table
 from plm_toolkit.data.plan import DataPlan, choose_layout
+from plm_toolkit.data.spellings import spelled_character_ids, spellings_key
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.data.word_vocabulary import UNK_TOKEN
 from plm_toolkit.errors import ConfigError, DataError
@@ -52,15 +55,19 @@ class BilmConfig:
 
 
 class CharacterLookup:
-    """The batch transform: character ids of both streams' input words from a (V, C) table of the vocabulary.
-    Picklable, so data-loader workers run it."""
+    """The batch transform: character ids of both streams' input words, from a (V, C) table of the vocabulary and,
+    for words outside it (<UNK> ids), from their own spelling carried with the batch (bilm-tf spells every word it
+    reads, ``UnicodeCharsVocabulary.word_to_char_ids``). Picklable, so data-loader workers run it."""
 
-    def __init__(self, table: torch.Tensor):
-        self.table = table
+    def __init__(self, table: torch.Tensor, unk_id: int):
+        self.table, self.unk_id = table, unk_id
 
     def __call__(self, batch: dict[str, torch.Tensor], seeds: Sequence[int]) -> dict[str, torch.Tensor]:
-        batch["char_ids"] = self.table[batch["input_ids"][:, :-1]]  # (B, T, C)
-        batch["backward_char_ids"] = self.table[batch["reverse_ids"][:, :-1]]  # (B, T, C)
+        mask = batch["attention_mask"][:, :-1]
+        for chars, key in (("char_ids", "input_ids"), ("backward_char_ids", "reverse_ids")):
+            spellings = batch.pop(spellings_key(key), None)
+            ids = batch[key][:, :-1]  # (B, T)
+            batch[chars] = spelled_character_ids(self.table, ids, mask, self.unk_id, spellings)  # (B, T, C)
         return batch
 
 
@@ -95,10 +102,11 @@ class BidirectionalLanguageModeling(MemoryObjective):
     @classmethod
     def data_plan(cls, config, data_cfg, model_config) -> DataPlan:
         """Windows of data.max_seq_len + 1 tokens of both sentence streams (inputs and next-word targets), one
-        after the other, read in stream order: every row continues its text, as the carried LSTM states assume."""
+        after the other, read in stream order: every row continues its text, as the carried LSTM states assume;
+        with the spelling of each word the vocabulary lacks, for the character CNN."""
         layout = choose_layout(data_cfg, cls.natural_layout, config.name)
         length = int(data_cfg.max_seq_len)
-        return DataPlan(layout, window=length + 1, stride=length, order="stream")
+        return DataPlan(layout, window=length + 1, stride=length, order="stream", spellings=True)
 
     @classmethod
     def check_data(cls, config, data_cfg) -> None:
@@ -116,7 +124,7 @@ class BidirectionalLanguageModeling(MemoryObjective):
             raise ConfigError(f"objective.num_negatives={config.num_negatives}: must be 0 (full softmax) or more")
 
     def batch_transform(self) -> CharacterLookup:
-        return CharacterLookup(self.table)
+        return CharacterLookup(self.table, self.unk_id)
 
     def _targets(self, batch: dict[str, torch.Tensor], key: str, boundary: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(targets, keep) (B, T) of one stream: the next word (<UNK> beyond the softmax), kept except where the
