@@ -4,18 +4,25 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from plm_toolkit.nn import losses
 from plm_toolkit.nn.losses import chunk_rows, linear_cross_entropy
 from plm_toolkit.training import parallel
 
 
 @pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("chunk", [5, 16, 1000])
-def test_same_loss_and_gradients_as_plain_cross_entropy(with_bias, chunk):
+@pytest.mark.parametrize("vocab", [101, 601])
+@pytest.mark.parametrize("workspace", [True, False])
+def test_same_loss_and_gradients_as_plain_cross_entropy(with_bias, chunk, vocab, workspace, monkeypatch):
+    """601 entries: three vocabulary blocks of the CPU's forward product; without the workspace: the path of other
+    devices (and of torch.compile), on this CPU."""
+    if not workspace:
+        monkeypatch.setattr(losses, "_buffer", lambda *args: None)
     torch.manual_seed(0)
     hidden = torch.randn(37, 13, requires_grad=True)
-    weight = torch.randn(101, 13, requires_grad=True)
-    bias = torch.randn(101, requires_grad=True) if with_bias else None
-    targets = torch.randint(0, 101, (37,))
+    weight = torch.randn(vocab, 13, requires_grad=True)
+    bias = torch.randn(vocab, requires_grad=True) if with_bias else None
+    targets = torch.randint(0, vocab, (37,))
     params = [hidden, weight] + ([bias] if with_bias else [])
 
     loss, correct = linear_cross_entropy(hidden, weight, bias, targets, chunk)
