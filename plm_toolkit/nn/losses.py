@@ -121,46 +121,53 @@ def _valid_rows(targets: torch.Tensor, ignore_index: int | None) -> tuple[torch.
     return valid, targets.masked_fill(~valid, 0)
 
 
+def _scan(hidden, weight, bias, targets, chunk, ignore_index, gradients: bool):
+    """The chunks' summed loss and hits, and with ``gradients`` the loss's gradients with respect to ``hidden``
+    (compute dtype), ``weight`` and ``bias`` (fp32), folded in chunk by chunk; otherwise None for each."""
+    compute = _compute_dtype(weight)
+    valid, targets = _valid_rows(targets, ignore_index)
+    weight_c, hidden_c = weight.to(compute), hidden.to(compute)
+    loss = hidden.new_zeros((), dtype=torch.float32)
+    correct = torch.zeros((), dtype=torch.long, device=hidden.device)
+    grad_hidden = torch.empty_like(hidden_c) if gradients else None
+    grad_weight = None  # (V, H) fp32, started by the first chunk's matmul (no zero fill)
+    grad_bias = torch.zeros_like(bias, dtype=torch.float32) if gradients and bias is not None else None
+    with torch.autocast(hidden.device.type, enabled=False):
+        for start in range(0, hidden.shape[0], chunk):
+            rows = slice(start, start + chunk)
+            h, gold = hidden_c[rows], targets[rows]  # (C, H), (C,)
+            kept = None if valid is None else valid[rows]
+            logits = _chunk_logits(h, weight_c, bias)  # (C, V)
+            chunk_loss, chunk_correct, probs = _chunk_loss(logits, gold, kept)
+            loss += chunk_loss
+            correct += chunk_correct
+            if not gradients:
+                continue
+            # d loss / d logits = softmax - one-hot, then in the forward's precision for the matmuls (over the
+            # logits' buffer, no longer needed, where that is the compute dtype's).
+            probs[torch.arange(gold.shape[0], device=gold.device), gold] -= 1.0
+            if kept is not None:
+                probs.mul_(kept[:, None])  # ignored rows: no gradient
+            grad_logits = probs if compute == torch.float32 else logits.copy_(probs)  # (C, V)
+            grad_hidden[rows] = grad_logits @ weight_c  # (C, H)
+            if grad_weight is None:
+                grad_weight = (grad_logits.T @ h).float()  # (V, H)
+            elif compute == grad_weight.dtype:
+                grad_weight.addmm_(grad_logits.T, h)  # accumulated in place
+            else:
+                grad_weight += (grad_logits.T @ h).float()
+            if grad_bias is not None:
+                grad_bias += probs.sum(dim=0)
+    if gradients and grad_weight is None:  # no rows at all
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32)
+    return loss, correct, grad_hidden, grad_weight, grad_bias
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, chunk, ignore_index):
-        compute = _compute_dtype(weight)
-        valid, targets = _valid_rows(targets, ignore_index)
-        weight_c, hidden_c = weight.to(compute), hidden.to(compute)
-        loss = hidden.new_zeros((), dtype=torch.float32)
-        correct = torch.zeros((), dtype=torch.long, device=hidden.device)
-        grad_hidden = torch.empty_like(hidden_c)
-        grad_weight = None  # (V, H) fp32, started by the first chunk's matmul (no zero fill)
-        grad_bias = torch.zeros_like(bias, dtype=torch.float32) if bias is not None else None
-        with torch.autocast(hidden.device.type, enabled=False):
-            for start in range(0, hidden.shape[0], chunk):
-                h, gold = hidden_c[start : start + chunk], targets[start : start + chunk]  # (C, H), (C,)
-                kept = None if valid is None else valid[start : start + chunk]
-                logits = _chunk_logits(h, weight_c, bias)  # (C, V)
-                chunk_loss, chunk_correct, probs = _chunk_loss(logits, gold, kept)
-                loss += chunk_loss
-                correct += chunk_correct
-                # d loss / d logits = softmax - one-hot, then in the forward's precision for the matmuls (over the
-                # logits' buffer, no longer needed, where that is the compute dtype's).
-                probs[torch.arange(gold.shape[0], device=gold.device), gold] -= 1.0
-                if kept is not None:
-                    probs.mul_(kept[:, None])  # ignored rows: no gradient
-                grad_logits = probs if compute == torch.float32 else logits.copy_(probs)  # (C, V)
-                if hidden.device.type == "cpu":
-                    torch.mm(grad_logits, weight_c, out=grad_hidden[start : start + chunk])  # (C, H)
-                else:
-                    grad_hidden[start : start + chunk] = grad_logits @ weight_c
-                if grad_weight is None:
-                    grad_weight = (grad_logits.T @ h).float()  # (V, H)
-                elif compute == grad_weight.dtype:
-                    grad_weight.addmm_(grad_logits.T, h)  # accumulated in place
-                else:
-                    grad_weight += (grad_logits.T @ h).float()
-                if grad_bias is not None:
-                    grad_bias += probs.sum(dim=0)
-        if grad_weight is None:  # no rows at all
-            grad_weight = torch.zeros_like(weight, dtype=torch.float32)
-        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+        loss, correct, *grads = _scan(hidden, weight, bias, targets, chunk, ignore_index, gradients=True)
+        ctx.save_for_backward(*grads)
         ctx.hidden_dtype, ctx.weight_dtype = hidden.dtype, weight.dtype
         ctx.bias_dtype = None if bias is None else bias.dtype
         ctx.mark_non_differentiable(correct)
@@ -198,18 +205,7 @@ def linear_cross_entropy(
     chunk = chunk or chunk_rows(weight.shape[0])
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
         return _LinearCrossEntropy.apply(hidden, weight, bias, targets, chunk, ignore_index)
-    compute = _compute_dtype(weight)
-    weight_c = weight.to(compute)
-    valid, targets = _valid_rows(targets, ignore_index)
-    loss = hidden.new_zeros((), dtype=torch.float32)
-    correct = torch.zeros((), dtype=torch.long, device=hidden.device)
-    with torch.autocast(hidden.device.type, enabled=False):
-        for start in range(0, hidden.shape[0], chunk):
-            logits = _chunk_logits(hidden[start : start + chunk].to(compute), weight_c, bias)
-            kept = None if valid is None else valid[start : start + chunk]
-            chunk_loss, chunk_correct, _ = _chunk_loss(logits, targets[start : start + chunk], kept)
-            loss += chunk_loss
-            correct += chunk_correct
+    loss, correct, *_ = _scan(hidden, weight, bias, targets, chunk, ignore_index, gradients=False)
     return loss, correct
 
 
