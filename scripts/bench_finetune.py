@@ -66,6 +66,7 @@ def run_ours(args, overrides: list[str], run_dir: Path) -> dict:
         f"data.max_train_samples={args.train_samples}",
         f"data.max_seq_len={args.max_seq_len}",
         f"trainer.max_steps={steps(args)}",
+        "trainer.epochs=null",
         f"trainer.batch_size={args.batch_size}",
         f"trainer.seed={args.seed}",
         "trainer.log_every=50",
@@ -84,7 +85,7 @@ def run_ours(args, overrides: list[str], run_dir: Path) -> dict:
     train = [r for r in records if "lr" in r]
     seconds = train[-1]["elapsed_s"]
     accuracy = json.loads((run_dir / "eval_results.json").read_text())["accuracy"]
-    return {"train_seconds": round(seconds, 1), "step_s": round(seconds / steps(args), 4), "accuracy": accuracy}
+    return {"train_seconds": round(seconds, 3), "step_s": round(seconds / steps(args), 4), "accuracy": accuracy}
 
 
 def run_transformers(args) -> dict:
@@ -141,7 +142,7 @@ def run_transformers(args) -> dict:
         accuracy = trainer.evaluate()["eval_accuracy"]
     seconds = result.metrics["train_runtime"]
     return {
-        "train_seconds": round(seconds, 1),
+        "train_seconds": round(seconds, 3),
         "step_s": round(seconds / result.global_step, 4),
         "accuracy": accuracy,
         "optimizer": training_args.optim,

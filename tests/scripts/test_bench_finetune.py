@@ -1,0 +1,54 @@
+"""scripts/bench_finetune.py fine-tunes one local checkpoint with plm-finetune (and, with accelerate installed, with
+transformers' Trainer) on the same rows and prints both in one JSON object."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_finetune.py"
+WORDS = "a film good bad great awful movie plot dull fun the is was and not very".split()
+
+
+@pytest.fixture
+def setup(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    model_dir, data_dir = tmp_path / "model", tmp_path / "sst2"
+    config = transformers.BertConfig(
+        vocab_size=5 + len(WORDS), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=37, max_position_embeddings=64,
+    )  # fmt: skip
+    transformers.BertModel(config).save_pretrained(model_dir)
+    (model_dir / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]) + "\n")
+    data_dir.mkdir()
+    rows = [(f"the film was {'very ' * (i % 4)}{'good' if i % 2 else 'awful'}", i % 2) for i in range(40)]
+    for name, part in (("train.tsv", rows[:32]), ("dev.tsv", rows[32:])):
+        (data_dir / name).write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in part))
+    return model_dir, data_dir
+
+
+def run(model_dir, data_dir, *extra):
+    args = ["--model", str(model_dir), "--data", str(data_dir), "--train-samples", "32", "--batch-size", "8"]
+    done = subprocess.run([sys.executable, str(SCRIPT), *args, "--threads", "1", *extra], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_plm_finetune_side_runs_the_requested_steps_and_variant(setup):
+    result = run(*setup, "--skip-transformers", "--variants", "ungrouped")
+    assert result["steps"] == 4 and "transformers" not in result
+    for name in ("ours", "ungrouped"):
+        assert result[name]["train_seconds"] > 0 and 0.0 <= result[name]["accuracy"] <= 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("accelerate") is None, reason="the Trainer needs accelerate (bench extra)")
+def test_both_sides_and_the_time_ratio(setup):
+    result = run(*setup)
+    ours, theirs = result["ours"], result["transformers"]
+    assert theirs["optimizer"] == "adamw_torch_fused" and theirs["train_seconds"] > 0
+    assert result["time_ratio"] == round(ours["train_seconds"] / theirs["train_seconds"], 3)
