@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Every check that needs a GPU, in one go, on a machine with CUDA and torch (>= 2.6) already installed:
-#   bash scripts/gpu_check.sh OUT_DIR [all|tests|fsdp|bench|bench_graphs|bench_tiny]
+#   bash scripts/gpu_check.sh OUT_DIR [all|tests|fsdp|bench|bench_graphs|bench_tiny|profile|sweep|suite1|suite2]
 # Writes under OUT_DIR: env.json, gpu_tests.log (pytest -m gpu), fsdp/ (a 1-process torchrun FSDP run on NCCL
 # with bf16, compiled blocks and a resume; metrics.jsonl, logs), bench_base.json (bert_base, sequence 128, bf16:
 # each speed switch and transformers' BertForMaskedLM, with MFU), bench_graphs.json (CUDA graphs on top of
-# compilation at batch 32), bench_tiny_cuda.json. Each part stops itself
-# before ten minutes; run the parts one by one where a call has a time limit.
+# compilation at batch 32), bench_tiny_cuda.json, profile_b{32,256}.json (where a bert_base step's kernel time
+# goes: GEMMs, attention, optimizer, compiled kernels, the slowest kernels; ours and transformers'),
+# sweep_b*.json (the compiled unpadded variant and transformers at batch 64..512), suite{1,2}.xml/.log (the whole
+# test suite in two halves, JUnit XML so that every failure keeps its name). Each part stops itself before ten
+# minutes; run the parts one by one where a call has a time limit ("all" runs the first six).
 set -uo pipefail
-out=${1:?usage: gpu_check.sh OUT_DIR [all|tests|fsdp|bench|bench_graphs|bench_tiny]}
+out=${1:?usage: gpu_check.sh OUT_DIR [all|tests|fsdp|bench|bench_graphs|bench_tiny|profile|sweep|suite1|suite2]}
 part=${2:-all}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 py=${PYTHON:-python}
@@ -64,4 +67,38 @@ if [[ $part == all || $part == bench_tiny ]]; then
   timeout 400 "$py" scripts/bench_pretrain.py --config tiny --precision fp32 --device cuda --large-batch 0 \
     --warmup 5 --steps 20 --repeats 3 > "$out/bench_tiny_cuda.json" 2> "$out/bench_tiny_cuda.log"
   echo "exit $?"
+fi
+
+if [[ $part == profile ]]; then
+  echo "== profile: one bert_base step (sequence 128, bf16), ours compiled and unpadded against BertForMaskedLM"
+  for batch in 32 256; do
+    timeout 280 "$py" scripts/gemm_share.py --model bert --config base --device cuda --precision bf16 --threads 4 \
+      --variant fused+compile+unpad --batch-size $batch --warmup 4 --profiled-steps 3 --top 20 \
+      > "$out/profile_b$batch.json" 2> "$out/profile_b$batch.log"
+    echo "batch $batch exit $?"
+    "$py" -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: (r[k]['step_s'], r[k]['categories_s']) for k in ('ours', 'transformers')})" "$out/profile_b$batch.json"
+  done
+fi
+
+if [[ $part == sweep ]]; then
+  echo "== sweep: bert_base, sequence 128, bf16, compiled + unpadded against BertForMaskedLM by batch size"
+  for batch in 64 128 512; do
+    timeout 180 "$py" scripts/bench_pretrain.py --config base --seq-len 128 --precision bf16 --device cuda \
+      --variants fused+compile+unpad --batch-size $batch --large-batch 0 --warmup 4 --steps 8 --repeats 2 \
+      > "$out/sweep_b$batch.json" 2> "$out/sweep_b$batch.log"
+    echo "batch $batch exit $?"
+    "$py" -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: (v['tokens_per_s'], v.get('mfu'), v.get('peak_memory_mb')) for k, v in r['runs'].items()})" "$out/sweep_b$batch.json"
+  done
+fi
+
+if [[ $part == suite1 || $part == suite2 ]]; then
+  # Test files in a fixed order, split in two halves of roughly equal count; each half under the call limit.
+  mapfile -t files < <(cd "$repo" && find tests -name 'test_*.py' | sort)
+  half=$(( (${#files[@]} + 1) / 2 ))
+  if [[ $part == suite1 ]]; then chosen=("${files[@]:0:$half}"); else chosen=("${files[@]:$half}"); fi
+  echo "== $part: ${#chosen[@]} test files"
+  timeout 560 "$py" -m pytest -q -ra -p no:cacheprovider --junitxml="$out/$part.xml" "${chosen[@]}" \
+    > "$out/$part.log" 2>&1
+  echo "exit $?"
+  grep -E "^(FAILED|ERROR)|passed|failed" "$out/$part.log" | tail -20
 fi

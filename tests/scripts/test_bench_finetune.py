@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_finetune.py"
-WORDS = "a film good bad great awful movie plot dull fun the is was and not very".split()
+WORDS = ["a", "film", "good", "bad", "great", "awful", "movie", "the", "was", "very"]
 
 
 @pytest.fixture
@@ -32,7 +32,8 @@ def setup(tmp_path):
 
 def run(model_dir, data_dir, *extra):
     args = ["--model", str(model_dir), "--data", str(data_dir), "--train-samples", "32", "--batch-size", "8"]
-    done = subprocess.run([sys.executable, str(SCRIPT), *args, "--threads", "1", *extra], capture_output=True, text=True)
+    command = [sys.executable, str(SCRIPT), *args, "--threads", "1", *extra]
+    done = subprocess.run(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
