@@ -16,6 +16,7 @@ them, by rank 0 when it fails too, and every rank still exits with status 1 (``_
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import hashlib
 import os
@@ -52,6 +53,10 @@ def task_started() -> None:
 def report(err: BaseException) -> bool:
     """Print the one line of an expected failure on stderr and remember to exit 1; False for a bug."""
     global _failed
+    if isinstance(err, BrokenPipeError):
+        _stdout_closed()
+        _failed = True
+        return True
     line = explain(err)
     if line is None:
         return False
@@ -59,6 +64,13 @@ def report(err: BaseException) -> bool:
         print(f"error: {line}", file=sys.stderr, flush=True)
     _failed = True
     return True
+
+
+def _stdout_closed() -> None:
+    """The reader of stdout went away (``plm-generate ... | head -1``): nothing to report, as for other Unix tools.
+    Python would still flush stdout at exit and print a second BrokenPipeError, so stdout goes to /dev/null."""
+    with contextlib.suppress(OSError, ValueError):  # stdout already closed or not a file
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _prints_it(line: str) -> bool:

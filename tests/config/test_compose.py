@@ -171,6 +171,33 @@ def test_help_lists_only_the_commands_own_groups():
     assert "bert_base" in groups and "task" not in out.split("== Config (")[0] and "schema" not in out
 
 
+@pytest.mark.parametrize("module,key", [("generate", "max_new_tokens"), ("embed", "input_file")])
+def test_generate_and_embed_help_show_their_own_keys_and_no_groups(module, key):
+    """They take no config groups; Hydra's default help listed every group of plm-train and plm-finetune."""
+    command = [sys.executable, "-m", f"plm_toolkit.{module}", "--help"]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.startswith(f"plm-{module}: ") and f"\n{key}: " in out and "model: albert" not in out
+
+
+def test_hydra_help_still_lists_hydras_groups():
+    """Group listings are built only where a help template shows them (config/help.py); Hydra's own help shows
+    its launcher group."""
+    command = [sys.executable, "-m", "plm_toolkit.train", "--hydra-help"]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "hydra/launcher: " in out and "basic" in out
+
+
+def test_a_reader_that_stops_early_gets_no_error_line():
+    """plm-train --help | head -1 once printed a run-directory error about the broken pipe. The reader here closes
+    the pipe before the help is written, so the write fails."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "plm_toolkit.train", "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 1 and stderr == ""
+
+
 @pytest.mark.parametrize(
     "overrides,expected",
     [
