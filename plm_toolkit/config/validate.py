@@ -90,6 +90,8 @@ def training_problems(t, opt, d_model_from_backbone: bool = False) -> list[str]:
         if t[key] < 0:
             out.append(f"trainer.{key}={t[key]}: must be 0 (off) or positive")
     _range(out, "trainer.clip_grad_norm", t.clip_grad_norm, 0.0)
+    if t.seed < 0:
+        out.append(f"trainer.seed={t.seed}: must be 0 or positive")
     _range(out, "optimizer.lr", opt.lr, 0.0, low_open=True)
     if len(opt.betas) != 2 or not all(_finite(b) and 0.0 <= b < 1.0 for b in opt.betas):
         out.append(f"optimizer.betas={list(opt.betas)}: expected two values in [0, 1)")
@@ -118,6 +120,34 @@ def training_problems(t, opt, d_model_from_backbone: bool = False) -> list[str]:
         )
     if _value(opt.schedule) == "noam" and not d_model_from_backbone and opt.d_model < 1:
         out.append(f"optimizer.d_model={opt.d_model}: the noam schedule needs the model width (at least 1)")
+    return out
+
+
+# Model config fields by name, for every family: sizes and counts of at least 1, counts that may be 0. A family's
+# own check_config adds what only it knows (heads that divide the width, ELMo's filters).
+MODEL_AT_LEAST_ZERO = {"type_vocab_size", "task_type_vocab_size", "position_offset", "mem_len", "eval_mem_len"}
+MODEL_AT_LEAST_ZERO |= {"num_highway"}
+MODEL_AT_LEAST_ONE = {"num_layers", "num_decoder_layers", "num_heads", "max_position_embeddings", "max_characters"}
+MODEL_AT_LEAST_ONE |= {"relative_attention_num_buckets", "relative_attention_max_distance"}
+
+
+def model_field_problems(m) -> list[str]:
+    """Sizes, counts, dropout probabilities and epsilons of any family's model config (a width of 0 once built a
+    model of empty tensors that trained without complaint)."""
+    out: list[str] = []
+    for key, value in m.items():
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if isinstance(value, int) and key in MODEL_AT_LEAST_ZERO and value < 0:
+            out.append(f"model.{key}={value}: must be 0 or positive")
+        elif isinstance(value, int) and (key in MODEL_AT_LEAST_ONE or key.endswith("_size")) and value < 1:
+            out.append(f"model.{key}={value}: must be at least 1")
+        elif key.endswith("dropout"):
+            _range(out, f"model.{key}", value, 0.0, 1.0, high_open=True)
+        elif key in ("layer_norm_eps", "initializer_factor", "cell_clip", "projection_clip"):
+            _range(out, f"model.{key}", value, 0.0, low_open=True)
+        elif key == "initializer_range":
+            _range(out, f"model.{key}", value, 0.0)
     return out
 
 
@@ -212,11 +242,13 @@ def problems(cfg: DictConfig) -> list[str]:
             f"objective={o.name} feeds two segments (token types 0 and 1); model.type_vocab_size="
             f"{m.type_vocab_size} has one (RoBERTa's): set model.type_vocab_size=2 or pick objective=mlm"
         )
+    sizes = model_field_problems(m)
+    out += sizes
     checked = len(out)
     for check in (
         lambda: objective_class(o.name).check_config(o),
         lambda: objective_class(o.name).check_data(o, d),
-        lambda: model_class(m.name).check_config(m),
+        *([] if sizes else [lambda: model_class(m.name).check_config(m)]),
     ):
         try:
             check()
@@ -253,6 +285,8 @@ def problems(cfg: DictConfig) -> list[str]:
         )
     if d.max_seq_len < 8:
         out.append(f"data.max_seq_len={d.max_seq_len}: needs at least 8 tokens")
+    if d.num_workers < 0:
+        out.append(f"data.num_workers={d.num_workers}: must be 0 (load in the training process) or positive")
     if m.get("vocab_size") is not None and d.tokenizer.path is None and m.vocab_size < d.tokenizer.vocab_size:
         out.append(
             f"model.vocab_size={m.vocab_size} is smaller than data.tokenizer.vocab_size={d.tokenizer.vocab_size}; "
@@ -306,6 +340,8 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
     out += task_class(cfg.task.name).file_problems(cfg.task, d)
     if d.max_seq_len < 8:
         out.append(f"data.max_seq_len={d.max_seq_len}: needs at least 8 tokens")
+    if d.num_workers < 0:
+        out.append(f"data.num_workers={d.num_workers}: must be 0 (load in the training process) or positive")
     for key in ("max_train_samples", "max_eval_samples"):
         if d[key] is not None and d[key] < 1:
             out.append(f"data.{key}={d[key]}: must be at least 1 (or null for all)")
