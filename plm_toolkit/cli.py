@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit import failures
 from plm_toolkit.config import setup
-from plm_toolkit.config.validate import validate
+from plm_toolkit.config.validate import evaluation_only, validate
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.training import checkpoint as ckpt
 from plm_toolkit.training.distributed import (
@@ -81,7 +81,7 @@ def fit(
 ) -> tuple[Trainer, dict]:
     """The loop over what a command built (``pieces``: model, objective, train_examples, eval_examples, collate and
     optionally streams), resumed from ``checkpoint``; ``resolved`` is the config saved with every checkpoint."""
-    if len(pieces["train_examples"]) == 0:
+    if len(pieces["train_examples"]) == 0 and not evaluation_only(cfg.trainer):
         raise DataError("the training data holds no examples: check data.train_file(s) and data.max_train_samples")
     trainer = Trainer(
         **pieces,
@@ -97,13 +97,16 @@ def fit(
     if checkpoint is not None:
         trainer.restore(checkpoint)
     examples = len(trainer.train_examples)
-    log.info(
-        "training for %d optimizer steps: %.3g epochs of %d examples at a global batch of %d",
-        trainer.max_steps,
-        trainer.max_steps * trainer.layout.global_batch / examples,
-        examples,
-        trainer.layout.global_batch,
-    )
+    if trainer.max_steps == 0:
+        log.info("evaluation only (no training steps): the starting weights are evaluated, no checkpoint is written")
+    else:
+        log.info(
+            "training for %d optimizer steps: %.3g epochs of %d examples at a global batch of %d",
+            trainer.max_steps,
+            trainer.max_steps * trainer.layout.global_batch / examples,
+            examples,
+            trainer.layout.global_batch,
+        )
     if cfg.trainer.time_budget:
         log.info(
             "or until trainer.time_budget=%g hours of training have passed, whichever comes first",
@@ -112,7 +115,8 @@ def fit(
     final = trainer.fit()
     if runtime.process.is_main:
         log.info("run directory: %s", run_dir)
-        log.info("checkpoint: %s", trainer.last_checkpoint)
+        if trainer.last_checkpoint is not None:
+            log.info("checkpoint: %s", trainer.last_checkpoint)
     return trainer, final
 
 

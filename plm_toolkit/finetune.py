@@ -4,9 +4,12 @@ plm-finetune model.checkpoint=runs/demo-<time>/pretrain/checkpoints/last        
 plm-finetune task=squad2 model.checkpoint=/models/minilm data.train_file=train-v2.0.json \
     data.validation_file=dev-v2.0.json data.max_seq_len=384
 plm-finetune task=ner model.checkpoint=PATH data.train_file=train.conll data.validation_file=dev.conll
+plm-finetune task=sst2 model.checkpoint=/models/bert-sst2 trainer.epochs=0 data.validation_file=dev.tsv  # evaluate
 
 The task plays the objective's part in plm-train's loop (training/loop.py), so precision, accumulation,
-checkpoints and resume are the same. The run directory gets eval_results.json and the task's prediction files.
+checkpoints and resume are the same. The run directory gets eval_results.json and the task's prediction files. A
+fine-tuned Hugging Face folder's task head starts the task's head where it computes the same thing
+(tasks/checkpoint_head.py); ``trainer.epochs=0`` evaluates without training.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from plm_toolkit.config.validate import task_class
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.models.pretrained import load_backbone
 from plm_toolkit.tasks.base import character_width
+from plm_toolkit.tasks.checkpoint_head import checkpoint_labels, start_from_checkpoint_head
 from plm_toolkit.tasks.seq2seq import task_for_backbone
 
 log = logging.getLogger("plm_toolkit")
@@ -33,7 +37,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     process = runtime.process
 
     cli.seed_everything(cfg.trainer.seed)
-    loaded = load_backbone(cfg.model.checkpoint, cfg.model.dropout)
+    loaded = load_backbone(cfg.model.checkpoint, cfg.model.dropout, with_task_head=True)
     model, tokenizer = loaded.model, loaded.tokenizer
     vocab = vocab_from_tokenizer(tokenizer, source=loaded.source)
     # optimizer.d_model=0 (the preset) stands for the backbone's width; a derived copy, cfg stays as validated.
@@ -54,10 +58,14 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         cfg.data.max_seq_len = longest
     cls = task_for_backbone(task_class(cfg.task.name), model, cfg.task.name)
     task_config = OmegaConf.to_object(cfg.task)
+    if not cfg.data.train_file and getattr(task_config, "labels", None) == [] and not cfg.task.get("regression"):
+        # An evaluation without a training file: the labels the checkpoint's head names, in its order.
+        task_config.labels = checkpoint_labels(cls, loaded.task_head)
     data = cls.prepare_data(task_config, cfg.data, tokenizer, vocab, characters=character_width(model))
     if hasattr(task_config, "labels") and data.labels:
         task_config.labels = list(data.labels)
     task = cls(task_config, model, vocab, data, finetune=OmegaConf.to_object(cfg.finetune))
+    start_from_checkpoint_head(task, model, loaded.task_head, loaded.initialized_keys)
 
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["optimizer"] = OmegaConf.to_container(optimizer_cfg, resolve=True)

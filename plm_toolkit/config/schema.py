@@ -181,9 +181,11 @@ class HardwareConfig:
 @dataclass
 class TrainerConfig:
     # Optimizer steps to train for; null derives them from trainer.epochs. Give exactly one of the two.
+    # plm-finetune: 0 evaluates the starting weights without training (as trainer.epochs=0 does).
     max_steps: int | None = 300
     # Passes over the training examples (after data.max_train_samples; fractions allowed): the run lasts
-    # ceil(epochs * examples / global batch) optimizer steps. Needs trainer.max_steps=null.
+    # ceil(epochs * examples / global batch) optimizer steps. Needs trainer.max_steps=null. plm-finetune: 0
+    # evaluates the starting weights on data.validation_file without training or saving (no training file needed).
     epochs: float | None = None
     # Sequences per micro-batch per process.
     batch_size: int = 32
@@ -231,7 +233,8 @@ class TrainConfig:
 @dataclass
 class BackboneSourceConfig:
     # The pretrained backbone: a plm-train checkpoint (checkpoints/step_N, checkpoints/last or a run directory)
-    # or a local Hugging Face folder (config.json, weights, tokenizer).
+    # or a local Hugging Face folder (config.json, weights, tokenizer); a fine-tuned folder's task head starts the
+    # task's head where it computes the same thing (README, Fine-tuning).
     checkpoint: str = MISSING
     # Dropout of the backbone while fine-tuning (every dropout module); null keeps the checkpoint's.
     dropout: float | None = None
@@ -239,7 +242,8 @@ class BackboneSourceConfig:
 
 @dataclass
 class TaskDataConfig:
-    # Training file in the task's official format (SQuAD JSON, GLUE TSV, CoNLL columns, ...).
+    # Training file in the task's official format (SQuAD JSON, GLUE TSV, CoNLL columns, ...); not needed to
+    # evaluate only (trainer.epochs=0).
     train_file: str | None = None
     # Evaluation file in the same format; null trains without evaluating.
     validation_file: str | None = None

@@ -70,19 +70,27 @@ def _range(out: list[str], key: str, value, low: float, high: float = math.inf, 
         out.append(f"{key}={value}: expected a finite number in {left}{low:g}, {upper}{right}")
 
 
-def training_problems(t, opt, d_model_from_backbone: bool = False) -> list[str]:
+def evaluation_only(t) -> bool:
+    """plm-finetune's trainer.epochs=0 (or trainer.max_steps=0): evaluate the starting weights, train nothing."""
+    return t.epochs == 0 or t.max_steps == 0
+
+
+def training_problems(t, opt, d_model_from_backbone: bool = False, zero_length: bool = False) -> list[str]:
     """Range checks of every trainer and optimizer (and schedule) key, shared by plm-train and plm-finetune: NaN,
-    infinities and negative values are refused here, before any data or model work."""
+    infinities and negative values are refused here, before any data or model work. ``zero_length`` accepts a run
+    of no steps (plm-finetune's evaluation only)."""
     out: list[str] = []
     if (t.max_steps is None) == (t.epochs is None):
         out.append(
             f"trainer.max_steps={t.max_steps} and trainer.epochs={t.epochs}: give exactly one length, the other null "
             "(e.g. trainer.epochs=null trainer.max_steps=1000, or trainer.max_steps=null trainer.epochs=3)"
         )
-    if t.max_steps is not None and t.max_steps < 1:
-        out.append(f"trainer.max_steps={t.max_steps}: must be at least 1 (or null with trainer.epochs)")
+    least = 0 if zero_length else 1
+    if t.max_steps is not None and t.max_steps < least:
+        evaluate = " (0: evaluate only)" if zero_length else ""
+        out.append(f"trainer.max_steps={t.max_steps}: must be at least {least}{evaluate} (or null with trainer.epochs)")
     if t.epochs is not None:
-        _range(out, "trainer.epochs", t.epochs, 0.0, low_open=True)
+        _range(out, "trainer.epochs", t.epochs, 0.0, low_open=not zero_length)
     for key in ("batch_size", "grad_accum_steps", "log_every"):
         if t[key] < 1:
             out.append(f"trainer.{key}={t[key]}: must be at least 1")
@@ -335,8 +343,12 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
     except ConfigError as err:
         out.append(str(err))
     d = cfg.data
-    if not d.train_file:
-        out.append("data.train_file is not set: give the task's training file")
+    if evaluation_only(cfg.trainer):
+        if not d.validation_file:
+            zero = "trainer.epochs=0" if cfg.trainer.epochs == 0 else "trainer.max_steps=0"
+            out.append(f"{zero} evaluates without training: give data.validation_file")
+    elif not d.train_file:
+        out.append("data.train_file is not set: give the task's training file (or evaluate only: trainer.epochs=0)")
     out += task_class(cfg.task.name).file_problems(cfg.task, d)
     if d.max_seq_len < 8:
         out.append(f"data.max_seq_len={d.max_seq_len}: needs at least 8 tokens")
@@ -358,7 +370,7 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
             out.append(f"finetune.{key}={f[key]}: must be at least 1")
     if not 0.0 <= f.dropout < 1.0:
         out.append(f"finetune.dropout={f.dropout}: expected a probability in [0, 1)")
-    out += training_problems(cfg.trainer, cfg.optimizer, d_model_from_backbone=True)
+    out += training_problems(cfg.trainer, cfg.optimizer, d_model_from_backbone=True, zero_length=True)
     return out + hardware_problems(cfg.hardware)
 
 

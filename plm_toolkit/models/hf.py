@@ -28,6 +28,7 @@ from plm_toolkit.catalog import load_all
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import CheckpointError
+from plm_toolkit.models.hf_heads import HeadLayout, TaskHead, take_task_head
 from plm_toolkit.registry import MODELS, OBJECTIVES
 from plm_toolkit.training.checkpoint import read_torch_weights
 
@@ -65,6 +66,8 @@ class HFImport:
     objective_overrides: dict[str, Any] = field(default_factory=dict)
     # Our key -> the checkpoint's, for messages that name the file's key.
     source_keys: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    # The task head of a fine-tuned folder (BertForSequenceClassification's classifier, ...); None without one.
+    task_head: TaskHead | None = None
 
 
 @dataclass
@@ -96,6 +99,10 @@ class Adapter:
 
     def config_from_hf(self, hf: dict, path: Path) -> Any:
         raise NotImplementedError
+
+    def task_heads(self, hf: dict) -> dict[str, HeadLayout]:
+        """The task heads transformers writes for this family: architecture name -> layout (``hf_heads.py``)."""
+        return {}
 
     def import_state(
         self, state: dict[str, torch.Tensor], config: Any, weights_file: Path, folder: Path, **options: Any
@@ -142,7 +149,8 @@ ADAPTERS = AdapterRegistry()
 
 
 def import_hf(folder: str | Path, expect: str | None = None, **options: Any) -> HFImport:
-    """Read a local Hugging Face folder of any family with an adapter, with or without pretraining heads.
+    """Read a local Hugging Face folder of any family with an adapter, with or without pretraining heads, or with the
+    task head of a fine-tuned release (``HFImport.task_head``).
 
     ``expect`` refuses any other model_type; ``options`` go to the family's adapter (ELECTRA:
     ``generator_folder``). Raises ``CheckpointError`` naming the file and key(s) for a missing file, a model_type
@@ -158,10 +166,15 @@ def import_hf(folder: str | Path, expect: str | None = None, **options: Any) -> 
     adapter = ADAPTERS.get(model_type, folder / CONFIG_FILE)
     config = adapter.config_from_hf(hf, folder / CONFIG_FILE)
     weights_file, state = read_weights(folder)
-    imported = adapter.import_state(state, config, weights_file, folder, hf_config=hf, **options)
+    head = take_task_head(adapter.task_heads(hf), state, hf, getattr(config, "hidden_size", 0), weights_file)
+    imported = adapter.import_state(state, config, weights_file, folder, hf_config=hf, task_head=head, **options)
     if state:
         raise CheckpointError(f"{weights_file}: unexpected key(s) {some(sorted(state))}")
+    imported.task_head = head
     names = imported.source_keys
+    if head is not None:  # a backbone key the head supplied (RoBERTa's pooler) is named as the file names it
+        theirs = {ours: theirs for ours, theirs in head.source_keys.items() if ours not in head.state}
+        names |= {key: theirs[name] for key, name in names.items() if name in theirs}
     check_shapes(weights_file, imported.model_state, model_shapes(config), names, missing="missing key(s)")
     heads = objective_shapes(imported.objective, config, imported.objective_overrides)
     check_shapes(weights_file, imported.objective_state, heads, names)

@@ -3,7 +3,8 @@
 ``albert_layer_groups.{g}.albert_layers.0`` is our ``encoder.layers.{g}``: one group is ``sharing: all``, one group
 per layer ``sharing: none``; attention-only and ffn-only sharing have no Hugging Face layout.
 ``embedding_hidden_mapping_in`` is our ``embeddings_project``. Heads (objective ``mlm_sop``): ``mlm.head.*`` <->
-``predictions.*`` (decoder tied), ``sop.head.*`` <-> ``sop_classifier.classifier.*``.
+``predictions.*`` (decoder tied), ``sop.head.*`` <-> ``sop_classifier.classifier.*``. Task heads as BERT's
+(``classifier`` over the pooler or the tokens, ``qa_outputs``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.models.albert import AlbertConfig, Sharing
 from plm_toolkit.models.hf import ADAPTERS, ExportPart, choice
-from plm_toolkit.models.hf_bert import EncoderAdapter, mlm_head
+from plm_toolkit.models.hf_bert import EncoderAdapter, encoder_task_heads, mlm_head
 
 
 @ADAPTERS.register
@@ -49,6 +50,7 @@ class AlbertAdapter(EncoderAdapter):
         frozenset({"mlm", "sop"}): "AlbertForPreTraining",
     }
     extra_config = {"embedding_size": "embedding_size"}
+    task_layouts = encoder_task_heads("Albert")
 
     def make_config(self, fields: dict[str, Any], pad: int | None, hf: dict, path: Path) -> AlbertConfig:
         groups, inner = hf.get("num_hidden_groups", 1), hf.get("inner_group_num", 1)

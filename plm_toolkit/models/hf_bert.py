@@ -11,7 +11,10 @@ bert       ``mlm.head.*``, ``nsp.head.*``        ``cls.predictions.*``, ``cls.se
 roberta    ``head.*`` (objective ``mlm``)        ``lm_head.*``
 =========  ===================================  ==============================================
 
-MLM decoders are tied to the word embeddings, so they have no key of their own. RoBERTa numbers positions from
+MLM decoders are tied to the word embeddings, so they have no key of their own. The task heads of fine-tuned
+releases (``encoder_task_heads``): ``classifier`` over the pooler (sequences) or over every token, ``qa_outputs``
+for spans; RoBERTa's sequence head is ``classifier.dense`` (our pooler: a tanh dense layer over the first token) and
+``classifier.out_proj``. RoBERTa numbers positions from
 ``padding_idx + 1`` (``position_offset = pad_token_id + 1`` here), and its LM head always applies the exact gelu
 (``head_act: gelu``), where BERT's applies ``hidden_act``.
 """
@@ -39,6 +42,7 @@ from plm_toolkit.models.hf import (
     drop_tied,
     some,
 )
+from plm_toolkit.models.hf_heads import HeadLayout, linear_keys, unmapped
 from plm_toolkit.nn.feed_forward import HiddenAct
 from plm_toolkit.registry import MODELS
 
@@ -74,6 +78,21 @@ LAYER_MODULES = {
     "output_layer_norm": "output.LayerNorm",
 }
 POOLER_KEYS = {"pooler.dense.weight": "pooler.dense.weight", "pooler.dense.bias": "pooler.dense.bias"}
+MULTIPLE_CHOICE = "a multiple-choice head, one score per answer option: no task here reads one"
+
+
+def encoder_task_heads(
+    name: str, sequence: HeadLayout | None = None, choice: HeadLayout | None = None
+) -> dict[str, HeadLayout]:
+    """The task heads transformers writes for an encoder of BERT's layout; ``name`` prefixes its classes ("Bert").
+    By default the sequence head is ``classifier`` over the pooler (BERT section 4.1)."""
+    pooled = HeadLayout("sequence", linear_keys("classifier"), summary="pooled")
+    return {
+        f"{name}ForSequenceClassification": sequence or pooled,
+        f"{name}ForTokenClassification": HeadLayout("token", linear_keys("classifier")),
+        f"{name}ForQuestionAnswering": HeadLayout("span", linear_keys("qa_outputs")),
+        f"{name}ForMultipleChoice": choice or unmapped(MULTIPLE_CHOICE, "classifier"),
+    }
 
 
 def mlm_head(ours: str, theirs: str, dense: str, layer_norm: str, bias: str) -> dict[str, str]:
@@ -129,6 +148,11 @@ class EncoderAdapter(Adapter):
     architectures: ClassVar[dict[frozenset[str], str]]
     # config.json keys beyond CONFIG_FROM_HF (ALBERT's and ELECTRA's embedding_size).
     extra_config: ClassVar[dict[str, str]] = {}
+    # The task heads of fine-tuned releases (``encoder_task_heads``).
+    task_layouts: ClassVar[dict[str, HeadLayout]] = {}
+
+    def task_heads(self, hf: dict) -> dict[str, HeadLayout]:
+        return self.task_layouts
 
     # --- config ---------------------------------------------------------------------------------------------
     def config_from_hf(self, hf: dict, path: Path) -> BertConfig:
@@ -207,8 +231,10 @@ class EncoderAdapter(Adapter):
         initialized = [ours for ours in names if ours not in model_state]
         if initialized:
             # A masked-LM checkpoint drops the pooler; a fresh one keeps the model whole (NSP, SOP or
-            # classification train it).
-            warnings.warn(f"{weights_file} has no pooler; it starts from a fresh BERT init", stacklevel=4)
+            # classification train it). A fine-tuned token or span head's folder has none either: whoever decides
+            # on its head says so (tasks/checkpoint_head.py), in the same line.
+            if options.get("task_head") is None:
+                warnings.warn(f"{weights_file} has no pooler; it starts from a fresh BERT init", stacklevel=4)
             model_state.update(fresh_pooler(config, {ours: self.pooler[ours] for ours in initialized}))
         objective_state = {ours: state.pop(theirs) for ours, theirs in self.heads.items() if theirs in state}
         for key in self.redundant:
@@ -263,6 +289,7 @@ class BertAdapter(EncoderAdapter):
         frozenset({"nsp"}): "BertForNextSentencePrediction",
         frozenset({"mlm", "nsp"}): "BertForPreTraining",
     }
+    task_layouts = encoder_task_heads("Bert")
 
     def exports(self, config: Any) -> bool:
         return config.name == "bert" and not config.position_offset
@@ -278,6 +305,17 @@ class RobertaAdapter(EncoderAdapter):
     decoder = "lm_head.decoder.weight"
     redundant = ("embeddings.position_ids", "lm_head.decoder.weight", "lm_head.decoder.bias")
     architectures = {frozenset(): "RobertaModel", frozenset({"head"}): "RobertaForMaskedLM"}
+    # RobertaClassificationHead: out_proj(dropout(tanh(dense(dropout(h[<s>]))))); its tanh dense layer over the
+    # first token is exactly our pooler, so it becomes the pooler (its checkpoint has none) and out_proj our linear.
+    task_layouts = encoder_task_heads(
+        "Roberta",
+        HeadLayout(
+            "sequence",
+            linear_keys("classifier.out_proj"),
+            backbone={f"classifier.dense.{p}": f"pooler.dense.{p}" for p in ("weight", "bias")},
+            summary="pooled",
+        ),
+    )
 
     def exports(self, config: Any) -> bool:
         return config.name == "bert" and bool(config.position_offset)

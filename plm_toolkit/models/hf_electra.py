@@ -7,6 +7,10 @@ The discriminator is the backbone: ``discriminator_head.*`` (objective ``rtd``) 
 ties them, so the generator's copy is checked and dropped); export writes it back to ``<folder>/generator``. Its head
 count is not in its weights: export takes it from the ``rtd`` config the run used (``objective_config``), through the
 same rule the objective applied, and refuses without it.
+
+Fine-tuned releases: ``ElectraForSequenceClassification``'s ``classifier.dense`` (gelu) + ``classifier.out_proj``
+over the first token, ``ElectraForTokenClassification``'s ``classifier``, ``ElectraForQuestionAnswering``'s
+``qa_outputs``.
 """
 
 from __future__ import annotations
@@ -33,7 +37,15 @@ from plm_toolkit.models.hf import (
     read_weights,
     some,
 )
-from plm_toolkit.models.hf_bert import EMBEDDING_KEYS, EncoderAdapter, encoder_keys, normalize_names
+from plm_toolkit.models.hf_bert import (
+    EMBEDDING_KEYS,
+    MULTIPLE_CHOICE,
+    EncoderAdapter,
+    encoder_keys,
+    encoder_task_heads,
+    normalize_names,
+)
+from plm_toolkit.models.hf_heads import HeadLayout, dense_keys, linear_keys, unmapped
 from plm_toolkit.objectives.rtd import RtdConfig, generator_config
 
 GENERATOR_FOLDER = "generator"
@@ -62,6 +74,17 @@ class ElectraAdapter(EncoderAdapter):
     }
     architectures = {frozenset(): "ElectraModel", frozenset({"discriminator_head"}): "ElectraForPreTraining"}
     extra_config = {"embedding_size": "embedding_size"}
+    # ElectraClassificationHead: out_proj(dropout(gelu(dense(dropout(h[CLS]))))): the head's own dense layer.
+    task_layouts = encoder_task_heads(
+        "Electra",
+        HeadLayout(
+            "sequence",
+            dense_keys("classifier.dense") | linear_keys("classifier.out_proj"),
+            activation="gelu",
+            summary="first",
+        ),
+        unmapped(MULTIPLE_CHOICE, "sequence_summary.summary", "classifier"),
+    )
 
     def make_config(self, fields: dict[str, Any], pad: int | None, hf: dict, path: Path) -> ElectraConfig:
         return ElectraConfig(**fields, pad_token_id=0 if pad is None else pad)

@@ -5,7 +5,7 @@ task-type table (``embeddings.task_type_embeddings``) and its two config keys (`
 Heads as BERT's: ``mlm.head.*`` <-> ``cls.predictions.*`` (decoder tied), ``nsp.head.*`` <->
 ``cls.seq_relationship.*``: ``ErnieForPreTraining`` with both, ``ErnieForMaskedLM`` with the MLM head alone, which
 is what a ``knowledge_masking`` run holds (its ``head.*`` keys export as the MLM head). transformers' ERNIE head
-applies ``hidden_act``, as BERT's does.
+applies ``hidden_act``, as BERT's does. Task heads as BERT's, in ``ErnieFor*`` folders.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from plm_toolkit.models.ernie import ErnieConfig
 from plm_toolkit.models.hf import ADAPTERS
-from plm_toolkit.models.hf_bert import BertAdapter
+from plm_toolkit.models.hf_bert import BertAdapter, encoder_task_heads
 
 TASK_TYPE_KEY = "embeddings.task_type_embeddings.weight"
 
@@ -31,6 +31,7 @@ class ErnieAdapter(BertAdapter):
         frozenset({"nsp"}): "ErnieForNextSentencePrediction",
         frozenset({"mlm", "nsp"}): "ErnieForPreTraining",
     }
+    task_layouts = encoder_task_heads("Ernie")
 
     def exports(self, config: Any) -> bool:
         return config.name == "ernie"

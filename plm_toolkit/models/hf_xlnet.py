@@ -21,6 +21,11 @@ output,layer_norm}.*``
 objective ``plm``: ``bias``                 ``lm_loss.bias`` (``lm_loss.weight`` is the tied embedding)
 ==========================================  ================================================
 
+Fine-tuned releases: ``XLNetForSequenceClassification``'s ``sequence_summary.summary`` (a tanh dense layer over the
+last token) + ``logits_proj``, ``XLNetForTokenClassification``'s ``classifier``, ``XLNetForQuestionAnsweringSimple``'s
+``qa_outputs``; the beam-search SQuAD head of ``XLNetForQuestionAnswering`` and multiple choice are recognised but
+not mapped.
+
 transformers' XLNetConfig requires d_head = d_model / n_head, so a model with another ``head_size`` is refused at
 export; the released folders may hold only ``spiece.model``, so import does not require a tokenizer file.
 """
@@ -35,6 +40,7 @@ import torch
 
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.models.hf import ADAPTERS, Adapter, ExportPart, HFImport, choice, export_hf, import_hf, some
+from plm_toolkit.models.hf_heads import HeadLayout, dense_keys, linear_keys, unmapped
 from plm_toolkit.models.xlnet import XLNet, XLNetConfig
 
 _ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "relu": "relu"}
@@ -49,6 +55,18 @@ _PLAIN = {
     "layer_norm.bias": "layer_norm.bias",
 }
 _FEED_FORWARD = {"intermediate": "layer_1", "output": "layer_2", "layer_norm": "layer_norm"}
+# XLNetForQuestionAnswering's start, end and answer-class networks (beam search over start/end pairs).
+_BEAM_QA = unmapped(
+    "XLNet's beam-search SQuAD head (start, end and answer-class networks); task=squad scores starts and ends with "
+    "one linear layer (XLNetForQuestionAnsweringSimple's)",
+    "start_logits.dense",
+    "end_logits.dense_0",
+    "end_logits.LayerNorm",
+    "end_logits.dense_1",
+    "answer_class.dense_0",
+    weights_only=("answer_class.dense_1",),
+)
+_SUMMARY_ACTIVATIONS = ("tanh", "gelu")
 
 
 def _head_size(config: XLNetConfig) -> int:
@@ -126,6 +144,40 @@ class XLNetAdapter(Adapter):
             )
         except KeyError as missing:
             raise CheckpointError(f"{path}: missing key {missing.args[0]}") from None
+
+    def task_heads(self, hf: dict) -> dict[str, HeadLayout]:
+        return {
+            "XLNetForSequenceClassification": self.sequence_head(hf),
+            "XLNetForTokenClassification": HeadLayout("token", linear_keys("classifier")),
+            "XLNetForQuestionAnsweringSimple": HeadLayout("span", linear_keys("qa_outputs")),
+            "XLNetForQuestionAnswering": _BEAM_QA,
+            "XLNetForMultipleChoice": unmapped(
+                "a multiple-choice head, one score per answer option: no task here reads one",
+                "sequence_summary.summary",
+                "logits_proj",
+            ),
+        }
+
+    def sequence_head(self, hf: dict) -> HeadLayout:
+        """XLNetSequenceSummary + logits_proj: with its defaults (the last token, a hidden-sized projection, tanh)
+        the projection is the head's own dense layer; other settings compute what our head does not."""
+        kind, projected = hf.get("summary_type", "last"), hf.get("summary_use_proj", True)
+        activation = hf.get("summary_activation", "tanh")
+        if not projected:
+            return unmapped("summary_use_proj=false: no dense layer over the summary, which ours has", "logits_proj")
+        problem = (
+            f"summary_type={kind!r}: it summarises by another position than our XLNet's last token"
+            if kind != "last"
+            else "summary_proj_to_labels=true: its summary is already the labels"
+            if hf.get("summary_proj_to_labels")
+            else f"summary_activation={activation!r}: ours applies {' or '.join(_SUMMARY_ACTIVATIONS)}"
+            if activation not in _SUMMARY_ACTIVATIONS
+            else None
+        )
+        if problem:
+            return unmapped(problem, "sequence_summary.summary", "logits_proj")
+        keys = dense_keys("sequence_summary.summary") | linear_keys("logits_proj")
+        return HeadLayout("sequence", keys, activation=activation, summary="last")
 
     def import_state(
         self, state: dict[str, torch.Tensor], config: XLNetConfig, weights_file: Path, folder: Path, **options: Any

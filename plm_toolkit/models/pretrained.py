@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,7 +34,10 @@ from plm_toolkit.data.tokenizer import load_tokenizer, vocab_from_tokenizer
 from plm_toolkit.errors import CheckpointError, ConfigError
 from plm_toolkit.models.base import ENCODER_DECODER, GENERATIVE
 from plm_toolkit.models.hf import HFImport, import_hf
+from plm_toolkit.models.hf_heads import TaskHead
 from plm_toolkit.training import checkpoint as ckpt
+
+log = logging.getLogger("plm_toolkit")
 
 
 @dataclass
@@ -43,6 +47,10 @@ class LoadedBackbone:
     # The folder the weights came from, and its kind ("plm_train", "hf:<model_type>" or a format's name).
     source: Path
     kind: str
+    # A fine-tuned Hugging Face folder's task head, when the caller asked for it (``with_task_head``).
+    task_head: TaskHead | None = None
+    # Backbone keys the checkpoint lacks, which hold a fresh init (the pooler of a token classifier's folder).
+    initialized_keys: list[str] = dataclasses.field(default_factory=list)
 
 
 def import_hf_backbone(folder: Path) -> tuple[nn.Module, Path, HFImport]:
@@ -163,20 +171,21 @@ def with_dropout(model: nn.Module, dropout: float) -> nn.Module:
     return model
 
 
-def load_backbone(path: str | Path, dropout: float | None = None) -> LoadedBackbone:
+def load_backbone(path: str | Path, dropout: float | None = None, with_task_head: bool = False) -> LoadedBackbone:
     """A backbone with its weights and tokenizer from a plm-train checkpoint, a Hugging Face folder or a registered
-    format."""
+    format. A fine-tuned Hugging Face folder's task head comes along ``with_task_head`` (plm-finetune decides on
+    it); otherwise one warning line says that it goes unused."""
     path = Path(path).expanduser()
     if not path.exists():
         raise CheckpointError(f"model.checkpoint={path}: no such file or directory")
     load_all()  # the families' adapters register their formats
     step_dir = plm_checkpoint_dir(path)
-    tokenizer = None
+    tokenizer, imported = None, None
     other = next((fmt for fmt in FORMATS if fmt.detect(path)), None)
     if step_dir is not None:
         model, tokenizer_file, source, kind = *load_plm_checkpoint(step_dir), step_dir, "plm_train"
     elif (path / "config.json").is_file():
-        model, tokenizer_file, _ = import_hf_backbone(path)
+        model, tokenizer_file, imported = import_hf_backbone(path)
         source, kind = path, f"hf:{json.loads((path / 'config.json').read_text()).get('model_type')}"
     elif other is not None:
         (model, tokenizer), source, kind = other.load(path), path, other.name
@@ -194,7 +203,14 @@ def load_backbone(path: str | Path, dropout: float | None = None) -> LoadedBackb
     # A tokenizer.json may carry the truncation and padding its creator used; tasks build their own windows.
     tokenizer.no_truncation()
     tokenizer.no_padding()
-    return LoadedBackbone(model, tokenizer, source, kind)
+    loaded = LoadedBackbone(model, tokenizer, source, kind)
+    if imported is not None:
+        loaded.initialized_keys = list(imported.initialized_keys)
+        loaded.task_head = imported.task_head if with_task_head else None
+        if imported.task_head is not None and not with_task_head:
+            head = imported.task_head
+            log.warning(head.unused(f"the {head.architecture} head", "only the backbone is read here"))
+    return loaded
 
 
 @dataclass

@@ -106,6 +106,13 @@ def summary_vector(model: nn.Module, reps: Representations, attention_mask: torc
     return reps.hidden[:, 0]  # (B, H)
 
 
+def summary_kind(model: nn.Module) -> str:
+    """What ``summary_vector`` reads of ``model``: pooled (its pooler), first or last (a token's hidden state)."""
+    if getattr(model, "pooler", None) is not None:
+        return "pooled"
+    return getattr(model, "summary_position", "first")
+
+
 def hidden_size(model: nn.Module) -> int:
     """Width of the representations a head reads (ELMo: forward and backward concatenated)."""
     return int(getattr(model, "representation_size", model.config.hidden_size))
@@ -129,6 +136,9 @@ class Task(Objective):
     and ``finish_evaluation``."""
 
     metric_denominators = {}
+    # The kind of head (``self.head``) a fine-tuned checkpoint's may start (tasks/checkpoint_head.py): sequence,
+    # token or span; None for a task without one.
+    head_kind: str | None = None
 
     def __init__(
         self, config, model: nn.Module, vocab: Vocab, data: TaskData, finetune: FinetuneModeConfig | None = None

@@ -204,6 +204,7 @@ class SequenceClassification(Task):
     """Cross-entropy (or squared error for regression) over a head on the sequence summary."""
 
     metric_denominators = {"task_correct": "task"}
+    head_kind = "sequence"
 
     @classmethod
     def check_config(cls, config) -> None:
@@ -217,10 +218,12 @@ class SequenceClassification(Task):
     def prepare_data(
         cls, config: ClassificationConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab, characters: int = 0
     ) -> TaskData:
-        train_rows = read_rows(data_cfg.train_file, config)
+        # Without a training file (an evaluation only, trainer.epochs=0) the labels come from the validation file.
+        train_rows = read_rows(data_cfg.train_file, config) if data_cfg.train_file else []
+        rows = read_rows(data_cfg.validation_file, config) if data_cfg.validation_file else []
         labels = list(config.labels)
         if not config.regression and not labels:  # from the whole file, also when max_train_samples cuts it
-            labels = sorted({r.label for r in train_rows})
+            labels = sorted({r.label for r in train_rows or rows})
         train_rows = limit(train_rows, data_cfg.max_train_samples, "training rows")
         train = _features(
             train_rows,
@@ -232,7 +235,7 @@ class SequenceClassification(Task):
         )
         validation, gold = None, None
         if data_cfg.validation_file:
-            rows = limit(read_rows(data_cfg.validation_file, config), data_cfg.max_eval_samples, "evaluation rows")
+            rows = limit(rows, data_cfg.max_eval_samples, "evaluation rows")
             gold = _targets(rows, labels, config.regression, data_cfg.validation_file)
             validation = _features(rows, gold, tokenizer, data_cfg.max_seq_len, True, characters)
         return TaskData(train, validation, eval_info={"gold": gold}, labels=labels)
@@ -245,9 +248,12 @@ class SequenceClassification(Task):
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
         return {"task": int(batch["labels"].shape[0])}
 
-    def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
+    def logits(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         reps = self.encode(model, batch)
-        logits = self.head(summary_vector(model, reps, batch["attention_mask"])).float()  # (B, C)
+        return self.head(summary_vector(model, reps, batch["attention_mask"])).float()  # (B, C)
+
+    def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
+        logits = self.logits(model, batch)  # (B, C)
         gold = batch["labels"]  # (B,)
         metrics, outputs = {}, {}
         if self.config.regression:

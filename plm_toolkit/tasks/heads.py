@@ -7,16 +7,32 @@ from torch import nn
 
 from plm_toolkit.tasks.base import head_dropout, hidden_size, init_linear
 
+# Activations of a head's own dense layer over the summary (transformers' tanh, and its exact gelu).
+ACTIVATIONS = {"tanh": nn.Tanh, "gelu": nn.GELU}
+
 
 class LinearHead(nn.Module):
-    """dropout -> linear: BERT's classifier over the pooled summary (section 4.1) or over every token (NER)."""
+    """dropout -> linear: BERT's classifier over the pooled summary (section 4.1) or over every token (NER).
+
+    ``add_dense`` puts a dense layer and activation before it, as the sequence heads of fine-tuned ELECTRA (gelu over
+    the first token) and XLNet (tanh over the last) have: in evaluation mode the same function as theirs (their extra
+    dropout before the dense layer acts in training only)."""
 
     def __init__(self, model: nn.Module, num_outputs: int, dropout: float | None = None, width: int | None = None):
         super().__init__()
+        self.dense: nn.Linear | None = None
+        self.activation: nn.Module = nn.Identity()
         self.dropout = nn.Dropout(head_dropout(model, dropout))
         self.linear = init_linear(nn.Linear(width or hidden_size(model), num_outputs), model)
 
+    def add_dense(self, activation: str) -> None:
+        width = self.linear.in_features
+        self.dense = nn.Linear(width, width)
+        self.activation = ACTIVATIONS[activation]()
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.dense is not None:
+            x = self.activation(self.dense(x))
         return self.linear(self.dropout(x))  # (..., num_outputs)
 
 

@@ -160,14 +160,17 @@ class TokenClassification(Task):
     """Cross-entropy over the first sub-token of each word."""
 
     metric_denominators = {"task_correct": "task"}
+    head_kind = "token"
 
     @classmethod
     def prepare_data(
         cls, config: NerConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab, characters: int = 0
     ) -> TaskData:
-        train = read_conll(data_cfg.train_file)
+        # Without a training file (an evaluation only, trainer.epochs=0) the labels come from the validation file.
+        train = read_conll(data_cfg.train_file) if data_cfg.train_file else []
+        gold = read_conll(data_cfg.validation_file) if data_cfg.validation_file else []
         # The label set comes from the whole training file, also when max_train_samples uses part of it.
-        found = {t for s in train for t in s.tags}
+        found = {t for s in train or gold for t in s.tags}
         train = limit(train, data_cfg.max_train_samples, "training sentences")
         # O first, then the types in order with B before I: a stable, readable id order.
         labels = list(config.labels) or sorted(found, key=lambda t: (t != "O", t[2:], t[:1]))
@@ -177,7 +180,7 @@ class TokenClassification(Task):
         )
         validation, info = None, None
         if data_cfg.validation_file:
-            gold = limit(read_conll(data_cfg.validation_file), data_cfg.max_eval_samples, "evaluation sentences")
+            gold = limit(gold, data_cfg.max_eval_samples, "evaluation sentences")
             validation, words = _features(
                 gold, label_ids, tokenizer, data_cfg.max_seq_len, data_cfg.validation_file, True, characters
             )
@@ -192,8 +195,11 @@ class TokenClassification(Task):
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
         return {"task": int((batch["labels"] != IGNORE).sum())}
 
+    def logits(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.head(self.encode(model, batch).hidden).float()  # (B, T, C)
+
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
-        logits = self.head(self.encode(model, batch).hidden).float()  # (B, T, C)
+        logits = self.logits(model, batch)  # (B, T, C)
         gold = batch["labels"]  # (B, T)
         loss_sum = F.cross_entropy(logits.flatten(0, 1), gold.flatten(), ignore_index=IGNORE, reduction="sum")
         predicted = logits.detach().argmax(dim=-1).masked_fill(gold == IGNORE, IGNORE)  # (B, T)

@@ -141,9 +141,9 @@ class Seq2SeqTask(Task):
 
     @classmethod
     def prepare_data(cls, config, data_cfg, tokenizer: Tokenizer, vocab: Vocab, characters: int = 0) -> TaskData:
-        pairs = limit(
-            cls.read_pairs(config, data_cfg.train_file, "data.train_file"), data_cfg.max_train_samples, "training pairs"
-        )
+        # No training file: an evaluation only (trainer.epochs=0).
+        pairs = cls.read_pairs(config, data_cfg.train_file, "data.train_file") if data_cfg.train_file else []
+        pairs = limit(pairs, data_cfg.max_train_samples, "training pairs")
         train = encode_pairs(pairs, tokenizer, data_cfg.max_seq_len, str(data_cfg.train_file))
         validation, references = None, []
         if data_cfg.validation_file:
@@ -240,8 +240,10 @@ class TextToTextClassification(Seq2SeqTask):
     def prepare_data(
         cls, config: ClassificationConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab, characters: int = 0
     ) -> TaskData:
-        train_rows = read_rows(data_cfg.train_file, config)
-        labels = [] if config.regression else list(config.labels) or sorted({r.label for r in train_rows})
+        # No training file: an evaluation only (trainer.epochs=0), whose labels the validation file shows.
+        train_rows = read_rows(data_cfg.train_file, config) if data_cfg.train_file else []
+        eval_rows = read_rows(data_cfg.validation_file, config) if data_cfg.validation_file else []
+        labels = [] if config.regression else list(config.labels) or sorted({r.label for r in train_rows or eval_rows})
         words = dict(zip(labels, config.label_words or labels, strict=True))
 
         def pairs_of(rows, path):
@@ -260,13 +262,13 @@ class TextToTextClassification(Seq2SeqTask):
         train_rows = limit(train_rows, data_cfg.max_train_samples, "training rows")
         train_pairs = pairs_of(train_rows, data_cfg.train_file)
         train = encode_pairs(train_pairs, tokenizer, data_cfg.max_seq_len, str(data_cfg.train_file))
-        validation, gold = None, []
+        validation, gold, pairs = None, [], []
         if data_cfg.validation_file:
-            rows = limit(read_rows(data_cfg.validation_file, config), data_cfg.max_eval_samples, "evaluation rows")
+            rows = limit(eval_rows, data_cfg.max_eval_samples, "evaluation rows")
             pairs = pairs_of(rows, data_cfg.validation_file)
             validation = encode_pairs(pairs, tokenizer, data_cfg.max_seq_len, str(data_cfg.validation_file))
             gold = [float(r.label) if config.regression else labels.index(r.label) for r in rows]
-        targets = {t for _, t in train_pairs} if config.regression else set(words.values())
+        targets = {t for _, t in train_pairs + pairs} if config.regression else set(words.values())
         longest = max(len(tokenizer.encode(t, add_special_tokens=False).ids) for t in targets)
         info = {"tokenizer": tokenizer, "gold": gold, "words": [words[label] for label in labels], "longest": longest}
         return TaskData(train, validation, eval_info=info, labels=labels)

@@ -79,6 +79,8 @@ class SquadEvalInfo:
 class QuestionAnswering(Task):
     """Start and end cross-entropy over the sequence, averaged over the two (BERT's run_squad loss)."""
 
+    head_kind = "span"
+
     @classmethod
     def check_config(cls, config) -> None:
         for key in ("doc_stride", "max_query_length", "max_answer_length", "n_best_size"):
@@ -89,11 +91,14 @@ class QuestionAnswering(Task):
     def prepare_data(
         cls, config: SquadConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab, characters: int = 0
     ) -> TaskData:
-        examples, contexts = read_squad(data_cfg.train_file, training=True)
-        examples = limit(examples, data_cfg.max_train_samples, "training questions")
-        train, _, _ = build_features(
-            examples, contexts, tokenizer, vocab, config, data_cfg.max_seq_len, True, data_cfg.train_file, characters
-        )
+        train = []  # none without a training file: an evaluation only (trainer.epochs=0)
+        if data_cfg.train_file:
+            path = data_cfg.train_file
+            examples, contexts = read_squad(path, training=True)
+            examples = limit(examples, data_cfg.max_train_samples, "training questions")
+            train, _, _ = build_features(
+                examples, contexts, tokenizer, vocab, config, data_cfg.max_seq_len, True, path, characters
+            )
         validation, info = None, None
         if data_cfg.validation_file:
             examples, contexts = read_squad(data_cfg.validation_file)
@@ -120,9 +125,12 @@ class QuestionAnswering(Task):
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
         return {"task": int(batch["input_ids"].shape[0])}
 
+    def scores(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Start and end scores of every token, 2 x (B, T)."""
+        return self.head(self.encode(model, batch).hidden)
+
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
-        reps = self.encode(model, batch)
-        start, end = self.head(reps.hidden)  # 2 x (B, T)
+        start, end = self.scores(model, batch)  # 2 x (B, T)
         padding = batch["attention_mask"] == 0
         start = start.float().masked_fill(padding, _NEVER)
         end = end.float().masked_fill(padding, _NEVER)

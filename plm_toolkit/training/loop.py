@@ -44,6 +44,8 @@ def run_length(trainer_cfg, num_examples: int, global_batch: int) -> int:
     """Optimizer steps of the run: trainer.max_steps, or trainer.epochs passes over the training examples."""
     if trainer_cfg.max_steps is not None:
         return int(trainer_cfg.max_steps)
+    if trainer_cfg.epochs == 0:  # plm-finetune's evaluation only
+        return 0
     return max(1, math.ceil(trainer_cfg.epochs * num_examples / global_batch))
 
 
@@ -142,6 +144,11 @@ class Trainer:
     # --- the loop ------------------------------------------------------------------------------------------
     def fit(self) -> dict:
         cfg = self.cfg
+        if self.max_steps == 0:  # evaluation only (plm-finetune trainer.epochs=0): nothing trains, nothing is saved
+            try:
+                return self.evaluate()
+            finally:
+                self.metrics.close()
         lengths = None
         if cfg.group_by_length:
             lengths = _lengths(self.train_examples)

@@ -122,11 +122,13 @@ CASES = [
     Case("squad_malformed", "finetune", (*SQUAD, "data.train_file={files}/squad_malformed.json"), "{files}/squad_malformed.json:3:"),
     Case("tsv_extra_fields", "finetune", ("data.train_file={files}/extra_fields.tsv",), "{files}/extra_fields.tsv:3: 3 fields, more than the header's 2"),
     Case("train_file_missing", "finetune", ("data.train_file={tmp}/train.tsv",), "data.train_file: {tmp}/train.tsv is not a file"),
+    Case("evaluate_without_validation_file", "finetune", ("trainer.epochs=0", "data.validation_file=null"), "trainer.epochs=0 evaluates without training: give data.validation_file"),
     # --- backbones for fine-tuning ---------------------------------------------------------------------------------
     Case("checkpoint_missing", "finetune", ("model.checkpoint={tmp}/none",), "model.checkpoint={tmp}/none: no such file or directory"),
     Case("checkpoint_yaml", "finetune", ("model.checkpoint={prepared}/bad_yaml",), "{prepared}/bad_yaml/config.yaml:2:13: not valid YAML"),
     Case("hf_pickle", "finetune", ("model.checkpoint={prepared}/hf_pickle",), "{prepared}/hf_pickle/pytorch_model.bin: refused: besides tensors this pickle holds argparse.Namespace, and unpickling it could run code"),
     Case("hf_config_heads", "finetune", ("model.checkpoint={prepared}/hf_heads",), "{prepared}/hf_heads/config.json: inconsistent config"),
+    Case("hf_task_head_shape", "finetune", ("model.checkpoint={prepared}/hf_classifier",), "{prepared}/hf_classifier/model.safetensors: classifier.weight has shape (3, 36); expected (2, 36) (config.json's id2label has 2 label(s); hidden size 36)"),
     # --- plm-generate ------------------------------------------------------------------------------------------------
     Case("generate_unknown_key", "generate", ("checkpoint={checkpoint}", "prompt=a", "top_q=0.5"), "top_q: unknown key; did you mean top_p?"),
     Case("generate_top_p_zero", "generate", ("checkpoint={checkpoint}", "prompt=a", "top_p=0"), "top_p=0.0: expected a probability in (0, 1]"),
@@ -168,11 +170,22 @@ def command_line(case: Case, places: dict[str, str]) -> list[str]:
 
 
 def prepare_hf(prepared: Path, checkpoint: Path) -> None:
-    """A Hugging Face export with an impossible head count, and one whose weights are a pickle with more than
-    tensors."""
+    """A Hugging Face export with an impossible head count, one whose weights are a pickle with more than tensors,
+    and a BertForSequenceClassification whose classifier has a row more than its two labels."""
+    from safetensors.torch import save_file
+
     from plm_toolkit.models.pretrained import load_backbone
 
     backbone = load_backbone(checkpoint).model
+    export_hf(prepared / "hf_classifier", backbone, None, checkpoint / "tokenizer.json")
+    weights = {f"bert.{k}": v for k, v in ckpt.read_weights(prepared / "hf_classifier" / "model.safetensors").items()}
+    width = backbone.config.hidden_size
+    weights |= {"classifier.weight": torch.zeros(3, width), "classifier.bias": torch.zeros(2)}
+    save_file(weights, str(prepared / "hf_classifier" / "model.safetensors"))
+    hf_config = json.loads((prepared / "hf_classifier" / "config.json").read_text())
+    hf_config |= {"architectures": ["BertForSequenceClassification"], "id2label": {"0": "neg", "1": "pos"}}
+    (prepared / "hf_classifier" / "config.json").write_text(json.dumps(hf_config))
+
     objective = ckpt.read_weights(checkpoint / ckpt.OBJECTIVE_FILE)
     export_hf(prepared / "hf_heads", backbone, objective, checkpoint / "tokenizer.json")
     hf_config = json.loads((prepared / "hf_heads" / "config.json").read_text())

@@ -216,6 +216,8 @@ def test_a_reader_that_stops_early_gets_no_error_line():
         (["trainer.epochs=2"], "trainer.max_steps=300 and trainer.epochs=2.0: give exactly one length"),
         (["trainer.max_steps=null"], "trainer.max_steps=None and trainer.epochs=None: give exactly one length"),
         (["trainer.max_steps=null", "trainer.epochs=-1"], "trainer.epochs=-1.0: expected a finite number in (0, inf)"),
+        (["trainer.max_steps=0"], "trainer.max_steps=0: must be at least 1 (or null with trainer.epochs)"),
+        (["trainer.max_steps=null", "trainer.epochs=0"], "trainer.epochs=0.0: expected a finite number in (0, inf)"),
         (["hardware.min_loss_scale=nan"], "hardware.min_loss_scale=nan: expected a finite number in (0, inf)"),
     ],
 )
@@ -225,3 +227,17 @@ def test_unknown_keys_and_numbers_out_of_range_are_refused(overrides, expected):
     with pytest.raises(ConfigError) as caught:
         validate(cfg)
     assert expected in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_finetune_evaluates_only_with_zero_epochs_or_steps_and_then_needs_no_training_file(tmp_path):
+    """plm-train refuses a length of 0 (above); plm-finetune takes it as an evaluation of the starting weights."""
+    (tmp_path / "dev.tsv").write_text("sentence\tlabel\na\t1\n")
+    given = [f"model.checkpoint={tmp_path}", f"data.validation_file={tmp_path / 'dev.tsv'}"]
+    for length in (["trainer.epochs=0"], ["trainer.epochs=null", "trainer.max_steps=0"]):
+        assert problems_of(composed(*given, *length, config_name="finetune")) == []
+    assert problems_of(composed(f"model.checkpoint={tmp_path}", "trainer.epochs=0", config_name="finetune")) == [
+        "trainer.epochs=0 evaluates without training: give data.validation_file"
+    ]
+    assert problems_of(composed(*given, config_name="finetune")) == [
+        "data.train_file is not set: give the task's training file (or evaluate only: trainer.epochs=0)"
+    ]

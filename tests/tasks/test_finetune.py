@@ -212,3 +212,16 @@ def test_cli_reports_where_outputs_went(tiny_checkpoint, tmp_path):
     assert f"eval results: {out / 'eval_results.json'}" in result.stdout + result.stderr
     assert [r["epoch"] for r in read_metrics(out) if "lr" in r] == [0.5, 1.0]
     assert (out / "checkpoints" / "step_2" / "model.safetensors").is_file()
+
+
+def test_evaluation_only_of_a_fine_tuned_checkpoint_reproduces_its_evaluation(finetune_config, tmp_path):
+    """trainer.resume restores the head too; trainer.epochs=0 then evaluates it without training or saving."""
+    common = [*SST2, *FAST, "data.max_train_samples=32", "data.max_eval_samples=50"]
+    run(finetune_config(*common, "trainer.max_steps=5"), tmp_path / "trained")
+    last = tmp_path / "trained" / "checkpoints" / "last"
+    again = [f"model.checkpoint={last}", f"trainer.resume={last}", "trainer.epochs=0", "data.train_file=null"]
+    run(finetune_config(*common, *again), tmp_path / "evaluated")
+    for name in ("eval_results.json", "predictions.json"):
+        trained, evaluated = ((tmp_path / run_dir / name).read_text() for run_dir in ("trained", "evaluated"))
+        assert json.loads(evaluated) == json.loads(trained)
+    assert not (tmp_path / "evaluated" / "checkpoints").exists()

@@ -1,0 +1,191 @@
+"""Task heads of fine-tuned Hugging Face folders (``BertForSequenceClassification``'s ``classifier``,
+``RobertaForQuestionAnswering``'s ``qa_outputs``, ...): the half of their import that no family owns.
+
+Each family's adapter lists the heads transformers writes for it (``Adapter.task_heads``: the ``architectures`` name
+of config.json -> a ``HeadLayout`` naming the head's keys in the layout of our task heads, ``tasks/heads.py``). This
+module takes those keys out of a checkpoint before the adapter reads the backbone, checks their shapes against
+config.json and hands them on as a ``TaskHead``; whether a fine-tuning task can start from it is the task's decision
+(``tasks/checkpoint_head.py``). Keys of a head the family has in transformers but we do not map (multiple choice,
+XLNet's beam-search SQuAD head) are taken too, as a ``TaskHead`` without a kind that says why; any other key stays
+in the checkpoint and is reported as unexpected.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from plm_toolkit.errors import CheckpointError
+
+# What each kind of head scores, for messages.
+KINDS = {"sequence": "sequence classifier", "token": "token classifier", "span": "span (start/end) scorer"}
+# transformers' names for labels nobody named (id2label's default).
+_PLACEHOLDER = re.compile(r"LABEL_\d+")
+
+
+@dataclass(frozen=True)
+class HeadLayout:
+    """How one transformers task class stores its head."""
+
+    # sequence (one output vector per input, from its summary), token (per token) or span (start and end score per
+    # token); None for a head we recognise but do not map.
+    kind: str | None
+    # Our head's key (``linear.*``; ``dense.*`` for a head with its own dense layer over the summary) -> the
+    # checkpoint's. An unmapped head lists its keys under their own names.
+    keys: dict[str, str]
+    # Checkpoint keys that are backbone weights in our layout -> the (unprefixed) backbone key the adapter reads:
+    # RoBERTa's classifier.dense is our pooler.
+    backbone: dict[str, str] = field(default_factory=dict)
+    # Activation after the head's own dense layer (``dense.*``): tanh or gelu.
+    activation: str | None = None
+    # What a sequence head reads: the backbone's pooled vector, or the first or last token's hidden state.
+    summary: str | None = None
+    # Why no task of ours can start from an unmapped head.
+    reason: str = ""
+
+    def checkpoint_keys(self) -> set[str]:
+        return set(self.keys.values()) | set(self.backbone)
+
+
+@dataclass
+class TaskHead:
+    """The task head of a fine-tuned checkpoint, in the layout of our task heads."""
+
+    # The transformers class config.json names (or what the keys suggest), for messages.
+    architecture: str
+    # sequence, token or span; None where no task of ours can use it (``reason`` says why).
+    kind: str | None
+    # Our head's weights: linear.{weight,bias}, and dense.{weight,bias} with ``activation``.
+    state: dict[str, torch.Tensor]
+    # The weights file, and our key -> the checkpoint's key (every key the head took, backbone ones included).
+    source: Path
+    source_keys: dict[str, str]
+    activation: str | None = None
+    summary: str | None = None
+    # Class names in output order (config.json's id2label); None where they are transformers' LABEL_i placeholders.
+    labels: list[str] | None = None
+    # config.json's problem_type (regression, single_label_classification, multi_label_classification), if any.
+    problem_type: str | None = None
+    reason: str = ""
+
+    @property
+    def num_outputs(self) -> int:
+        return int(self.state["linear.weight"].shape[0])
+
+    def unused(self, why: str, then: str) -> str:
+        """The one line that says this head goes unused: the file, its keys and why (keys the backbone took,
+        RoBERTa's classifier.dense as the pooler, are named as kept)."""
+        keys = ", ".join(sorted(self.source_keys[ours] for ours in self.state))
+        kept = sorted((theirs, ours) for ours, theirs in self.source_keys.items() if ours not in self.state)
+        if kept:
+            then += f"; {', '.join(t for t, _ in kept)} stay in the backbone as {', '.join(o for _, o in kept)}"
+        return f"{self.source}: task head {keys} not used ({why}); {then}"
+
+
+def label_names(hf: dict) -> list[str] | None:
+    """config.json's id2label in id order; None when absent or transformers' placeholders (LABEL_0, ...)."""
+    table = hf.get("id2label") or {}
+    try:
+        names = [str(table[key]) for key in sorted(table, key=int)]
+    except (TypeError, ValueError):
+        return None
+    if not names or all(_PLACEHOLDER.fullmatch(name) for name in names):
+        return None
+    return names
+
+
+def _layout_of(layouts: dict[str, HeadLayout], present: set[str], hf: dict) -> tuple[str, HeadLayout | None]:
+    """The layout config.json's architectures names; without one, the layout whose keys are those present, when
+    every such layout means the same (BERT's sequence and token classifiers share their key names)."""
+    named = [name for name in hf.get("architectures") or [] if name in layouts]
+    if named:
+        return named[0], layouts[named[0]]
+    fits = {name: layout for name, layout in layouts.items() if layout.checkpoint_keys() == present}
+    meanings = {(layout.kind, layout.summary, layout.activation) for layout in fits.values()}
+    if len(meanings) == 1 and next(iter(meanings))[0] is not None:
+        name = sorted(fits)[0]
+        return name, fits[name]
+    if not fits:
+        return "", None
+    names = " or ".join(sorted(fits))
+    reason = f"config.json's architectures does not say which of {names} wrote it"
+    return names, HeadLayout(None, {key: key for key in present}, reason=reason)
+
+
+def take_task_head(
+    layouts: dict[str, HeadLayout], state: dict[str, torch.Tensor], hf: dict, hidden_size: int, path: Path
+) -> TaskHead | None:
+    """Take the task head's keys out of ``state`` (a backbone key it supplies is put back under the backbone's
+    name); None when the checkpoint has none. CheckpointError naming the file and key for a missing key or a
+    tensor whose shape config.json contradicts."""
+    known = set().union(*(layout.checkpoint_keys() for layout in layouts.values())) if layouts else set()
+    present = known & set(state)
+    if not present:
+        return None
+    architecture, layout = _layout_of(layouts, present, hf)
+    if layout is None:
+        return None  # a part of some head only: its keys are reported as unexpected
+    missing = sorted(layout.checkpoint_keys() - set(state))
+    if missing:
+        raise CheckpointError(f"{path}: missing key(s) {', '.join(missing)} of the {architecture} head")
+    if layout.kind is None:
+        taken = {key: state.pop(key) for key in sorted(layout.checkpoint_keys())}
+        return TaskHead(architecture, None, taken, path, {key: key for key in taken}, reason=layout.reason)
+    for theirs, ours in layout.backbone.items():
+        if ours in state:
+            raise CheckpointError(f"{path}: holds both {ours} and {theirs}, which {architecture} stores as one")
+        state[ours] = state.pop(theirs)
+    head = TaskHead(
+        architecture,
+        layout.kind,
+        {ours: state.pop(theirs) for ours, theirs in layout.keys.items()},
+        path,
+        dict(layout.keys) | {ours: theirs for theirs, ours in layout.backbone.items()},
+        activation=layout.activation,
+        summary=layout.summary,
+        labels=label_names(hf),
+        problem_type=hf.get("problem_type"),
+    )
+    _check_shapes(head, hf, hidden_size)
+    return head
+
+
+def _check_shapes(head: TaskHead, hf: dict, hidden_size: int) -> None:
+    """linear (n, H) with n = 2 for a span head, else config.json's label count (id2label's, else num_labels, else
+    transformers' default of 2, which transformers 5 leaves unwritten); dense (H, H)."""
+    if head.kind == "span":
+        outputs, why = 2, "a start and an end score"
+    elif hf.get("id2label"):
+        outputs, why = len(hf["id2label"]), f"config.json's id2label has {len(hf['id2label'])} label(s)"
+    else:
+        outputs = int(hf.get("num_labels", 2))
+        why = f"config.json's num_labels is {outputs}" if "num_labels" in hf else "transformers' default of 2 labels"
+    expected = {"linear.weight": (outputs, hidden_size), "linear.bias": (outputs,)}
+    if "dense.weight" in head.state:
+        expected |= {"dense.weight": (hidden_size, hidden_size), "dense.bias": (hidden_size,)}
+    for ours, shape in expected.items():
+        if tuple(head.state[ours].shape) != shape:
+            raise CheckpointError(
+                f"{head.source}: {head.source_keys[ours]} has shape {tuple(head.state[ours].shape)}; expected "
+                f"{shape} ({why}; hidden size {hidden_size})"
+            )
+
+
+def linear_keys(theirs: str) -> dict[str, str]:
+    """Our ``linear.*`` -> a transformers ``nn.Linear`` named ``theirs``."""
+    return {f"linear.{p}": f"{theirs}.{p}" for p in ("weight", "bias")}
+
+
+def dense_keys(theirs: str) -> dict[str, str]:
+    """Our ``dense.*`` (a head's own dense layer over the summary) -> a transformers ``nn.Linear`` named ``theirs``."""
+    return {f"dense.{p}": f"{theirs}.{p}" for p in ("weight", "bias")}
+
+
+def unmapped(reason: str, *modules: str, weights_only: tuple[str, ...] = ()) -> HeadLayout:
+    """A head we recognise but do not map: the weights and biases of its ``modules`` (and the weight alone of each of
+    ``weights_only``), and why."""
+    keys = [f"{module}.{p}" for module in modules for p in ("weight", "bias")] + [f"{m}.weight" for m in weights_only]
+    return HeadLayout(None, {key: key for key in keys}, reason=reason)

@@ -1,0 +1,123 @@
+"""Start a task's head from a fine-tuned checkpoint's, as transformers' ``from_pretrained`` does, or say why not.
+
+A fine-tuned Hugging Face folder brings its task head (``models/hf_heads.py``: ``TaskHead``). It starts the task's
+head when both compute the same function: the same kind (a sequence classifier for the GLUE tasks and
+task=classification, a token classifier for NER, a span scorer for SQuAD), the same summary of the sequence (the
+backbone's pooled vector, or the first or last token), the same number of outputs, and labels that agree. Labels
+that config.json's id2label names are matched to the task's by name (case aside), and the head's rows reordered to
+the task's order; names that share nothing with the task's (NEGATIVE/POSITIVE against SST-2's 0/1) are taken in
+order, as transformers takes them, with a warning that spells out the pairing; names that differ in part refuse
+the head. Otherwise the task keeps its fresh head and one warning line names the file, the unused keys and why.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import nn
+
+from plm_toolkit.models.hf_heads import KINDS, TaskHead
+from plm_toolkit.tasks.base import summary_kind
+
+log = logging.getLogger("plm_toolkit")
+
+SUMMARIES = {"pooled": "pooled vector", "first": "first token's state", "last": "last token's state"}
+POOLER_KEYS = ("pooler.dense.weight", "pooler.dense.bias")
+
+
+def start_from_checkpoint_head(
+    task: nn.Module, model: nn.Module, head: TaskHead | None, initialized_keys: list[str] = ()
+) -> bool:
+    """Load ``head`` into ``task.head`` when it computes what the task's head computes; else warn, in one line, and
+    keep the fresh head. Returns whether the head was loaded."""
+    if head is None:
+        return False
+    name = f"task={task.config.name}"
+    rows, problem = fit(task, model, head)
+    if problem is not None:
+        fresh = "a fresh head"
+        if getattr(task, "head_kind", None) == "sequence" and set(POOLER_KEYS) & set(initialized_keys):
+            fresh += " and a fresh pooler (the checkpoint has none)"
+        log.warning(head.unused(problem, f"{name} starts from {fresh}"))
+        return False
+    state = dict(head.state)
+    if rows is not None:
+        index = torch.tensor(rows)
+        state["linear.weight"], state["linear.bias"] = state["linear.weight"][index], state["linear.bias"][index]
+    if head.activation is not None:
+        task.head.add_dense(head.activation)
+    task.head.load_state_dict(state)
+    log.info("%s starts from the %s head of %s", name, head.architecture, head.source)
+    return True
+
+
+def fit(task: nn.Module, model: nn.Module, head: TaskHead) -> tuple[list[int] | None, str | None]:
+    """(the checkpoint's row for each of the task's outputs, or None to keep them in order; why the head cannot
+    serve the task, or None)."""
+    name = f"task={task.config.name}"
+    wanted = getattr(task, "head_kind", None)
+    if head.kind is None:
+        return None, head.reason
+    if wanted is None:
+        return None, f"{name} has no head that reads the encoder's states"
+    if head.kind != wanted:
+        return None, f"{head.architecture} is a {KINDS[head.kind]}; {name} needs a {KINDS[wanted]}"
+    if getattr(task, "features", None) is not None:
+        return None, "finetune.mode=features puts a task encoder between the backbone and the head"
+    if wanted == "span":
+        return None, None
+    if wanted == "sequence":
+        ours = summary_kind(model)
+        if head.summary != ours:
+            return None, f"it reads the {SUMMARIES[head.summary]}, {name} on this backbone the {SUMMARIES[ours]}"
+        if head.problem_type == "multi_label_classification":
+            return None, f"a multi-label classifier (a sigmoid per label); {name} picks one label"
+    regression = bool(getattr(task.config, "regression", False))
+    count = 1 if regression else len(task.labels)
+    if head.num_outputs != count:
+        if regression:
+            return None, f"{head.num_outputs} labels in the checkpoint; {name} predicts one number (task.regression)"
+        if head.num_outputs == 1:
+            return None, f"a regression head (one output) in the checkpoint, {count} labels in {name}"
+        return None, f"{head.num_outputs} labels in the checkpoint, {count} in {name}"
+    if regression:
+        return None, None
+    return match_labels(head, list(task.labels), name)
+
+
+def match_labels(head: TaskHead, ours: list[str], name: str) -> tuple[list[int] | None, str | None]:
+    """The checkpoint's row for each task label, matched by name (case aside); None to take them in order."""
+    theirs = head.labels
+    if theirs is None or theirs == ours:
+        return None, None
+    folded = [label.casefold() for label in theirs]
+    wanted = [label.casefold() for label in ours]
+    if len(set(folded)) == len(folded) and set(folded) == set(wanted):
+        rows = [folded.index(label) for label in wanted]
+        log.info("%s: its labels are %s's in another order; the head's rows follow the task's", head.source, name)
+        return rows, None
+    if not set(folded) & set(wanted):
+        pairs = ", ".join(f"{a}={b}" for a, b in zip(theirs, ours, strict=True))
+        log.warning(
+            "%s: the checkpoint's labels share no name with %s's; they are taken in order (%s), as transformers "
+            "takes them: check that this is right",
+            head.source,
+            name,
+            pairs,
+        )
+        return None, None
+    extra = [label for label in theirs if label.casefold() not in wanted]
+    missing = [label for label in ours if label.casefold() not in folded]
+    return None, (
+        f"the checkpoint's labels are not {name}'s: it has {', '.join(extra) or 'none'} that the task lacks and lacks "
+        f"{', '.join(missing) or 'none'}"
+    )
+
+
+def checkpoint_labels(task_cls: type, head: TaskHead | None) -> list[str]:
+    """The label names of a checkpoint head the task could start from (an evaluation without a training file
+    takes them as the task's labels); empty when it has none."""
+    if head is None or head.labels is None or head.kind != getattr(task_cls, "head_kind", None):
+        return []
+    return list(head.labels)
