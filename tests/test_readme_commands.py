@@ -1,8 +1,9 @@
-"""Every plm-train / plm-finetune / plm-generate / plm-embed command that README.md and docs/ show composes and
-validates as written: a key renamed or removed, an option dropped, or a combination the config rules now refuse
-(both trainer.max_steps and trainer.epochs) fails here instead of in a reader's shell. Nothing is trained: the
-overrides go through Hydra's composition and the commands' own validation; paths in the commands (placeholders
-such as PATH or runs/t5) are swapped for empty files and folders before validation, which checks that they exist."""
+"""Every plm-train / plm-finetune / plm-generate / plm-embed command that README.md, docs/, the configs' comments and
+the modules' usage lines show composes and validates as written: a key renamed or removed, an option dropped, a
+value Hydra's grammar refuses, or a combination the config rules refuse (both trainer.max_steps and trainer.epochs)
+fails here instead of in a reader's shell. Nothing is trained: the overrides go through Hydra's composition and the
+commands' own validation; paths in the commands (placeholders such as PATH or runs/t5) are swapped for empty files
+and folders before validation, which checks that they exist."""
 
 from __future__ import annotations
 
@@ -19,11 +20,31 @@ import plm_toolkit.generate  # noqa: F401  (stores plm-generate's schema)
 from plm_toolkit.config.validate import unknown_keys, validate
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+# README and docs/, the configs' comments, the usage lines at the top of the package's modules.
+SOURCES = [
+    REPO / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    *sorted((REPO / "configs").rglob("*.yaml")),
+    *sorted((REPO / "plm_toolkit").rglob("*.py")),
+]
 # The console commands that compose a Hydra config, by the config they compose.
 CONFIGS = {"plm-train": "train", "plm-finetune": "finetune", "plm-generate": "generate", "plm-embed": "embed"}
 FENCE = re.compile(r"^```.*?$(.*?)^```", re.S | re.M)
 INLINE = re.compile(r"`((?:plm-train|plm-finetune|plm-generate|plm-embed)(?: [^`]*)?)`")
+
+
+def shell_text(path: Path) -> str:
+    """The file with every line that is not shell blanked (line numbers kept): a Markdown file's code blocks, a
+    YAML file's comments (without the #), a module's docstring."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    if path.suffix == ".md":
+        keep = {text.count("\n", 0, i) for m in FENCE.finditer(text) for i in range(m.start(1), m.end(1))}
+        return "\n".join(line if n in keep else "" for n, line in enumerate(lines))
+    if path.suffix == ".yaml":
+        return "\n".join(line.strip()[1:] if line.strip().startswith("#") else "" for line in lines)
+    end = text.find('"""', 3) if text.startswith('"""') else 0
+    return "\n".join(line if text.count("\n", 0, end) >= n else "" for n, line in enumerate(lines))
 
 
 def logical_lines(block: str) -> list[tuple[int, str]]:
@@ -48,19 +69,20 @@ def command_of(line: str) -> tuple[str, list[str]] | None:
 
 
 def documented_commands() -> list[tuple[str, str, list[str]]]:
-    """(where, config name, arguments) of every command in the docs' code blocks and inline code. Inline code names
-    a command in passing (`plm-finetune task=ner`), so its arguments get "..." appended: the rest is the reader's."""
+    """(where, config name, arguments) of every distinct command in ``SOURCES``. Inline code names a command in
+    passing (`plm-finetune task=ner`), so its arguments get "..." appended: the rest is the reader's."""
     found, seen = [], set()
-    for doc in DOCS:
-        text = doc.read_text(encoding="utf-8")
-        lines = [(m.start(1) + at, line) for m in FENCE.finditer(text) for at, line in logical_lines(m.group(1))]
-        lines += [(m.start(1), m.group(1) + " ...") for m in INLINE.finditer(text)]
-        for offset, line in lines:
+    for path in SOURCES:
+        shell = shell_text(path)
+        lines = [(shell.count("\n", 0, at) + 1, line) for at, line in logical_lines(shell)]
+        if path.suffix == ".md":
+            text = path.read_text(encoding="utf-8")
+            lines += [(text.count("\n", 0, m.start(1)) + 1, m.group(1) + " ...") for m in INLINE.finditer(text)]
+        for number, line in lines:
             parsed = command_of(line)
-            if parsed is not None and (parsed[0], *parsed[1]) not in seen:  # each distinct command once
+            if parsed is not None and (parsed[0], *parsed[1]) not in seen:
                 seen.add((parsed[0], *parsed[1]))
-                where = f"{doc.name}:{text.count(chr(10), 0, offset) + 1}: {line.strip()}"
-                found.append((where, *parsed))
+                found.append((f"{path.relative_to(REPO)}:{number}: {line.strip()}", *parsed))
     return found
 
 

@@ -56,7 +56,7 @@ def commands_in(line: str) -> list[tuple[str, list[str]]]:
             for arg in words[i + 1 :]:
                 if arg in END or arg.startswith((">", "2>")):
                     break
-                args.append(arg)
+                args.append(re.sub(r"\$\{?\w+\}?", "1", arg))  # a shell variable: a loop's number, a folder
             found.append((m.group(1), args))
     return found
 
