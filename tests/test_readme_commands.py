@@ -87,8 +87,8 @@ def documented_commands() -> list[tuple[str, str, list[str]]]:
 
 
 def overrides_of(args: list[str]) -> list[str]:
-    """The config overrides of a command line: flags (-m, --cfg job, --help), "..." and Hydra's own settings (run
-    directory, launcher) dropped; a sweep (a=1,2) becomes its first value."""
+    """The config overrides of a command line (Hydra's own settings, run directory and launcher, included): flags
+    (-m, --cfg job, --help) and "..." dropped; a sweep (a=1,2) becomes its first value."""
     kept = []
     skip_next = False
     for arg in args:
@@ -96,7 +96,7 @@ def overrides_of(args: list[str]) -> list[str]:
             skip_next = False
         elif arg == "--cfg":
             skip_next = True
-        elif arg.startswith("-") or arg == "..." or arg.startswith(("hydra.", "hydra/")):
+        elif arg.startswith("-") or arg == "...":
             continue
         else:
             kept.append(arg)
@@ -110,8 +110,14 @@ def overrides_of(args: list[str]) -> list[str]:
 
 
 def compose_command(config: str, overrides: list[str]):
+    """The command's config; Hydra's own section (where the hydra.* overrides land) is composed, then dropped."""
+    if any(o.startswith("hydra/launcher=submitit") for o in overrides):
+        pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
-        return compose(config, overrides=overrides)
+        cfg = compose(config, overrides=overrides, return_hydra_config=True)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
 
 
 def stand_in(root: Path, value: str, suffixes: tuple[str, ...] = ()) -> str:
@@ -178,6 +184,10 @@ def test_documented_command_composes_and_validates(where, config, args, tmp_path
         ("plm-train trainer.max_step=5   # a key that is not there", "max_step"),
         ("plm-finetune task=sst2 model.checkpoint=PATH trainer.max_steps=3", "trainer.epochs"),
         ("plm-train model=bert_huge", "bert_huge"),
+        (
+            "plm-train -m hydra/launcher=submitit_slurm hydra.launcher.additional_parameters='{requeue: true}'",
+            "requeue",
+        ),
     ],
 )
 def test_a_stale_command_is_caught(line, expected, tmp_path):
@@ -191,7 +201,8 @@ def test_command_lines_are_read_as_a_shell_reads_them():
     ((_, line),) = logical_lines(block)
     assert command_of(line) == ("train", ["model=t5", "data.train_files=[a.txt]", "hydra.run.dir=runs/t5"])
     assert command_of("torchrun --nproc_per_node 8 -m plm_toolkit.train hardware=ddp") == ("train", ["hardware=ddp"])
-    assert overrides_of(["-m", "optimizer.lr=1e-4,3e-4", "--cfg", "job", "...", "hydra/launcher=x"]) == [
-        "optimizer.lr=0.0001"
+    assert overrides_of(["-m", "optimizer.lr=1e-4,3e-4", "--cfg", "job", "...", "hydra.run.dir=x"]) == [
+        "optimizer.lr=0.0001",
+        "hydra.run.dir=x",
     ]
     assert OmegaConf.is_missing(compose_command("finetune", []).model, "checkpoint")
