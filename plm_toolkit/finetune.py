@@ -1,6 +1,6 @@
 """plm-finetune: compose -> validate -> load the backbone -> read the task's data -> run the loop.
 
-plm-finetune model.checkpoint=runs/demo-<time>/pretrain/checkpoints/last        # SST-2 (task=sst2 is the default)
+plm-finetune model.checkpoint=runs/demo-TIME/pretrain/checkpoints/last data.train_file=train.tsv   # task=sst2
 plm-finetune task=squad2 model.checkpoint=/models/minilm data.train_file=train-v2.0.json \
     data.validation_file=dev-v2.0.json data.max_seq_len=384
 plm-finetune task=ner model.checkpoint=PATH data.train_file=train.conll data.validation_file=dev.conll

@@ -5,7 +5,7 @@ plm-generate checkpoint=runs/gpt2/checkpoints/last prompt="The history of"
 plm-generate checkpoint=/models/gpt2 prompts_file=prompts.txt max_new_tokens=50 do_sample=true top_p=0.9 seed=1 \
     output_file=continuations.jsonl
 plm-generate checkpoint=PATH prompt="..." num_beams=4 length_penalty=0.6
-plm-generate checkpoint=runs/t5/checkpoints/last prompt="The <extra_id_0> walks in <extra_id_1> park"
+plm-generate checkpoint=runs/t5/checkpoints/last prompt='"The <extra_id_0> walks in <extra_id_1> park"'
 plm-generate checkpoint=runs/wmt/averaged prompts_file=test.en num_beams=4 length_penalty=0.6 max_length_a=1 \
     max_new_tokens=50
 

@@ -47,6 +47,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def toolkit(command: str) -> list[str]:
+    """plm-train / plm-finetune run by the interpreter running this script, so in whichever environment that is."""
+    return [sys.executable, "-m", f"plm_toolkit.{command}"]
+
+
 def run(command: list[str], log: list[str]) -> float:
     log.append(" ".join(command))
     start = time.perf_counter()
@@ -69,7 +74,7 @@ def pretrain(args, commands: list[str]) -> dict:
     wikitext = args.shared / "wikitext2"
     seconds = run(
         [
-            str(REPO / ".venv" / "bin" / "plm-train"),
+            *toolkit("train"),
             "model=elmo",
             "data=text_files",
             f"data.train_files=[{wikitext / 'wiki.valid.tokens'}]",
@@ -111,7 +116,7 @@ def ner(args, name: str, checkpoint: Path, mode: str, lr: float, commands: list[
     data = args.shared / "ner"
     evaluation = data / ("emerging.test.annotated" if args.ner_eval == "test" else "emerging.dev.conll")
     command = [
-        str(REPO / ".venv" / "bin" / "plm-finetune"),
+        *toolkit("finetune"),
         "task=ner",
         f"model.checkpoint={checkpoint}",
         f"finetune.mode={mode}",

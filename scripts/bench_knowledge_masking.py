@@ -69,7 +69,9 @@ def run_all(args, pretrain: list[str], out: Path, result: dict, train, finetune)
                     f"model.checkpoint={out / name / 'pretrain' / 'checkpoints' / 'last'}",
                     *finetune_overrides(args.task),
                     "data.max_seq_len=64",
+                    f"data.max_train_samples={args.finetune_train_samples or 'null'}",
                     f"trainer.max_steps={args.finetune_steps}",
+                    "trainer.epochs=null",  # plm-finetune counts in epochs by default; one length only
                     f"trainer.seed={seed}",
                     f"optimizer.lr={args.finetune_lr}",
                     *QUIET,
@@ -97,6 +99,7 @@ def main() -> None:
     parser.add_argument("--corpus", nargs="+", default=[wikitext / "wiki.valid.tokens", wikitext / "wiki.test.tokens"])
     parser.add_argument("--steps", type=int, default=600, help="pretraining steps of each model")
     parser.add_argument("--finetune-steps", type=int, default=400)
+    parser.add_argument("--finetune-train-samples", type=int, help="fine-tune on the first N rows only (default: all)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--task", choices=["sst2", "ner"], default="sst2")
     parser.add_argument("--model", default="ernie")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 
 import torch
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "speedup": round(memory / vanilla, 1),
             }
         )
-        print(json.dumps(rows[-1]), flush=True)
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # progress; stdout is the JSON object alone
     result = {
         "device": torch.cuda.get_device_name(device)
         if device.type == "cuda"

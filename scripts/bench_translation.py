@@ -17,7 +17,9 @@ Noam schedule (warm-up shortened to ``--warmup`` steps), label smoothing 0.1, dr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -95,7 +97,9 @@ def train(args: argparse.Namespace, run_dir: Path) -> dict:
     """Train for ``args.minutes`` of wall time; returns the seconds spent and the steps taken."""
     start = time.perf_counter()
     overrides = train_overrides(args)
-    run(composed([*overrides, f"trainer.time_budget={args.minutes / 60}", "trainer.max_steps=1000000"]), run_dir)
+    cfg = composed([*overrides, f"trainer.time_budget={args.minutes / 60}", "trainer.max_steps=1000000"])
+    with contextlib.redirect_stdout(sys.stderr):  # the loop's own lines; stdout is the JSON alone
+        run(cfg, run_dir)
     found = ckpt.find_checkpoint("auto", run_dir)
     return {"train_seconds": round(time.perf_counter() - start, 1), "steps": found.step() if found else 0}
 

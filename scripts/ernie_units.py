@@ -61,7 +61,8 @@ def main() -> None:
     from plm_toolkit.data.tokenizer import load_tokenizer
     from plm_toolkit.data.unit_corpus import tokenize_with_units, unit_summary
 
-    scratch = Path(tempfile.mkdtemp(prefix="ernie_units-"))
+    scratch_folder = tempfile.TemporaryDirectory(prefix="ernie_units-")  # removed when the script exits
+    scratch = Path(scratch_folder.name)
     cache = Path(args.cache_dir) if args.cache_dir else scratch / "cache"
     result: dict = {"corpus": [str(c) for c in args.corpus]}
     gazetteer = args.gazetteer

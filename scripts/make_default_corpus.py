@@ -1,6 +1,7 @@
 """Build the bundled default corpus (plm_toolkit/corpora/wikitext2/) from the WikiText-2 raw test split.
 
-    python scripts/make_default_corpus.py [--source ../shared/data/wikitext2/wiki.test.raw]
+    python scripts/make_default_corpus.py                     # from ../shared/data/wikitext2/wiki.test.raw
+    python scripts/make_default_corpus.py --source wiki.test.raw --out /tmp/corpus
 
 WikiText marks articles with ` = Title = ` lines and sections with ` = = Section = = ` (deeper levels add more
 `=`); its tokenizer split hyphens and number separators into ` @-@ `, ` @,@ ` and ` @.@ `. We write our corpus

@@ -321,30 +321,20 @@ class Trainer:
             return {}
         self.module.eval()
         window = Window.empty()
-        batches = eval_loader(
-            self.eval_examples,
-            rows_per_batch(self.eval_examples, self.cfg),
-            self.process.world_size,
-            self.process.rank,
-            self.collate,
-            self.transform,
-            self.cfg.seed,
-            self.cfg.eval_batches,
-            streams=self.plan.streams,
-            backward_half=self.plan.backward_half,
-        )
         outputs: dict[str, list[torch.Tensor]] = defaultdict(list)
-        for batch in batches:
-            for name, n in self.objective.target_counts(batch).items():
-                window.counts[name] += n
+        batches = self._eval_batches(self.process.world_size, self.process.rank, self.cfg.eval_batches)
+        for batch, real in self._in_lockstep(batches):
+            counts = self.objective.target_counts(batch)
             batch = {k: v.to(self.runtime.device) for k, v in batch.items()}
             with self.runtime.autocast():
                 out = self.module(batch)
-            for k, v in out.loss_sums.items():
-                window.loss_sums[k] += float(v)
+            # A repeated batch adds its keys, not its numbers: every process then sums the same keys.
+            for table, values in ((window.counts, counts), (window.loss_sums, out.loss_sums)):
+                for k, v in values.items():
+                    table[k] += float(v) if real else 0.0
             for k, v in out.metrics.items():
-                window.metrics[k] += float(v)
-            for k, v in out.outputs.items():
+                window.metrics[k] += float(v) if real else 0.0
+            for k, v in out.outputs.items() if real else ():
                 outputs[k].append(v.detach().float().cpu() if v.is_floating_point() else v.detach().cpu())
         window = reduce_window(window, self.process)
         summary = window.summary(self.objective.metric_denominators, prefix="eval_", components=True)
@@ -364,6 +354,42 @@ class Trainer:
         self.module.train()
         self.tick = time.perf_counter()  # evaluation time stays out of the training throughput
         return record
+
+    def _eval_batches(self, world: int, rank: int, max_batches: int):
+        return eval_loader(
+            self.eval_examples,
+            rows_per_batch(self.eval_examples, self.cfg),
+            world,
+            rank,
+            self.collate,
+            self.transform,
+            self.cfg.seed,
+            max_batches,
+            streams=self.plan.streams,
+            backward_half=self.plan.backward_half,
+        )
+
+    def _in_lockstep(self, batches):
+        """(batch, real) pairs. A forward pass can be a collective (FSDP gathers every block's parameters from all
+        processes; DDP broadcasts buffers in the first one after training), so each process must run as many as the
+        others, or one waits forever, or gloo fails on mismatched messages; but the validation batches are dealt out
+        round-robin, one more to the first ranks when they do not divide (none to the last ranks when there are
+        fewer batches than processes). So the processes agree before each batch whether any still has one, and a
+        process that has run out runs the first batch again (real=False: the caller discards it)."""
+        if not self.process.distributed:
+            yield from ((batch, True) for batch in batches)
+            return
+        iterator, spare = iter(batches), None
+        while True:
+            batch = next(iterator, None)
+            if not all_reduce_max(torch.tensor([float(batch is not None)]), self.process).item():
+                return
+            if batch is not None:
+                spare = batch if spare is None else spare
+                yield batch, True
+            else:
+                spare = next(iter(self._eval_batches(1, 0, 1))) if spare is None else spare
+                yield spare, False
 
 
 def _column(examples, name: str):

@@ -53,6 +53,33 @@ def fsdp_runs(small_corpus, tmp_path_factory):
     return root
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.parametrize(("distributed", "batches"), [("fsdp", 3), ("ddp", 1)])
+def test_evaluation_with_more_batches_on_one_process_than_the_other(small_corpus, tmp_path, distributed, batches):
+    """Validation batches dealt out to two processes unevenly (fsdp: 2 and 1; ddp: 1 and none). A forward can be a
+    collective (FSDP gathers the blocks, DDP broadcasts buffers), so the process with fewer batches must keep pace,
+    and the sums over both are one process's evaluation of the same batches."""
+    args = [
+        *common_args(small_corpus),
+        f"data.validation_files=[{small_corpus['valid']}]",
+        "trainer.max_steps=2",
+        "optimizer.total_steps=2",
+        "trainer.eval_every=1",
+        f"trainer.eval_batches={batches}",
+        "trainer.batch_size=4",
+    ]
+    one = launch([*args, "trainer.grad_accum_steps=2", f"hydra.run.dir={tmp_path / 'one'}"], tmp_path)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = [*args, f"hardware.distributed={distributed}", f"hydra.run.dir={tmp_path / 'two'}"]
+    two = launch(two, tmp_path, nproc=2, timeout=240)
+    assert two.returncode == 0, two.stderr[-3000:]
+    evals = [[r for r in read_metrics(tmp_path / run) if "eval_loss" in r] for run in ("one", "two")]
+    assert [r["step"] for r in evals[1]] == [1, 2]
+    for a, b in zip(*evals, strict=True):
+        assert abs(a["eval_loss"] - b["eval_loss"]) < 1e-5 and a["eval_mlm_accuracy"] == b["eval_mlm_accuracy"]
+
+
 @pytest.fixture
 def one_process_group():
     """In-process runs with hardware.distributed=fsdp join a one-process group; leave it afterwards."""
