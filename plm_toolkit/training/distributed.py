@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -122,6 +124,30 @@ def all_reduce_max(values: torch.Tensor, info: ProcessInfo) -> torch.Tensor:
     if info.distributed:
         dist.all_reduce(values, op=dist.ReduceOp.MAX)
     return values
+
+
+def in_lockstep(batches: Iterable, info: ProcessInfo, first_batch: Callable[[], Any]) -> Iterator[tuple[Any, bool]]:
+    """(batch, real) pairs, as many on every process. A forward pass can be a collective (FSDP gathers every
+    block's parameters from all processes; DDP broadcasts buffers in the first one after training), so each process
+    must run as many as the others, or one waits forever, or gloo fails on mismatched messages; but evaluation
+    batches are dealt out round-robin, one more to the first ranks when they do not divide (none to the last ranks
+    when there are fewer batches than processes). So the processes agree before each batch whether any still has
+    one, and a process that has run out runs its first batch again, or ``first_batch()`` when it had none
+    (real=False: the caller discards it)."""
+    if not info.distributed:
+        yield from ((batch, True) for batch in batches)
+        return
+    iterator, spare = iter(batches), None
+    while True:
+        batch = next(iterator, None)
+        if not all_reduce_max(torch.tensor([float(batch is not None)]), info).item():
+            return
+        if batch is not None:
+            spare = batch if spare is None else spare
+            yield batch, True
+        else:
+            spare = first_batch() if spare is None else spare
+            yield spare, False
 
 
 def barrier(info: ProcessInfo) -> None:

@@ -24,7 +24,7 @@ from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.errors import TrainingError
 from plm_toolkit.objectives.base import Objective, ObjectiveOutput, normalized_loss
 from plm_toolkit.training import checkpoint as ckpt
-from plm_toolkit.training.distributed import all_gather_objects, all_reduce_max, barrier
+from plm_toolkit.training.distributed import all_gather_objects, all_reduce_max, barrier, in_lockstep
 from plm_toolkit.training.flops import ModelFlops, peak_tflops
 from plm_toolkit.training.logging import MetricsWriter, ProgressBar
 from plm_toolkit.training.optim import build_optimizer, build_scheduler
@@ -323,7 +323,8 @@ class Trainer:
         window = Window.empty()
         outputs: dict[str, list[torch.Tensor]] = defaultdict(list)
         batches = self._eval_batches(self.process.world_size, self.process.rank, self.cfg.eval_batches)
-        for batch, real in self._in_lockstep(batches):
+        first = lambda: next(iter(self._eval_batches(1, 0, 1)))  # noqa: E731  (a rank dealt no batch repeats it)
+        for batch, real in in_lockstep(batches, self.process, first):
             counts = self.objective.target_counts(batch)
             batch = {k: v.to(self.runtime.device) for k, v in batch.items()}
             with self.runtime.autocast():
@@ -368,28 +369,6 @@ class Trainer:
             streams=self.plan.streams,
             backward_half=self.plan.backward_half,
         )
-
-    def _in_lockstep(self, batches):
-        """(batch, real) pairs. A forward pass can be a collective (FSDP gathers every block's parameters from all
-        processes; DDP broadcasts buffers in the first one after training), so each process must run as many as the
-        others, or one waits forever, or gloo fails on mismatched messages; but the validation batches are dealt out
-        round-robin, one more to the first ranks when they do not divide (none to the last ranks when there are
-        fewer batches than processes). So the processes agree before each batch whether any still has one, and a
-        process that has run out runs the first batch again (real=False: the caller discards it)."""
-        if not self.process.distributed:
-            yield from ((batch, True) for batch in batches)
-            return
-        iterator, spare = iter(batches), None
-        while True:
-            batch = next(iterator, None)
-            if not all_reduce_max(torch.tensor([float(batch is not None)]), self.process).item():
-                return
-            if batch is not None:
-                spare = batch if spare is None else spare
-                yield batch, True
-            else:
-                spare = next(iter(self._eval_batches(1, 0, 1))) if spare is None else spare
-                yield spare, False
 
 
 def _column(examples, name: str):
