@@ -9,7 +9,7 @@ that computes the same products (a step cannot be shorter than its GEMMs).
 Prints one JSON object: per model the wall time of a step, the profiled time (CPU: the ops' self time; CUDA: the
 kernels' time), the time per category and the slowest ops or kernels; ``bound`` = transformers' profiled step over
 our GEMM time, the speedup ours would reach if everything but its matrix products took no time at all. Batches and
-runners are ``bench_pretrain.py``'s (bert, ``--variant`` one of its variants), ``bench_gpt2.py``'s and
+runners are ``bert_runners.py``'s (bert; ``--variant``: a ``bench_pretrain.py`` variant), ``bench_gpt2.py``'s and
 ``bench_t5.py``'s.
 """
 
@@ -25,6 +25,7 @@ from pathlib import Path
 import bench_gpt2
 import bench_pretrain
 import bench_t5
+import bert_runners
 import torch
 from side_by_side import autocast_factory
 from torch.profiler import ProfilerActivity, profile
@@ -59,7 +60,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=["bert", "gpt2", "t5"], default="t5")
     parser.add_argument("--config", choices=["tiny", "small", "base"], default="small")
-    parser.add_argument("--variant", choices=sorted(bench_pretrain.SWITCHES), help="bert: our speed switches")
+    parser.add_argument("--variant", choices=sorted(bert_runners.SWITCHES), help="bert: our speed switches")
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--min-fill", type=float, default=0.8, help="bert: rows hold min-fill..1 x seq-len tokens")
@@ -83,17 +84,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 def bert_steps(args, device: torch.device, run_dir: Path):
     """-> name -> (a step function of one CPU batch, the batches): bench_pretrain's runners, prepared as plm-train's
     data loader would hand the batches over."""
-    vocab = Vocab(size=args.vocab_size, **bench_pretrain.VOCAB_IDS)
-    config = bench_pretrain.bert_config(args)
-    batches = bench_pretrain.make_batches(
+    vocab = Vocab(size=args.vocab_size, **bert_runners.VOCAB_IDS)
+    config = bert_runners.bert_config(args)
+    batches = bert_runners.make_batches(
         args, vocab, masking_from_config(MlmConfig(), vocab), args.warmup + 1 + args.profiled_steps, args.batch_size
     )
-    switches = bench_pretrain.SWITCHES[args.variant]
+    switches = bert_runners.SWITCHES[args.variant]
     builders = {
-        "ours": lambda: bench_pretrain.OursRunner(
+        "ours": lambda: bert_runners.OursRunner(
             args.variant, config, vocab, device, args.precision, switches, args.batch_size, run_dir
         ),
-        "transformers": lambda: bench_pretrain.TransformersRunner(
+        "transformers": lambda: bert_runners.TransformersRunner(
             "transformers", config, vocab, device, args.precision, args.batch_size
         ),
     }

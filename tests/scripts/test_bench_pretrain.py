@@ -10,8 +10,9 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_pretrain.py"
 
 
 @pytest.mark.slow
-def test_bench_reports_each_switch_and_the_reference(capsys):
+def test_bench_reports_each_switch_and_the_reference(capsys, monkeypatch):
     pytest.importorskip("transformers")
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as `python scripts/bench_pretrain.py` has it: its modules
     spec = importlib.util.spec_from_file_location("bench_pretrain", SCRIPT)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
