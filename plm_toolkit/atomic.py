@@ -94,3 +94,15 @@ def atomic_folder(final: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def save_safetensors(tensors: dict, path: str | Path, metadata: dict[str, str] | None = None) -> None:
+    """``safetensors.torch.save_file``, then the permissions any other new file gets (0666 less the umask):
+    safetensors 0.8 creates its files 0600, which left checkpoints and exports unreadable to the rest of a team on a
+    shared cluster."""
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(path), metadata=metadata)
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)

@@ -23,10 +23,9 @@ import sys
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
 from plm_toolkit import failures
-from plm_toolkit.atomic import atomic_folder
+from plm_toolkit.atomic import atomic_folder, save_safetensors
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.training import checkpoint as ckpt
 
@@ -79,7 +78,7 @@ def average_checkpoints(run_dir: str | Path, count: int, out_dir: str | Path) ->
         for name in (ckpt.MODEL_FILE, ckpt.OBJECTIVE_FILE):
             files = [c / name for c in chosen]
             if all(f.is_file() for f in files):
-                save_file(average_weights(files), str(tmp / name))
+                save_safetensors(average_weights(files), tmp / name)
         for name in (ckpt.CONFIG_FILE, ckpt.TOKENIZER_FILE):
             if (chosen[-1] / name).is_file():
                 shutil.copy2(chosen[-1] / name, tmp / name)

@@ -31,6 +31,7 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from plm_toolkit import cli
+from plm_toolkit.atomic import save_safetensors
 from plm_toolkit.cli import run_command
 from plm_toolkit.data.characters import BOS_TOKEN, EOS_TOKEN, character_ids
 from plm_toolkit.data.template import template_of
@@ -177,9 +178,8 @@ class SafetensorsWriter:
         self.tensors[str(index)] = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32))
 
     def close(self) -> None:
-        from safetensors.torch import save_file
 
-        save_file(self.tensors, str(self.path), metadata=self.metadata)
+        save_safetensors(self.tensors, self.path, metadata=self.metadata)
 
 
 def embed_file(cfg: DictConfig) -> Path:

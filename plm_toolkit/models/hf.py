@@ -21,9 +21,10 @@ from typing import Any, ClassVar
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
+from plm_toolkit.atomic import save_safetensors
 from plm_toolkit.catalog import load_all
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.vocab import Vocab
@@ -248,7 +249,7 @@ def write_folder(folder: Path, tensors: dict[str, torch.Tensor], hf_config: dict
     folder.mkdir(parents=True, exist_ok=True)
     # safetensors refuses views and shared storage: give every tensor its own contiguous CPU copy.
     tensors = {key: value.detach().to("cpu", copy=True).contiguous() for key, value in tensors.items()}
-    save_file(tensors, str(folder / SAFETENSORS_FILE), metadata={"format": "pt"})
+    save_safetensors(tensors, folder / SAFETENSORS_FILE, metadata={"format": "pt"})
     (folder / CONFIG_FILE).write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
     if tokenizer is None:
         return

@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 
-from plm_toolkit.atomic import TMP_PREFIX, fsync, swap_in, sync_folder
+from plm_toolkit.atomic import TMP_PREFIX, fsync, save_safetensors, swap_in, sync_folder
 from plm_toolkit.errors import CheckpointError
 
 MODEL_FILE = "model.safetensors"
@@ -59,7 +59,7 @@ def unique_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def save_weights(module: nn.Module, path: Path) -> None:
-    save_file(unique_state(module), str(path))
+    save_safetensors(unique_state(module), path)
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:

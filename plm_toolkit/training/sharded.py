@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed.checkpoint as dcp
-from safetensors.torch import save_file
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
@@ -33,6 +32,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from plm_toolkit.atomic import save_safetensors
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.training import checkpoint as ckpt
 from plm_toolkit.training.distributed import ProcessInfo, barrier, broadcast_object
@@ -57,7 +57,7 @@ def _split(full: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
 def _write_weight_files(parts: dict[str, dict[str, torch.Tensor]], folder: Path) -> None:
     for part, name in (("model", ckpt.MODEL_FILE), ("objective", ckpt.OBJECTIVE_FILE)):
         tmp = folder / f"{ckpt.TMP_PREFIX}{name}"
-        save_file(parts[part], str(tmp))
+        save_safetensors(parts[part], tmp)
         os.replace(tmp, folder / name)
 
 

@@ -104,3 +104,14 @@ def test_step_comes_from_the_training_state_not_the_folder_name(tmp_path):
     shutil.copytree(saved, copy)
     found = ckpt.find_checkpoint(str(copy), tmp_path)
     assert found.path == copy.resolve() and found.step() == 7
+
+
+def test_every_checkpoint_file_is_readable_by_the_group_and_others_under_umask_022(tmp_path):
+    """A team on a shared cluster reads each other's checkpoints (safetensors alone writes 0600)."""
+    previous = os.umask(0o022)
+    try:
+        save(tmp_path, 10, torch.nn.Linear(3, 2))
+    finally:
+        os.umask(previous)
+    files = sorted((tmp_path / "checkpoints" / "step_10").iterdir())
+    assert files and {p.name: oct(p.stat().st_mode & 0o777) for p in files} == {p.name: "0o644" for p in files}
