@@ -261,6 +261,8 @@ def main(argv: list[str] | None = None) -> dict:
             args.precision = "fp32"
         print(json.dumps(memory_probe(args)))
         return {}
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"error: --device cuda, but this torch ({torch.__version__}) sees no CUDA device")
     wants_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda" if wants_cuda else "cpu")
     if args.large_batch is None:

@@ -2,9 +2,12 @@
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_pretrain.py"
 
@@ -24,3 +27,10 @@ def test_bench_reports_each_switch_and_the_reference(capsys, monkeypatch):
     assert result["speedup"] == round(result["ours"]["tokens_per_s"] / result["transformers"]["tokens_per_s"], 2)
     assert set(result["speedups"]) == {"eager", "fused", "fused+unpad"}
     assert json.loads(capsys.readouterr().out)["speedup"] == result["speedup"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
+def test_cuda_requested_without_a_gpu_is_one_line():
+    done = subprocess.run([sys.executable, str(SCRIPT), "--device", "cuda"], capture_output=True, text=True)
+    assert done.returncode == 1 and done.stderr.splitlines() == [done.stderr.strip()]
+    assert done.stderr.startswith("error: --device cuda, but this torch") and "Traceback" not in done.stderr
