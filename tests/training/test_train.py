@@ -3,6 +3,7 @@
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -158,7 +159,21 @@ def launch(args, cwd, nproc=None, timeout=300):
         ]
     else:
         cmd = [sys.executable, "-m", "plm_toolkit.train", *args]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    process = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # torchrun's workers run in sessions of their own (out of reach of a process-group kill) and hold the output
+        # pipes open: killing torchrun alone stranded them and hung here. On SIGTERM torchrun stops its workers.
+        process.terminate()
+        try:
+            process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        raise
+    return subprocess.CompletedProcess(cmd, process.returncode, stdout, stderr)
 
 
 @pytest.mark.distributed
