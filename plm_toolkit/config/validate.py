@@ -134,7 +134,7 @@ def training_problems(t, opt, d_model_from_backbone: bool = False, zero_length: 
 # Model config fields by name, for every family: sizes and counts of at least 1, counts that may be 0. A family's
 # own check_config adds what only it knows (heads that divide the width, ELMo's filters).
 MODEL_AT_LEAST_ZERO = {"type_vocab_size", "task_type_vocab_size", "position_offset", "mem_len", "eval_mem_len"}
-MODEL_AT_LEAST_ZERO |= {"num_highway"}
+MODEL_AT_LEAST_ZERO.add("num_highway")
 MODEL_AT_LEAST_ONE = {"num_layers", "num_decoder_layers", "num_heads", "max_position_embeddings", "max_characters"}
 MODEL_AT_LEAST_ONE |= {"relative_attention_num_buckets", "relative_attention_max_distance"}
 

@@ -45,7 +45,7 @@ from plm_toolkit.models.hf_bert import (
     encoder_task_heads,
     normalize_names,
 )
-from plm_toolkit.models.hf_heads import HeadLayout, dense_keys, linear_keys, unmapped
+from plm_toolkit.models.hf_heads import HeadLayout, linear_keys, unmapped
 from plm_toolkit.objectives.rtd import RtdConfig, generator_config
 
 GENERATOR_FOLDER = "generator"
@@ -79,7 +79,7 @@ class ElectraAdapter(EncoderAdapter):
         "Electra",
         HeadLayout(
             "sequence",
-            dense_keys("classifier.dense") | linear_keys("classifier.out_proj"),
+            linear_keys("classifier.dense", "dense") | linear_keys("classifier.out_proj"),
             activation="gelu",
             summary="first",
         ),

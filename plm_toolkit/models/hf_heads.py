@@ -174,14 +174,10 @@ def _check_shapes(head: TaskHead, hf: dict, hidden_size: int) -> None:
             )
 
 
-def linear_keys(theirs: str) -> dict[str, str]:
-    """Our ``linear.*`` -> a transformers ``nn.Linear`` named ``theirs``."""
-    return {f"linear.{p}": f"{theirs}.{p}" for p in ("weight", "bias")}
-
-
-def dense_keys(theirs: str) -> dict[str, str]:
-    """Our ``dense.*`` (a head's own dense layer over the summary) -> a transformers ``nn.Linear`` named ``theirs``."""
-    return {f"dense.{p}": f"{theirs}.{p}" for p in ("weight", "bias")}
+def linear_keys(theirs: str, ours: str = "linear") -> dict[str, str]:
+    """Our ``linear.*`` (or ``dense.*``: a head's own dense layer over the summary) -> a transformers ``nn.Linear``
+    named ``theirs``."""
+    return {f"{ours}.{p}": f"{theirs}.{p}" for p in ("weight", "bias")}
 
 
 def unmapped(reason: str, *modules: str, weights_only: tuple[str, ...] = ()) -> HeadLayout:

@@ -40,7 +40,7 @@ import torch
 
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.models.hf import ADAPTERS, Adapter, ExportPart, HFImport, choice, export_hf, import_hf, some
-from plm_toolkit.models.hf_heads import HeadLayout, dense_keys, linear_keys, unmapped
+from plm_toolkit.models.hf_heads import HeadLayout, linear_keys, unmapped
 from plm_toolkit.models.xlnet import XLNet, XLNetConfig
 
 _ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "relu": "relu"}
@@ -176,7 +176,7 @@ class XLNetAdapter(Adapter):
         )
         if problem:
             return unmapped(problem, "sequence_summary.summary", "logits_proj")
-        keys = dense_keys("sequence_summary.summary") | linear_keys("logits_proj")
+        keys = linear_keys("sequence_summary.summary", "dense") | linear_keys("logits_proj")
         return HeadLayout("sequence", keys, activation=activation, summary="last")
 
     def import_state(

@@ -323,8 +323,7 @@ class Trainer:
         window = Window.empty()
         outputs: dict[str, list[torch.Tensor]] = defaultdict(list)
         batches = self._eval_batches(self.process.world_size, self.process.rank, self.cfg.eval_batches)
-        first = lambda: next(iter(self._eval_batches(1, 0, 1)))  # noqa: E731  (a rank dealt no batch repeats it)
-        for batch, real in in_lockstep(batches, self.process, first):
+        for batch, real in in_lockstep(batches, self.process, lambda: next(iter(self._eval_batches(1, 0, 1)))):
             counts = self.objective.target_counts(batch)
             batch = {k: v.to(self.runtime.device) for k, v in batch.items()}
             with self.runtime.autocast():
