@@ -1,6 +1,7 @@
 """Length-grouped fine-tuning batches (trainer.group_by_length): every example once per epoch, far less padding,
 and the same accuracy as shuffled batches within seed-to-seed noise."""
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +52,6 @@ def test_grouped_fine_tuning_reaches_the_shuffled_accuracy(finetune_config, tmp_
         f"data.train_file={SST2_TRAIN}",
         f"data.validation_file={SST2_DEV}",
         "data.max_seq_len=64",
-        "data.max_eval_samples=400",
         "model.dropout=0",
         "optimizer.lr=1e-3",
         "optimizer.warmup_ratio=0",
@@ -71,6 +71,10 @@ def test_grouped_fine_tuning_reaches_the_shuffled_accuracy(finetune_config, tmp_
             accuracy[name] = run(finetune_config(*common, *overrides), tmp_path / name)["eval_accuracy"]
     finally:
         torch.set_num_threads(threads)
-    noise = abs(accuracy["shuffled"] - accuracy["shuffled_other_seed"])
-    assert min(accuracy.values()) > 0.58, accuracy  # all of them learn (the majority class is 0.52)
-    assert abs(accuracy["grouped"] - accuracy["shuffled"]) <= max(2 * noise, 0.04), accuracy
+    # One-sided: grouping must not cost accuracy beyond what sampling the dev set can explain. The bound is three
+    # standard errors of the difference of two accuracies measured on all n dev rows.
+    shuffled = (accuracy["shuffled"] + accuracy["shuffled_other_seed"]) / 2
+    n = len(Path(SST2_DEV).read_text().splitlines()) - 1
+    tolerance = 3 * math.sqrt(2 * shuffled * (1 - shuffled) / n)
+    assert min(accuracy.values()) > 0.58, accuracy  # all of them learn (the majority class is 0.51)
+    assert accuracy["grouped"] >= shuffled - tolerance, (accuracy, tolerance)
