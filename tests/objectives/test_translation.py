@@ -10,6 +10,7 @@ from plm_toolkit.generation import SearchConfig
 from plm_toolkit.models.transformer import Transformer, TransformerConfig
 from plm_toolkit.nn.losses import label_smoothed_cross_entropy
 from plm_toolkit.objectives.translation import Translation, TranslationConfig, decode, shift_right
+from plm_toolkit.training.optim import ScheduleFactor
 
 VOCAB = Vocab(size=20, pad_id=1, unk_id=3, bos_id=0, eos_id=2)
 
@@ -92,14 +93,18 @@ def test_copy_task_is_learned_to_99_percent_exact_match(one_thread):
         return collate(out)
 
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-3, betas=(0.9, 0.98), eps=1e-9)
+    # Warm-up and decay as the paper's recipe has them: at a constant rate this post-LN model spikes now and then,
+    # and a spike near the end left 91.5% exact under another CPU's kernels (ATEN_CPU_CAPABILITY=avx2).
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, ScheduleFactor("linear", warmup_steps=40, total_steps=400))
     model.train()
     objective.train()
-    for _ in range(300):
+    for _ in range(400):
         b = batch(64)
         loss = objective(model, b).loss_sums["translation"] / objective.target_counts(b)["translation"]
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        scheduler.step()
     model.eval()
     test = batch(200)
     sources = [[t for t in row.tolist() if t not in (1, 2)] for row in test["input_ids"]]
