@@ -3,15 +3,23 @@
     plm-export runs/gpt2 out/gpt2-hf              # a run directory, checkpoints/last or a step_N folder
     plm-export runs/bert/checkpoints/step_300 out/bert --backbone-only
     plm-export runs/elmo out/elmo --format bilm-tf
+    plm-export runs/sst2 out/sst2                 # plm-finetune: BertForSequenceClassification with SST-2's labels
 
 The Hugging Face folder holds config.json, model.safetensors and the tokenizer (tokenizer.json; a byte-level BPE also
 as vocab.json + merges.txt), in the layout of the family's transformers class: the pretraining heads of the run's
 objective where transformers has them (BertForPreTraining, GPT2LMHeadModel, ...; ELECTRA's generator in
 ``generator/``), the bare model otherwise. What the weights do not show (ELECTRA's generator head count, XLNet's
-reuse_len) comes from the checkpoint's config.yaml; an export that could not load exactly is refused. A fine-tuned
-checkpoint exports its backbone. Families transformers does not have (Transformer-XL) are refused with the list of
-those it has. ``--format bilm-tf`` writes an ELMo as bilm-tf's options.json + weights.hdf5 (+ vocab.txt), what
-plm-embed, allennlp and bilm-tf read.
+reuse_len) comes from the checkpoint's config.yaml; an export that could not load exactly is refused. Families
+transformers does not have (Transformer-XL) are refused with the list of those it has. ``--format bilm-tf`` writes an
+ELMo as bilm-tf's options.json + weights.hdf5 (+ vocab.txt), what plm-embed, allennlp and bilm-tf read.
+
+A fine-tuned checkpoint exports as the transformers task class whose head computes what the task's does
+(...ForSequenceClassification, ...ForTokenClassification, ...ForQuestionAnswering: ``tasks/checkpoint_head.py`` reads
+the head, ``models/hf_heads.py`` runs the family's import layouts backwards), with the task's labels as config.json's
+id2label and its problem_type, so that transformers' AutoModelFor... and ``plm-finetune model.checkpoint=OUT_DIR``
+load it to the same scores. A head no transformers class computes (ELECTRA's linear head over [CLS], GPT's, one over
+finetune.mode=features' task encoder) is refused in one line; ``--backbone-only`` writes the bare backbone of any
+checkpoint. A text-to-text task has no head: its encoder-decoder is the whole model and exports as such.
 
 The folder is written whole or not at all (``atomic.atomic_folder``): into a temporary folder beside OUT_DIR, renamed
 into place once every file is on disk. OUT_DIR may be absent, empty or an earlier export (``exported.json`` lists
@@ -26,6 +34,7 @@ import logging
 import os
 import signal
 import sys
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from plm_toolkit import failures, registry
@@ -35,6 +44,7 @@ from plm_toolkit.data.tokenizer import load_tokenizer
 from plm_toolkit.errors import CheckpointError, ConfigError
 from plm_toolkit.models.elmo_bilm_tf import export_bilm_tf
 from plm_toolkit.models.hf import ADAPTERS, export_hf, some
+from plm_toolkit.models.hf_heads import TaskHead
 from plm_toolkit.models.pretrained import (
     load_plm_checkpoint,
     model_config_of,
@@ -42,6 +52,7 @@ from plm_toolkit.models.pretrained import (
     read_config_yaml,
     typed_objective_config,
 )
+from plm_toolkit.tasks.checkpoint_head import finetuned_head
 from plm_toolkit.training import checkpoint as ckpt
 
 log = logging.getLogger("plm_toolkit")
@@ -107,21 +118,30 @@ def check_family(fmt: str, config) -> None:
             raise CheckpointError(f"{err}; --format {others[0]} writes model={config.name}") from None
 
 
-def write_hf(folder: Path, step: Path, model, tokenizer_file: Path, backbone_only: bool) -> None:
-    """The Hugging Face folder of ``model``, with the heads of the run's objective unless ``backbone_only``."""
-    saved = read_config_yaml(step / ckpt.CONFIG_FILE)
+@contextmanager
+def leaving_out(what: str):
+    """A CheckpointError inside says that --backbone-only leaves ``what`` out."""
+    try:
+        yield
+    except CheckpointError as err:
+        raise CheckpointError(f"{err} (--backbone-only exports the model without {what})") from err
+
+
+def write_hf(folder: Path, step: Path, model, tokenizer_file: Path, saved, head: TaskHead | None) -> None:
+    """The Hugging Face folder of ``model``: the task class of a fine-tuned ``head``, else with the heads of the
+    run's objective (``saved``: its config.yaml; None for the backbone alone)."""
+    if head is not None:
+        with leaving_out("the task's head"):
+            export_hf(folder, model, tokenizer_file=tokenizer_file, task_head=head)
+        return
     objective_state, objective_config = {}, None
-    section = saved.get("objective")
-    if not backbone_only and "task" not in saved and section is not None and section.get("name") in registry.OBJECTIVES:
+    section = saved.get("objective") if saved is not None and "task" not in saved else None
+    if section is not None and section.get("name") in registry.OBJECTIVES:
         objective_config = typed_objective_config(section.name, section)
         if (step / ckpt.OBJECTIVE_FILE).is_file():
             objective_state = ckpt.read_weights(step / ckpt.OBJECTIVE_FILE)
-    try:
+    with leaving_out("the objective's heads") if objective_state else nullcontext():
         export_hf(folder, model, objective_state, tokenizer_file, objective_config)
-    except CheckpointError as err:
-        if not objective_state:
-            raise
-        raise CheckpointError(f"{err} (--backbone-only exports the model without the objective's heads)") from err
 
 
 def export_checkpoint(source: str | Path, out: str | Path, backbone_only: bool = False, format: str = "hf") -> Path:
@@ -141,11 +161,18 @@ def export_checkpoint(source: str | Path, out: str | Path, backbone_only: bool =
     check_out_dir(out)
     check_family(format, model_config_of(step))
     model, tokenizer_file = load_plm_checkpoint(step)
+    saved = None if backbone_only else read_config_yaml(step / ckpt.CONFIG_FILE)
+    with leaving_out("the task's head"):
+        head = None if saved is None else finetuned_head(step, saved, model)
+        if head is not None and format == "bilm-tf":
+            raise CheckpointError(
+                f"{head.source}: bilm-tf's folder holds the biLM alone, not {head.architecture}'s head"
+            )
     with atomic_folder(out) as tmp:
         if format == "bilm-tf":
             export_bilm_tf(tmp, model, load_tokenizer(tokenizer_file))
         else:
-            write_hf(tmp, step, model, tokenizer_file, backbone_only)
+            write_hf(tmp, step, model, tokenizer_file, saved, head)
         manifest = {"checkpoint": str(step), "format": format, "files": files_under(tmp)}
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return step
@@ -162,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         "out_dir", help="the folder to write: absent, empty or an earlier export (replaced whole, atomically)"
     )
     parser.add_argument(
-        "--backbone-only", action="store_true", help="leave the objective's heads out (the bare model class)"
+        "--backbone-only",
+        action="store_true",
+        help="leave the objective's or the task's heads out (the bare model class)",
     )
     parser.add_argument(
         "--format",

@@ -26,7 +26,7 @@ from plm_toolkit.config.validate import task_class
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.models.pretrained import load_backbone
 from plm_toolkit.tasks.base import character_width
-from plm_toolkit.tasks.checkpoint_head import checkpoint_labels, start_from_checkpoint_head
+from plm_toolkit.tasks.checkpoint_head import HEAD_SECTION, checkpoint_labels, head_record, start_from_checkpoint_head
 from plm_toolkit.tasks.seq2seq import task_for_backbone
 
 log = logging.getLogger("plm_toolkit")
@@ -70,6 +70,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["optimizer"] = OmegaConf.to_container(optimizer_cfg, resolve=True)
     resolved["task"] = OmegaConf.to_container(OmegaConf.structured(task_config), resolve=True)
+    # What the head's weights do not show (its dense layer's activation), for plm-export.
+    resolved[HEAD_SECTION] = head_record(task)
     # The backbone's architecture travels with the fine-tuned checkpoint, so it loads without the original.
     resolved["backbone"] = OmegaConf.to_container(OmegaConf.structured(model.config), resolve=True)
     log.info(

@@ -66,6 +66,20 @@ def save_untrained(root: Path, model: nn.Module, tokenizer: Tokenizer, objective
     return ckpt.save_checkpoint(root, 1, model, nn.Module(), state, OmegaConf.to_yaml(sections), tokenizer.to_str(), 0)
 
 
+def save_finetuned(root: Path, model: nn.Module, task: nn.Module, tokenizer: Tokenizer) -> Path:
+    """``model`` and ``task`` written as plm-finetune writes a checkpoint (step 1): the task's head in
+    objective.safetensors, the backbone's architecture, the task's config and the head's record in config.yaml."""
+    from plm_toolkit.tasks.checkpoint_head import HEAD_SECTION, head_record
+
+    sections = {
+        "backbone": OmegaConf.to_container(OmegaConf.structured(model.config)),
+        "task": OmegaConf.to_container(OmegaConf.structured(task.config)),
+        HEAD_SECTION: head_record(task),
+    }
+    state = {"step": 1, "samples_seen": 0}
+    return ckpt.save_checkpoint(root, 1, model, task, state, OmegaConf.to_yaml(sections), tokenizer.to_str(), 0)
+
+
 @pytest.fixture(scope="session")
 def bpe_tokenizer() -> Tokenizer:
     """A byte-level BPE of 800 tokens with RoBERTa's special tokens (<s> <pad> </s> <unk> <mask>)."""

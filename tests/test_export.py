@@ -181,3 +181,25 @@ def test_a_temporary_folder_of_a_killed_export_goes_with_the_next_export(bert_ch
         (tmp_path / f".tmp-hf-{pid}" / "model.safetensors").write_bytes(b"half")
     export_checkpoint(bert_checkpoint, tmp_path / "hf", backbone_only=True)
     assert sorted(os.listdir(tmp_path)) == [f".tmp-hf-{alive}", "hf"]  # a running writer's folder stays
+
+
+def test_bilm_tf_holds_no_task_head_unless_left_out(elmo_checkpoint, tmp_path, capsys):
+    from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+    from plm_toolkit.tasks.base import TaskData
+    from plm_toolkit.tasks.ner import NerConfig, TokenClassification
+
+    from .conftest import save_finetuned
+
+    loaded = load_backbone(elmo_checkpoint)
+    tags = ["O", "B-person", "I-person"]
+    task = TokenClassification(
+        NerConfig(labels=tags), loaded.model, vocab_from_tokenizer(loaded.tokenizer), TaskData([], None, labels=tags)
+    )
+    step = save_finetuned(tmp_path / "run", loaded.model, task, loaded.tokenizer)
+    assert main([str(tmp_path / "run"), str(tmp_path / "elmo"), "--format", "bilm-tf"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {step / ckpt.OBJECTIVE_FILE}: bilm-tf's folder holds the biLM alone, not task=ner's head "
+        "(--backbone-only exports the model without the task's head)"
+    ]
+    assert main([str(tmp_path / "run"), str(tmp_path / "elmo"), "--format", "bilm-tf", "--backbone-only"]) == 0
+    assert (tmp_path / "elmo" / "weights.hdf5").is_file()

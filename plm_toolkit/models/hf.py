@@ -9,6 +9,7 @@ config describes. Nothing here imports ``transformers`` or names a family.
 
     imported = import_hf("/models/gpt2")      # HFImport: our config, backbone and objective-head states
     export_hf("out/", model, objective_state, "tokenizer.json", objective_config)
+    export_hf("out/", model, tokenizer_file="tokenizer.json", task_head=head)   # BertForSequenceClassification, ...
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from plm_toolkit.catalog import load_all
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.models.hf_heads import HeadLayout, TaskHead, take_task_head
+from plm_toolkit.models.hf_heads import HeadLayout, TaskHead, take_task_head, task_head_export
 from plm_toolkit.registry import MODELS, OBJECTIVES
 from plm_toolkit.training.checkpoint import read_torch_weights
 
@@ -93,6 +94,10 @@ class Adapter:
     objective: ClassVar[str]
     # Whether import needs a tokenizer file in the folder.
     tokenizer_required: ClassVar[bool] = True
+    # Prefix of the backbone's keys in a checkpoint with heads ("bert." in BertForPreTraining).
+    prefix: ClassVar[str] = ""
+    # The pooler's keys, ours -> theirs (unprefixed); a task class stores it only where its head reads it.
+    pooler: ClassVar[dict[str, str]] = {}
 
     def exports(self, config: Any) -> bool:
         """Whether this adapter writes a model of ``config`` (by default: every model of its family)."""
@@ -103,6 +108,11 @@ class Adapter:
 
     def task_heads(self, hf: dict) -> dict[str, HeadLayout]:
         """The task heads transformers writes for this family: architecture name -> layout (``hf_heads.py``)."""
+        return {}
+
+    def task_config(self, activation: str | None) -> dict[str, Any]:
+        """config.json keys under which ``task_heads`` gives the sequence head whose own dense layer applies
+        ``activation`` (None: no dense layer); empty where the layouts do not depend on config.json."""
         return {}
 
     def import_state(
@@ -189,19 +199,26 @@ def export_hf(
     objective_state: dict[str, torch.Tensor] | None = None,
     tokenizer_file: str | Path | None = None,
     objective_config: Any = None,
+    task_head: TaskHead | None = None,
 ) -> None:
-    """Write ``model`` (and the heads of ``objective_state``) as a Hugging Face folder of its family.
+    """Write ``model`` (and the heads of ``objective_state``, or a fine-tuned ``task_head``) as a Hugging Face
+    folder of its family.
 
     Without heads the folder is the family's bare model (``BertModel``, ``GPT2Model``, ...); with heads the
-    pretraining class they make up (``BertForPreTraining``, ``GPT2LMHeadModel``, ...). ``objective_config`` is the
-    objective config the run used, for what the weights do not show (ELECTRA's generator heads, XLNet's
-    reuse_len). The tokenizer file is copied beside the weights (byte-level BPE also as vocab.json + merges.txt).
-    Writes into ``folder`` as it is; plm-export (``export.export_checkpoint``) writes atomically.
+    pretraining class they make up (``BertForPreTraining``, ``GPT2LMHeadModel``, ...); with a task head the task
+    class whose layout holds it (``BertForSequenceClassification``, ...: ``hf_heads.task_head_export``).
+    ``objective_config`` is the objective config the run used, for what the weights do not show (ELECTRA's
+    generator heads, XLNet's reuse_len). The tokenizer file is copied beside the weights (byte-level BPE also as
+    vocab.json + merges.txt). Writes into ``folder`` as it is; plm-export writes atomically.
     """
     load_all()
     folder = Path(folder)
     adapter = ADAPTERS.for_config(model.config)
-    for part in adapter.export(model, dict(objective_state or {}), objective_config):
+    if task_head is not None:
+        parts = [ExportPart("", *task_head_export(adapter, model, task_head))]
+    else:
+        parts = adapter.export(model, dict(objective_state or {}), objective_config)
+    for part in parts:
         write_folder(folder / part.subfolder, part.tensors, part.hf_config, tokenizer_file)
 
 

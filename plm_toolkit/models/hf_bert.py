@@ -130,8 +130,6 @@ def encoder_keys(adapter: EncoderAdapter, num_distinct: int, projection: bool, p
 class EncoderAdapter(Adapter):
     """An encoder in BERT's checkpoint layout; subclasses fill the tables."""
 
-    # Prefix of the backbone's keys in a checkpoint with heads ("bert." in BertForPreTraining).
-    prefix: ClassVar[str]
     # Hugging Face prefix of distinct layer i, and its module names.
     layer: ClassVar[str] = "encoder.layer.{i}."
     layer_modules: ClassVar[dict[str, str]] = LAYER_MODULES

@@ -1,13 +1,15 @@
 """Task heads of fine-tuned Hugging Face folders (``BertForSequenceClassification``'s ``classifier``,
-``RobertaForQuestionAnswering``'s ``qa_outputs``, ...): the half of their import that no family owns.
+``RobertaForQuestionAnswering``'s ``qa_outputs``, ...): the half of their import and export that no family owns.
 
 Each family's adapter lists the heads transformers writes for it (``Adapter.task_heads``: the ``architectures`` name
-of config.json -> a ``HeadLayout`` naming the head's keys in the layout of our task heads, ``tasks/heads.py``). This
-module takes those keys out of a checkpoint before the adapter reads the backbone, checks their shapes against
-config.json and hands them on as a ``TaskHead``; whether a fine-tuning task can start from it is the task's decision
-(``tasks/checkpoint_head.py``). Keys of a head the family has in transformers but we do not map (multiple choice,
-XLNet's beam-search SQuAD head) are taken too, as a ``TaskHead`` without a kind that says why; any other key stays
-in the checkpoint and is reported as unexpected.
+of config.json -> a ``HeadLayout`` naming the head's keys in the layout of our task heads, ``tasks/heads.py``). On
+import, this module takes those keys out of a checkpoint before the adapter reads the backbone, checks their shapes
+against config.json and hands them on as a ``TaskHead``; whether a fine-tuning task can start from it is the task's
+decision (``tasks/checkpoint_head.py``). Keys of a head the family has in transformers but we do not map (multiple
+choice, XLNet's beam-search SQuAD head) are taken too, as a ``TaskHead`` without a kind that says why; any other key
+stays in the checkpoint and is reported as unexpected. On export (``task_head_export``), the same layouts run
+backwards: the class whose layout computes what a fine-tuned ``TaskHead`` computes gets its keys, and the folder
+imports back to that head.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from plm_toolkit.errors import CheckpointError
 
 # What each kind of head scores, for messages.
 KINDS = {"sequence": "sequence classifier", "token": "token classifier", "span": "span (start/end) scorer"}
+# What a sequence head reads, for messages.
+SUMMARIES = {"pooled": "pooled vector", "first": "first token's state", "last": "last token's state"}
 # transformers' names for labels nobody named (id2label's default).
 _PLACEHOLDER = re.compile(r"LABEL_\d+")
 
@@ -54,7 +58,8 @@ class HeadLayout:
 class TaskHead:
     """The task head of a fine-tuned checkpoint, in the layout of our task heads."""
 
-    # The transformers class config.json names (or what the keys suggest), for messages.
+    # For messages: the transformers class config.json names (or what the keys suggest); on export, the task that
+    # trained the head (task=sst2).
     architecture: str
     # sequence, token or span; None where no task of ours can use it (``reason`` says why).
     kind: str | None
@@ -185,3 +190,83 @@ def unmapped(reason: str, *modules: str, weights_only: tuple[str, ...] = ()) -> 
     ``weights_only``), and why."""
     keys = [f"{module}.{p}" for module in modules for p in ("weight", "bias")] + [f"{m}.weight" for m in weights_only]
     return HeadLayout(None, {key: key for key in keys}, reason=reason)
+
+
+# --- export ----------------------------------------------------------------------------------------------------
+
+
+def describe(kind: str, summary: str | None, activation: str | None) -> str:
+    """What a head computes, in words: "a sequence classifier with its own dense layer and gelu over the first
+    token's state"."""
+    what = f"a {KINDS[kind]}"
+    if activation is not None:
+        what += f" with its own dense layer and {activation}"
+    return what + (f" over the {SUMMARIES[summary]}" if summary is not None else "")
+
+
+def task_head_export(adapter, model, head: TaskHead) -> tuple[dict[str, torch.Tensor], dict]:
+    """The tensors and config.json of the transformers task class of ``adapter``'s family that holds ``head`` over
+    ``model``: the inverse of ``take_task_head`` over the same layouts, so that the folder imports back to this head.
+    CheckpointError where no class of the family computes what the head does."""
+    (bare,) = adapter.export(model, {}, None)  # the bare model, checked as a backbone export is
+    settings = adapter.task_config(head.activation) if head.kind == "sequence" else {}
+    hf = bare.hf_config | settings | label_config(head)
+    name, layout = layout_for(adapter.task_heads(hf), head, adapter.model_type)
+    hf["architectures"] = [name]
+    return put_task_head(layout, head, bare.tensors, adapter.prefix, set(adapter.pooler.values())), hf
+
+
+def layout_for(layouts: dict[str, HeadLayout], head: TaskHead, model_type: str) -> tuple[str, HeadLayout]:
+    """The class whose layout computes what ``head`` does: its kind, summary, dense layer and activation."""
+
+    def computes(kind, summary, activation) -> tuple:
+        return kind, summary if kind == "sequence" else None, activation
+
+    ours = computes(head.kind, head.summary, head.activation)
+    for name, layout in layouts.items():
+        if computes(layout.kind, layout.summary, layout.activation) == ours and set(layout.keys) == set(head.state):
+            return name, layout
+    same = [
+        f"{name} is {describe(*computes(layout.kind, layout.summary, layout.activation))}"
+        for name, layout in layouts.items()
+        if layout.kind == head.kind
+    ]
+    theirs = "; ".join(same) or f"no {KINDS[head.kind]} class of {model_type} is mapped here"
+    raise CheckpointError(
+        f"{head.source}: {head.architecture}'s head is {describe(*ours)}, which no transformers {model_type} class "
+        f"computes; {theirs}"
+    )
+
+
+def put_task_head(
+    layout: HeadLayout, head: TaskHead, backbone: dict[str, torch.Tensor], prefix: str, pooler: set[str]
+) -> dict[str, torch.Tensor]:
+    """The tensors of a task class of ``layout``: the bare model's (``backbone``, the family's names unprefixed)
+    under ``prefix``, and the head's. A backbone key the layout takes into the head (RoBERTa's pooler as
+    classifier.dense) moves there; the ``pooler`` keys stay only where the head reads the pooled vector, as
+    transformers' token and span classes build their backbone without a pooler."""
+    into_head = {ours: theirs for theirs, ours in layout.backbone.items()}
+    keep_pooler = layout.summary == "pooled"
+    tensors = {}
+    for key, value in backbone.items():
+        if key in into_head:
+            tensors[into_head[key]] = value
+        elif keep_pooler or key not in pooler:
+            tensors[prefix + key] = value
+    return tensors | {theirs: head.state[ours] for ours, theirs in layout.keys.items()}
+
+
+def label_config(head: TaskHead) -> dict:
+    """config.json's label keys for ``head``: id2label and label2id with its label names (transformers' LABEL_i where
+    it has none, as a regression's one output), and its problem_type; none for a span scorer (transformers' default
+    of two outputs, start and end)."""
+    if head.kind == "span":
+        return {}
+    names = head.labels or [f"LABEL_{i}" for i in range(head.num_outputs)]
+    if len(names) != head.num_outputs:
+        raise CheckpointError(
+            f"{head.source}: {head.source_keys['linear.weight']} scores {head.num_outputs} label(s); "
+            f"{head.architecture} names {len(names)} ({', '.join(names)})"
+        )
+    hf = {"id2label": {str(i): name for i, name in enumerate(names)}, "label2id": {n: i for i, n in enumerate(names)}}
+    return hf | ({"problem_type": head.problem_type} if head.problem_type else {})

@@ -22,9 +22,10 @@ objective ``plm``: ``bias``                 ``lm_loss.bias`` (``lm_loss.weight``
 ==========================================  ================================================
 
 Fine-tuned releases: ``XLNetForSequenceClassification``'s ``sequence_summary.summary`` (a tanh dense layer over the
-last token) + ``logits_proj``, ``XLNetForTokenClassification``'s ``classifier``, ``XLNetForQuestionAnsweringSimple``'s
-``qa_outputs``; the beam-search SQuAD head of ``XLNetForQuestionAnswering`` and multiple choice are recognised but
-not mapped.
+last token) + ``logits_proj`` (``logits_proj`` alone with ``summary_use_proj: false`` and ``summary_activation:
+linear``: what a plain linear head exports as), ``XLNetForTokenClassification``'s ``classifier``,
+``XLNetForQuestionAnsweringSimple``'s ``qa_outputs``; the beam-search SQuAD head of ``XLNetForQuestionAnswering`` and
+multiple choice are recognised but not mapped.
 
 transformers' XLNetConfig requires d_head = d_model / n_head, so a model with another ``head_size`` is refused at
 export; the released folders may hold only ``spiece.model``, so import does not require a tokenizer file.
@@ -67,6 +68,8 @@ _BEAM_QA = unmapped(
     weights_only=("answer_class.dense_1",),
 )
 _SUMMARY_ACTIVATIONS = ("tanh", "gelu")
+# summary_activation values that apply none (transformers' linear is the identity).
+_NO_ACTIVATION = (None, "", "linear")
 
 
 def _head_size(config: XLNetConfig) -> int:
@@ -118,6 +121,7 @@ class XLNetAdapter(Adapter):
     family = "xlnet"
     objective = "plm"
     tokenizer_required = False
+    prefix = "transformer."
 
     def config_from_hf(self, hf: dict, path: Path) -> XLNetConfig:
         if hf.get("attn_type", "bi") != "bi" or hf.get("same_length", False):
@@ -160,30 +164,43 @@ class XLNetAdapter(Adapter):
 
     def sequence_head(self, hf: dict) -> HeadLayout:
         """XLNetSequenceSummary + logits_proj: with its defaults (the last token, a hidden-sized projection, tanh)
-        the projection is the head's own dense layer; other settings compute what our head does not."""
+        the projection is the head's own dense layer; without the projection and with a linear (no) activation
+        (``task_config``'s export of a plain linear head), logits_proj alone over the last token; other settings
+        compute what our head does not."""
         kind, projected = hf.get("summary_type", "last"), hf.get("summary_use_proj", True)
         activation = hf.get("summary_activation", "tanh")
-        if not projected:
-            return unmapped("summary_use_proj=false: no dense layer over the summary, which ours has", "logits_proj")
+        plain = activation in _NO_ACTIVATION
+        modules = ("sequence_summary.summary", "logits_proj") if projected else ("logits_proj",)
         problem = (
             f"summary_type={kind!r}: it summarises by another position than our XLNet's last token"
             if kind != "last"
             else "summary_proj_to_labels=true: its summary is already the labels"
-            if hf.get("summary_proj_to_labels")
+            if projected and hf.get("summary_proj_to_labels")
+            else f"summary_activation={activation!r} over the last token's state, with no dense layer before it"
+            if not projected and not plain
             else f"summary_activation={activation!r}: ours applies {' or '.join(_SUMMARY_ACTIVATIONS)}"
-            if activation not in _SUMMARY_ACTIVATIONS
+            if projected and activation not in _SUMMARY_ACTIVATIONS
             else None
         )
         if problem:
-            return unmapped(problem, "sequence_summary.summary", "logits_proj")
+            return unmapped(problem, *modules)
+        if not projected:
+            return HeadLayout("sequence", linear_keys("logits_proj"), summary="last")
         keys = linear_keys("sequence_summary.summary", "dense") | linear_keys("logits_proj")
         return HeadLayout("sequence", keys, activation=activation, summary="last")
+
+    def task_config(self, activation: str | None) -> dict[str, Any]:
+        return {
+            "summary_type": "last",
+            "summary_use_proj": activation is not None,
+            "summary_activation": activation or "linear",  # transformers 5 wants a string: linear is the identity
+        }
 
     def import_state(
         self, state: dict[str, torch.Tensor], config: XLNetConfig, weights_file: Path, folder: Path, **options: Any
     ) -> HFImport:
         hf_reuse_len = (options.get("hf_config") or {}).get("reuse_len")
-        renamed = {key.removeprefix("transformer."): value for key, value in state.items()}
+        renamed = {key.removeprefix(self.prefix): value for key, value in state.items()}
         state.clear()
         state.update(renamed)
         if "r_w_bias" in state:  # untie_r=False: one set of biases for all layers; ours are per layer
@@ -217,7 +234,7 @@ class XLNetAdapter(Adapter):
             raise CheckpointError(f"objective state key(s) {some(unknown)} have no place in a Hugging Face XLNet")
         tensors = _to_theirs(model.state_dict(), config)
         if objective_state:
-            tensors = {"transformer." + k: v for k, v in tensors.items()} | {"lm_loss.bias": objective_state["bias"]}
+            tensors = {self.prefix + k: v for k, v in tensors.items()} | {"lm_loss.bias": objective_state["bias"]}
         reuse_len = None
         if objective_config is not None:
             reuse_len = (

@@ -8,21 +8,33 @@ that config.json's id2label names are matched to the task's by name (case aside)
 the task's order; names that share nothing with the task's (NEGATIVE/POSITIVE against SST-2's 0/1) are taken in
 order, as transformers takes them, with a warning that spells out the pairing; names that differ in part refuse
 the head. Otherwise the task keeps its fresh head and one warning line names the file, the unused keys and why.
+
+The other way, for plm-export: ``finetuned_head`` reads a plm-finetune checkpoint's head as a ``TaskHead`` (its
+weights, the task's kind and labels, the summary its backbone gives, and the activation of the head's own dense
+layer that plm-finetune records in config.yaml, ``head_record``), which ``models.hf.export_hf`` writes as the
+transformers task class that computes the same.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import torch
+from omegaconf import DictConfig
 from torch import nn
 
-from plm_toolkit.models.hf_heads import KINDS, TaskHead
+from plm_toolkit.config.validate import task_class
+from plm_toolkit.errors import CheckpointError
+from plm_toolkit.models.hf import some
+from plm_toolkit.models.hf_heads import KINDS, SUMMARIES, TaskHead
 from plm_toolkit.tasks.base import summary_kind
+from plm_toolkit.training import checkpoint as ckpt
 
 log = logging.getLogger("plm_toolkit")
 
-SUMMARIES = {"pooled": "pooled vector", "first": "first token's state", "last": "last token's state"}
+# The section of a fine-tuned checkpoint's config.yaml that holds what its head's weights do not show.
+HEAD_SECTION = "task_head"
 POOLER_KEYS = ("pooler.dense.weight", "pooler.dense.bias")
 
 
@@ -121,3 +133,55 @@ def checkpoint_labels(task_cls: type, head: TaskHead | None) -> list[str]:
     if head is None or head.labels is None or head.kind != getattr(task_cls, "head_kind", None):
         return []
     return list(head.labels)
+
+
+def head_record(task: nn.Module) -> dict:
+    """What config.yaml records of the task's head beyond its weights (``HEAD_SECTION``): the activation of its own
+    dense layer, None without one."""
+    return {"activation": getattr(getattr(task, "head", None), "activation_name", None)}
+
+
+def finetuned_head(step: Path, saved: DictConfig, model: nn.Module) -> TaskHead | None:
+    """The head of the plm-finetune checkpoint ``step`` (``saved``: its config.yaml) over ``model``, as a TaskHead;
+    None without a task or without head weights (a text-to-text task: the encoder-decoder is the whole model).
+    CheckpointError for a head that reads a task encoder (finetune.mode=features), which no transformers class has,
+    or whose dense layer's activation config.yaml does not record."""
+    section = saved.get("task")
+    path = step / ckpt.OBJECTIVE_FILE
+    if section is None or not path.is_file():
+        return None
+    state = ckpt.read_weights(path)
+    if not state:
+        return None
+    name = f"task={section.name}"
+    encoder = sorted(key for key in state if not key.startswith("head."))
+    if encoder:
+        raise CheckpointError(
+            f"{path}: {name}'s head reads a task encoder ({some(encoder, 2)}: the scalar mix and biLSTM of "
+            "finetune.mode=features), which no transformers class has"
+        )
+    kind = getattr(task_class(section.name), "head_kind", None)
+    if kind is None:
+        raise CheckpointError(f"{path}: {name}'s weights are no head of a kind a transformers task class holds")
+    head_state = {key.removeprefix("head."): value for key, value in state.items()}
+    activation = (saved.get(HEAD_SECTION) or {}).get("activation")
+    if ("dense.weight" in head_state) != (activation is not None):
+        has = "has a" if "dense.weight" in head_state else "has no"
+        raise CheckpointError(
+            f"{step / ckpt.CONFIG_FILE}: {HEAD_SECTION}.activation={activation} does not fit the head of {path}, "
+            f"which {has} dense layer of its own (head.dense.*)"
+        )
+    regression = bool(section.get("regression", False))
+    labels = [] if regression else [str(label) for label in section.get("labels") or []]
+    problem = ("regression" if regression else "single_label_classification") if kind == "sequence" else None
+    return TaskHead(
+        name,
+        kind,
+        head_state,
+        path,
+        {key: f"head.{key}" for key in head_state},
+        activation=activation,
+        summary=summary_kind(model) if kind == "sequence" else None,
+        labels=labels or None,
+        problem_type=problem,
+    )

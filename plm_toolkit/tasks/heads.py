@@ -22,6 +22,9 @@ class LinearHead(nn.Module):
         super().__init__()
         self.dense: nn.Linear | None = None
         self.activation: nn.Module = nn.Identity()
+        # The activation's name (ACTIVATIONS) once there is a dense layer: the checkpoint's config.yaml records it
+        # (tasks/checkpoint_head.py's head_record), since the weights do not show it.
+        self.activation_name: str | None = None
         self.dropout = nn.Dropout(head_dropout(model, dropout))
         self.linear = init_linear(nn.Linear(width or hidden_size(model), num_outputs), model)
 
@@ -29,6 +32,7 @@ class LinearHead(nn.Module):
         width = self.linear.in_features
         self.dense = nn.Linear(width, width)
         self.activation = ACTIVATIONS[activation]()
+        self.activation_name = activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.dense is not None:

@@ -33,7 +33,7 @@ from plm_toolkit.data.corpus import resource_path
 from plm_toolkit.models.hf import export_hf
 from plm_toolkit.train import run as train_run
 from plm_toolkit.training import checkpoint as ckpt
-from tests.conftest import save_untrained, tiny_transformer, tree_digest
+from tests.conftest import save_finetuned, save_untrained, tiny_transformer, tree_digest
 from tests.training.conftest import QUIET, TINY
 
 FILES = Path(__file__).parent / "files"
@@ -147,6 +147,7 @@ CASES = [
     Case("export_over_other_files", "export", ("{checkpoint}", "{prepared}/mine/hf"), "{prepared}/mine/hf: holds files plm-export did not write (notes.txt); give a new or empty folder", untouched="{prepared}/mine"),
     Case("export_bilm_tf_not_elmo", "export", ("{checkpoint}", "{tmp}/elmo", "--format", "bilm-tf"), "--format bilm-tf holds model=elmo only; this checkpoint is model=bert: export it with --format hf"),
     Case("export_elmo_as_hf", "export", ("{prepared}/elmo_run", "{tmp}/hf"), "model=elmo has no Hugging Face adapter (transformers has no such model); families with one: albert, bert,"),
+    Case("export_task_head_without_class", "export", ("{prepared}/electra_rte", "{tmp}/hf"), "objective.safetensors: task=rte's head is a sequence classifier over the first token's state, which no transformers electra class computes; ElectraForSequenceClassification is a sequence classifier with its own dense layer and gelu over the first token's state (--backbone-only exports the model without the task's head)"),
     Case("export_unknown_format", "export", ("{prepared}/elmo_run", "{tmp}/hf", "--format", "bilm"), "argument --format: invalid choice: 'bilm' (choose from"),
     Case("average_too_many", "average", ("{run}", "5", "{tmp}/averaged"), "{run}: asked to average 5 checkpoints but it has 1 (step_2); train with trainer.keep_last >= 5", resume=True),
     Case("average_over_a_run", "average", ("{run}", "1", "{run}"), "{run} exists and is not an averaged checkpoint; give a new folder", resume=True),
@@ -197,6 +198,25 @@ def prepare_hf(prepared: Path, checkpoint: Path) -> None:
 
     state = {k: v.clone() for k, v in ckpt.read_weights(prepared / "hf_heads" / "model.safetensors").items()}
     torch.save({**state, "args": argparse.Namespace(lr=1e-4)}, prepared / "hf_pickle" / "pytorch_model.bin")
+
+
+def prepare_finetuned(prepared: Path, checkpoint: Path) -> None:
+    """A fine-tuned ELECTRA whose RTE head is one linear layer over [CLS], as plm-finetune writes it from a
+    plm-train ELECTRA: transformers' ElectraForSequenceClassification puts a gelu dense layer before its linear one."""
+    from tokenizers import Tokenizer
+
+    from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+    from plm_toolkit.models.electra import Electra, ElectraConfig
+    from plm_toolkit.tasks.base import TaskData
+    from plm_toolkit.tasks.glue import ClassificationConfig, SequenceClassification
+
+    tokenizer = Tokenizer.from_file(str(checkpoint / ckpt.TOKENIZER_FILE))
+    config = ElectraConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=36, num_layers=1, num_heads=3,
+                           intermediate_size=37, embedding_size=17)  # fmt: skip
+    model, labels = Electra(config), ["entailment", "not_entailment"]
+    vocab, data = vocab_from_tokenizer(tokenizer), TaskData([], None, labels=labels)
+    task = SequenceClassification(ClassificationConfig(name="rte", labels=labels), model, vocab, data)
+    save_finetuned(prepared / "electra_rte", model, task, tokenizer)
 
 
 def prepare_elmo(prepared: Path) -> None:
@@ -250,6 +270,7 @@ def pretrained_run(tmp_path_factory, bpe_tokenizer) -> dict[str, Path]:
     (prepared / "bad_yaml" / ckpt.CONFIG_FILE).write_text("model:\n  name: bert: large\n")
     prepare_hf(prepared, checkpoint)
     prepare_elmo(prepared)
+    prepare_finetuned(prepared, checkpoint)
     prepare_decoders(prepared, bpe_tokenizer)
     (prepared / "mine" / "hf").mkdir(parents=True)  # a folder plm-export did not write
     (prepared / "mine" / "hf" / "notes.txt").write_text("not an export\n")
