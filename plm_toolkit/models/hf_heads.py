@@ -232,6 +232,13 @@ def layout_for(layouts: dict[str, HeadLayout], head: TaskHead, model_type: str) 
         if layout.kind == head.kind
     ]
     theirs = "; ".join(same) or f"no {KINDS[head.kind]} class of {model_type} is mapped here"
+    trainable = [
+        layout.activation
+        for layout in layouts.values()
+        if layout.kind == head.kind == "sequence" and layout.summary == head.summary and layout.activation
+    ]
+    if trainable and head.activation is None:
+        theirs += f" (plm-finetune task.head_activation={trainable[0]} trains that head)"
     raise CheckpointError(
         f"{head.source}: {head.architecture}'s head is {describe(*ours)}, which no transformers {model_type} class "
         f"computes; {theirs}"

@@ -79,6 +79,10 @@ def fit(task: nn.Module, model: nn.Module, head: TaskHead) -> tuple[list[int] | 
         return None, "finetune.mode=features puts a task encoder between the backbone and the head"
     if wanted == "span":
         return None, None
+    activation = getattr(task.config, "head_activation", None)
+    if activation is not None and head.activation != activation:
+        has = "no dense layer" if head.activation is None else f"a dense layer with {head.activation}"
+        return None, f"it has {has} of its own; task.head_activation={activation} asks for one with {activation}"
     if wanted == "sequence":
         ours = summary_kind(model)
         if head.summary != ours:

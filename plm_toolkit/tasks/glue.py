@@ -25,8 +25,8 @@ from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.objectives.base import ObjectiveOutput
 from plm_toolkit.registry import TASKS
-from plm_toolkit.tasks.base import Task, TaskData, limit, summary_vector
-from plm_toolkit.tasks.heads import LinearHead
+from plm_toolkit.tasks.base import Task, TaskData, init_linear, limit, summary_vector
+from plm_toolkit.tasks.heads import ACTIVATIONS, LinearHead
 from plm_toolkit.tasks.metrics import METRICS
 
 GLUE_TASKS = ("sst2", "mrpc", "rte", "cola", "stsb", "mnli", "qnli", "qqp", "wnli")
@@ -53,6 +53,11 @@ class ClassificationConfig:
     header: bool = True
     # Dropout before the head; null takes the backbone's hidden dropout.
     dropout: float | None = None
+    # A dense layer of the head's own before the classifier, with this activation: null for none (BERT's classifier
+    # over the pooled vector; ELECTRA's paper over [CLS]); gelu as transformers' ElectraForSequenceClassification
+    # (which plm-export can then write); tanh as XLNet's summary projection. A checkpoint's head with a dense layer
+    # brings its own when this is null.
+    head_activation: str | None = None
     # Encoder-decoder backbones (T5's text-to-text form): how a row is written as the input text, {text} and {pair}
     # standing for the two columns; empty: the text, then the pair after a space.
     input_template: str = ""
@@ -213,6 +218,10 @@ class SequenceClassification(Task):
             raise ConfigError(f"task.metrics: unknown {unknown}; valid: {', '.join(METRICS)}")
         if config.regression and set(config.metrics) - {"pearson", "spearman"}:
             raise ConfigError("task.regression=true reports pearson and spearman only; fix task.metrics")
+        if config.head_activation is not None and config.head_activation not in ACTIVATIONS:
+            raise ConfigError(
+                f"task.head_activation={config.head_activation}: expected null or one of {', '.join(ACTIVATIONS)}"
+            )
 
     @classmethod
     def prepare_data(
@@ -244,6 +253,9 @@ class SequenceClassification(Task):
         super().__init__(config, model, vocab, data, **options)
         self.labels = data.labels
         self.head = LinearHead(model, 1 if config.regression else len(self.labels), config.dropout, self.width)
+        if config.head_activation is not None:
+            self.head.add_dense(config.head_activation)
+            init_linear(self.head.dense, model)
 
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
         return {"task": int(batch["labels"].shape[0])}

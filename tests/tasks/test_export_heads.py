@@ -57,11 +57,12 @@ def tokenizer(tiny_checkpoint) -> Tokenizer:
     return Tokenizer.from_file(str(tiny_checkpoint / "tokenizer.json"))
 
 
-def make_task(kind: str, model, tokenizer: Tokenizer, regression: bool = False, finetune=None):
+def make_task(kind: str, model, tokenizer: Tokenizer, regression: bool = False, finetune=None, head_activation=None):
     vocab = vocab_from_tokenizer(tokenizer)
     if kind == "sequence":
         labels = [] if regression else RTE
-        config = ClassificationConfig(name="stsb" if regression else "rte", labels=labels, regression=regression)
+        name = "stsb" if regression else "rte"
+        config = ClassificationConfig(name=name, labels=labels, regression=regression, head_activation=head_activation)
         return SequenceClassification(config, model, vocab, TaskData([], None, labels=labels), finetune=finetune)
     if kind == "token":
         return TokenClassification(NerConfig(labels=WNUT17), model, vocab, TaskData([], None, labels=WNUT17))
@@ -134,7 +135,7 @@ def test_a_regression_exports_one_output_with_its_problem_type(tmp_path, tokeniz
     ("family", "theirs"),
     [
         ("electra", "ElectraForSequenceClassification is a sequence classifier with its own dense layer and gelu "
-         "over the first token's state"),
+         "over the first token's state (plm-finetune task.head_activation=gelu trains that head)"),
         ("gpt2", "no sequence classifier class of gpt2 is mapped here"),
     ],
 )  # fmt: skip
@@ -205,3 +206,25 @@ def test_a_fine_tuned_tagger_exports_through_the_command_line_and_evaluates_the_
     expected = json.loads((tmp_path / "run" / "predictions.json").read_text())
     assert json.loads((tmp_path / "eval" / "predictions.json").read_text()) == expected
     assert len({tag for line in expected for tag in line.split()}) > 1  # not a tagger that says O everywhere
+
+
+def test_task_head_activation_builds_the_dense_head_that_electra_exports_with(tmp_path, tokenizer, caplog):
+    """task.head_activation=gelu: ELECTRA's sequence head as transformers has it, so the run exports; the head's own
+    dense layer starts as the task's linear layers do, and a checkpoint head of another activation is not taken."""
+    _, model, task = fine_tuned(tmp_path / "run", tokenizer, "electra", "sequence", head_activation="gelu")
+    assert task.head.activation_name == "gelu" and isinstance(task.head.activation, torch.nn.GELU)
+    fresh = make_task("sequence", model, tokenizer, head_activation="gelu").head.dense
+    assert fresh.bias.abs().max() == 0 and abs(fresh.weight.std().item() - 0.02) < 0.004  # initializer_range
+    assert main([str(tmp_path / "run"), str(tmp_path / "hf")]) == 0
+    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "hf").eval()
+    assert type(theirs).__name__ == "ElectraForSequenceClassification"
+    inputs = batch("electra")
+    with torch.no_grad():
+        assert max_diff(task.logits(model, inputs), theirs(**inputs).logits, None) <= TOLERANCE
+
+    loaded = load_backbone(tmp_path / "hf", with_task_head=True)
+    same = make_task("sequence", loaded.model, tokenizer, head_activation="gelu")
+    assert start_from_checkpoint_head(same, loaded.model, loaded.task_head, loaded.initialized_keys)
+    other = make_task("sequence", loaded.model, tokenizer, head_activation="tanh")
+    assert not start_from_checkpoint_head(other, loaded.model, loaded.task_head, loaded.initialized_keys)
+    assert "task.head_activation=tanh asks for one with tanh" in caplog.text
