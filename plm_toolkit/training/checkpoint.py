@@ -101,11 +101,15 @@ def read_torch_weights(path: Path) -> dict[str, torch.Tensor]:
             f"of tensors, or a model.safetensors"
         ) from None
     except Exception as error:  # torch.load raises many kinds; all mean "unusable file"
-        reason = str(error).split(". ")[0].strip() or type(error).__name__  # torch adds paragraphs of advice
-        raise CheckpointError(f"{path}: not a readable PyTorch weights file ({reason})") from None
+        raise CheckpointError(f"{path}: not a readable PyTorch weights file ({torch_reason(error)})") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path}: expected a dict of tensors (a state dict)")
     return state
+
+
+def torch_reason(error: Exception) -> str:
+    """torch.load's complaint without the paragraphs of advice torch appends; an empty file's EOFError says so."""
+    return str(error).split(". ")[0].strip() or ("empty file" if isinstance(error, EOFError) else type(error).__name__)
 
 
 def load_weights(module: nn.Module, path: Path, strict: bool = True) -> None:
@@ -191,7 +195,8 @@ class Checkpoint:
         try:
             return torch.load(self.path / STATE_FILE, map_location="cpu", weights_only=True)
         except Exception as err:  # corrupt, truncated or holding pickled objects
-            raise CheckpointError(f"{self.path / STATE_FILE}: not a readable training state ({err})") from err
+            reason = torch_reason(err)
+            raise CheckpointError(f"{self.path / STATE_FILE}: not a readable training state ({reason})") from None
 
 
 def is_sharded(path: Path) -> bool:
