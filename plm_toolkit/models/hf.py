@@ -30,6 +30,7 @@ from plm_toolkit.catalog import load_all
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import CheckpointError
+from plm_toolkit.models.config_check import check_model_config
 from plm_toolkit.models.hf_heads import HeadLayout, TaskHead, take_task_head, task_head_export
 from plm_toolkit.registry import MODELS, OBJECTIVES
 from plm_toolkit.training.checkpoint import read_torch_weights
@@ -175,7 +176,7 @@ def import_hf(folder: str | Path, expect: str | None = None, **options: Any) -> 
     if expect is not None and model_type != expect:
         raise CheckpointError(f"{folder / CONFIG_FILE}: model_type is {model_type!r}; expected {expect!r}")
     adapter = ADAPTERS.get(model_type, folder / CONFIG_FILE)
-    config = adapter.config_from_hf(hf, folder / CONFIG_FILE)
+    config = check_model_config(adapter.config_from_hf(hf, folder / CONFIG_FILE), folder / CONFIG_FILE)
     weights_file, state = read_weights(folder)
     head = take_task_head(adapter.task_heads(hf), state, hf, getattr(config, "hidden_size", 0), weights_file)
     imported = adapter.import_state(state, config, weights_file, folder, hf_config=hf, task_head=head, **options)
@@ -244,9 +245,12 @@ def read_json(path: Path) -> dict:
     if not path.is_file():
         raise CheckpointError(f"{path}: not found; a Hugging Face checkpoint folder needs its config.json")
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{path}: not readable JSON ({error})") from error
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{path}: not readable JSON ({error})") from None
+    if not isinstance(found, dict):
+        raise CheckpointError(f"{path}: holds a JSON {type(found).__name__}; expected an object of config keys")
+    return found
 
 
 def read_weights(folder: Path) -> tuple[Path, dict[str, torch.Tensor]]:
@@ -259,7 +263,9 @@ def read_weights(folder: Path) -> tuple[Path, dict[str, torch.Tensor]]:
     path = folder / TORCH_FILE
     if path.is_file():
         return path, read_torch_weights(path)
-    raise CheckpointError(f"{folder}: no {SAFETENSORS_FILE} or {TORCH_FILE} found")
+    shards = sorted(p.name for p in folder.glob("*.index.json"))
+    sharded = f" ({shards[0]} names weights in several files, which are not read yet)" if shards else ""
+    raise CheckpointError(f"{folder}: no {SAFETENSORS_FILE} or {TORCH_FILE} found{sharded}; expected one of them")
 
 
 def write_folder(folder: Path, tensors: dict[str, torch.Tensor], hf_config: dict, tokenizer: str | Path | None) -> None:
@@ -381,10 +387,15 @@ def check_shapes(
 
 
 def config_values(hf: dict, names: dict[str, str], path: Path) -> dict[str, Any]:
-    """Our field -> config.json value for every (ours, theirs) of ``names``; CheckpointError for missing keys."""
+    """Our field -> config.json value for every (ours, theirs) of ``names``, each a number (the sizes, dropouts and
+    epsilons that adapters compute with); CheckpointError for missing keys or other values."""
     missing = [theirs for theirs in names.values() if theirs not in hf]
     if missing:
         raise CheckpointError(f"{path}: missing key(s) {', '.join(missing)}")
+    for theirs in names.values():
+        value = hf[theirs]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise CheckpointError(f"{path}: {theirs} is {json.dumps(value)}; expected a number")
     return {ours: hf[theirs] for ours, theirs in names.items()}
 
 

@@ -33,7 +33,8 @@ from plm_toolkit.catalog import load_all
 from plm_toolkit.data.tokenizer import load_tokenizer, vocab_from_tokenizer
 from plm_toolkit.errors import CheckpointError, ConfigError
 from plm_toolkit.models.base import ENCODER_DECODER, GENERATIVE
-from plm_toolkit.models.hf import HFImport, import_hf
+from plm_toolkit.models.config_check import check_model_config
+from plm_toolkit.models.hf import SAFETENSORS_FILE, TORCH_FILE, HFImport, import_hf
 from plm_toolkit.models.hf_heads import TaskHead
 from plm_toolkit.training import checkpoint as ckpt
 
@@ -67,6 +68,8 @@ def import_hf_backbone(folder: Path) -> tuple[nn.Module, Path, HFImport]:
             f"{folder}: no tokenizer.json (a released XLNet folder may hold only spiece.model); save one with "
             "transformers' <Family>TokenizerFast(...).save_pretrained(folder)"
         )
+    weights = folder / (SAFETENSORS_FILE if (folder / SAFETENSORS_FILE).is_file() else TORCH_FILE)
+    ckpt.check_values(weights, imported.model_state, model, imported.source_keys)
     model.load_state_dict(imported.model_state)
     return model, imported.tokenizer_file, imported
 
@@ -128,7 +131,8 @@ def model_config_of(checkpoint_dir: Path):
         )
     schema = OmegaConf.structured(registry.MODELS.get(section.name).config_cls)
     with _inconsistent(path):
-        return OmegaConf.to_object(OmegaConf.merge(schema, section))
+        config = OmegaConf.to_object(OmegaConf.merge(schema, section))
+    return check_model_config(config, path)
 
 
 def read_config_yaml(path: Path) -> DictConfig:
@@ -140,7 +144,11 @@ def read_config_yaml(path: Path) -> DictConfig:
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise CheckpointError(f"{path}{where}: not valid YAML ({problem})") from None
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{path}: not UTF-8 text (byte {err.start}); expected a YAML mapping") from None
     except OSError as err:
+        if err.strerror is None:  # OmegaConf's own refusal of a scalar document: "Invalid loaded object type: int"
+            raise CheckpointError(f"{path}: {err}; expected a mapping with a model section") from None
         raise CheckpointError(f"{path}: unreadable ({err.strerror})") from None
     if not isinstance(saved, DictConfig):
         raise CheckpointError(f"{path}: expected a mapping with a model section; is this a plm-train checkpoint?")
@@ -156,6 +164,21 @@ def load_plm_checkpoint(checkpoint_dir: Path) -> tuple[nn.Module, Path]:
     if not tokenizer.is_file():
         raise CheckpointError(f"{checkpoint_dir}: no {ckpt.TOKENIZER_FILE}; the checkpoint needs its tokenizer")
     return model, tokenizer
+
+
+def check_vocabulary(model: nn.Module, tokenizer: Tokenizer, tokenizer_file: Path) -> None:
+    """Refuse a tokenizer with more ids than the model has embedding rows: its higher ids would index outside them
+    (a tokenizer.json from another checkpoint). Fewer is fine: vocabularies are often padded to a round size."""
+    try:
+        rows = model.input_embeddings.num_embeddings
+    except (NotImplementedError, AttributeError):  # ELMo reads characters; adaptive embeddings have no one table
+        return
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    if size > rows:
+        raise CheckpointError(
+            f"{tokenizer_file}: {size} tokens, but the model's word embeddings have {rows} rows; expected at most "
+            f"{rows} (the tokenizer of the checkpoint these weights came from)"
+        )
 
 
 def with_dropout(model: nn.Module, dropout: float) -> nn.Module:
@@ -200,6 +223,7 @@ def load_backbone(path: str | Path, dropout: float | None = None, with_task_head
         with_dropout(model, dropout)
     if tokenizer is None:
         tokenizer = load_tokenizer(tokenizer_file)
+        check_vocabulary(model, tokenizer, tokenizer_file)
     # A tokenizer.json may carry the truncation and padding its creator used; tasks build their own windows.
     tokenizer.no_truncation()
     tokenizer.no_padding()
@@ -256,6 +280,7 @@ def load_language_model(path: str | Path) -> LoadedLanguageModel:
             f"encoder-decoder model ({', '.join(able)})"
         )
     tokenizer = load_tokenizer(tokenizer_file)
+    check_vocabulary(model, tokenizer, tokenizer_file)
     tokenizer.no_truncation()
     tokenizer.no_padding()
     head = _lm_head(model, name, objective_config, state, vocab_from_tokenizer(tokenizer), source)

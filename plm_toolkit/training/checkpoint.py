@@ -21,6 +21,7 @@ import pickle
 import random
 import re
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,10 +80,14 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
 def read_torch_weights(path: Path) -> dict[str, torch.Tensor]:
     """A ``pytorch_model.bin`` state dict, read with ``weights_only=True``: plain tensors only, never unpickled
     objects (a pickle can run code). A refusal is one line, without torch's advice to switch that off."""
+    if path.is_file() and path.stat().st_size == 0:
+        raise CheckpointError(f"{path}: empty file; expected a PyTorch state dict of tensors")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns, over two lines, of a pickle protocol it did not write
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
+        found = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)", str(err))
         if found:
             raise CheckpointError(
                 f"{path}: refused: besides tensors this pickle holds {found.group(1)}, and unpickling it could run "
@@ -91,12 +96,20 @@ def read_torch_weights(path: Path) -> dict[str, torch.Tensor]:
             ) from None
         detail = re.search(r"WeightsUnpickler error:\s*([^\n]+)", str(err))
         reason = detail.group(1).strip() if detail else "not a PyTorch zip or pickle file"
-        raise CheckpointError(f"{path}: not a readable PyTorch weights file ({reason})") from None
+        raise CheckpointError(
+            f"{path}: not a PyTorch weights file that loads safely ({reason}); expected torch.save of a state dict "
+            f"of tensors, or a model.safetensors"
+        ) from None
     except Exception as error:  # torch.load raises many kinds; all mean "unusable file"
-        raise CheckpointError(f"{path}: not a readable PyTorch weights file ({error})") from error
+        raise CheckpointError(f"{path}: not a readable PyTorch weights file ({torch_reason(error)})") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path}: expected a dict of tensors (a state dict)")
     return state
+
+
+def torch_reason(error: Exception) -> str:
+    """torch.load's complaint without the paragraphs of advice torch appends; an empty file's EOFError says so."""
+    return str(error).split(". ")[0].strip() or ("empty file" if isinstance(error, EOFError) else type(error).__name__)
 
 
 def load_weights(module: nn.Module, path: Path, strict: bool = True) -> None:
@@ -110,6 +123,7 @@ def load_weights(module: nn.Module, path: Path, strict: bool = True) -> None:
     ]
     if wrong:
         raise CheckpointError(f"{path}: incompatible shapes for {', '.join(wrong[:5])}")
+    check_values(path, state, module)
     unique = unique_state(module)
     missing = [k for k in unique if k not in state]
     unexpected = [k for k in state if k not in own]
@@ -118,6 +132,29 @@ def load_weights(module: nn.Module, path: Path, strict: bool = True) -> None:
             f"{path}: does not match the model (missing keys: {missing[:5]}, unexpected keys: {unexpected[:5]})"
         )
     module.load_state_dict(state, strict=False)
+
+
+def check_values(path: Path, state: dict[str, torch.Tensor], module: nn.Module, names: dict | None = None) -> None:
+    """Refuse weights that would load without complaint and compute garbage: integers or booleans where the model
+    holds floating-point values (``load_state_dict`` would cast them), and NaN or infinity in a parameter (a run that
+    diverged, a corrupt conversion). Half precision is fine: it widens exactly. ``names``: ours -> the file's keys."""
+    own = module.state_dict()
+    parameters = {name for name, _ in module.named_parameters(remove_duplicate=False)}
+    for key, value in state.items():
+        target, name = own.get(key), (names or {}).get(key, key)
+        if target is None:
+            continue
+        if target.is_floating_point() and not value.is_floating_point():
+            raise CheckpointError(
+                f"{path}: {name} is {str(value.dtype).removeprefix('torch.')}; expected floating-point weights "
+                f"({str(target.dtype).removeprefix('torch.')}, float16 or bfloat16)"
+            )
+        if key in parameters and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            nan, inf = int(torch.isnan(value).sum()), int(torch.isinf(value).sum())
+            raise CheckpointError(
+                f"{path}: {name} holds {nan} NaN and {inf} infinite value(s); expected finite weights (the run that "
+                "wrote them diverged, or the file is corrupt: use an earlier checkpoint)"
+            )
 
 
 def rng_state() -> dict:
@@ -158,7 +195,8 @@ class Checkpoint:
         try:
             return torch.load(self.path / STATE_FILE, map_location="cpu", weights_only=True)
         except Exception as err:  # corrupt, truncated or holding pickled objects
-            raise CheckpointError(f"{self.path / STATE_FILE}: not a readable training state ({err})") from err
+            reason = torch_reason(err)
+            raise CheckpointError(f"{self.path / STATE_FILE}: not a readable training state ({reason})") from None
 
 
 def is_sharded(path: Path) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from hydra import compose, initialize_config_module
 
 from plm_toolkit.data.corpus import resource_path
 from plm_toolkit.models.hf import export_hf
+from plm_toolkit.models.pretrained import load_backbone
 from plm_toolkit.train import run as train_run
 from plm_toolkit.training import checkpoint as ckpt
 from tests.conftest import save_finetuned, save_untrained, tiny_transformer, tree_digest
@@ -129,6 +131,18 @@ CASES = [
     Case("checkpoint_yaml", "finetune", ("model.checkpoint={prepared}/bad_yaml",), "{prepared}/bad_yaml/config.yaml:2:13: not valid YAML"),
     Case("hf_pickle", "finetune", ("model.checkpoint={prepared}/hf_pickle",), "{prepared}/hf_pickle/pytorch_model.bin: refused: besides tensors this pickle holds argparse.Namespace, and unpickling it could run code"),
     Case("hf_config_heads", "finetune", ("model.checkpoint={prepared}/hf_heads",), "{prepared}/hf_heads/config.json: inconsistent config"),
+    Case("checkpoint_truncated", "finetune", ("model.checkpoint={prepared}/truncated",), "{prepared}/truncated/model.safetensors: not a readable safetensors file"),
+    Case("checkpoint_nan", "finetune", ("model.checkpoint={prepared}/nan",), "{prepared}/nan/model.safetensors: embeddings.word_embeddings.weight holds 36 NaN and 0 infinite value(s); expected finite weights"),
+    Case("checkpoint_int_weights", "embed", ("checkpoint={prepared}/int_weights", *EMBED), "{prepared}/int_weights/model.safetensors: embeddings.word_embeddings.weight is int64; expected floating-point weights (float32, float16 or bfloat16)"),
+    Case("checkpoint_yaml_not_utf8", "export", ("{prepared}/yaml_latin1", "{tmp}/hf"), "{prepared}/yaml_latin1/config.yaml: not UTF-8 text (byte 0); expected a YAML mapping"),
+    Case("checkpoint_yaml_negative", "export", ("{prepared}/yaml_negative", "{tmp}/hf"), "{prepared}/yaml_negative/config.yaml: model.num_layers=-2: must be at least 1"),
+    Case("checkpoint_tokenizer_larger", "finetune", ("model.checkpoint={prepared}/big_tokenizer",), "{prepared}/big_tokenizer/tokenizer.json: 650 tokens, but the model's word embeddings have 600 rows"),
+    Case("resume_infinite_weights", "train", ("trainer.resume={prepared}/inf",), "{prepared}/inf/model.safetensors: embeddings.word_embeddings.weight holds 0 NaN and 1 infinite value(s)"),
+    Case("hf_config_list", "finetune", ("model.checkpoint={prepared}/hf_list",), "{prepared}/hf_list/config.json: holds a JSON list; expected an object of config keys"),
+    Case("hf_config_string_size", "embed", ("checkpoint={prepared}/hf_string_size", *EMBED), '{prepared}/hf_string_size/config.json: hidden_size is "36"; expected a number'),
+    Case("hf_config_negative_size", "finetune", ("model.checkpoint={prepared}/hf_negative",), "{prepared}/hf_negative/config.json: model.intermediate_size=-37: must be at least 1"),
+    Case("hf_pickle_code", "finetune", ("model.checkpoint={prepared}/hf_code",), "{prepared}/hf_code/pytorch_model.bin: refused: besides tensors this pickle holds posix.system, and unpickling it could run code"),
+    Case("hf_pickle_raw", "embed", ("checkpoint={prepared}/hf_raw_pickle", *EMBED), "{prepared}/hf_raw_pickle/pytorch_model.bin: not a PyTorch weights file that loads safely"),
     Case("hf_task_head_shape", "finetune", ("model.checkpoint={prepared}/hf_classifier",), "{prepared}/hf_classifier/model.safetensors: classifier.weight has shape (3, 36); expected (2, 36) (config.json's id2label has 2 label(s); hidden size 36)"),
     # --- plm-generate ------------------------------------------------------------------------------------------------
     Case("generate_unknown_key", "generate", ("checkpoint={checkpoint}", "prompt=a", "top_q=0.5"), "top_q: unknown key; did you mean top_p?"),
@@ -176,8 +190,6 @@ def prepare_hf(prepared: Path, checkpoint: Path) -> None:
     and a BertForSequenceClassification whose classifier has a row more than its two labels."""
     from safetensors.torch import save_file
 
-    from plm_toolkit.models.pretrained import load_backbone
-
     backbone = load_backbone(checkpoint).model
     export_hf(prepared / "hf_classifier", backbone, None, checkpoint / "tokenizer.json")
     weights = {f"bert.{k}": v for k, v in ckpt.read_weights(prepared / "hf_classifier" / "model.safetensors").items()}
@@ -199,6 +211,52 @@ def prepare_hf(prepared: Path, checkpoint: Path) -> None:
 
     state = {k: v.clone() for k, v in ckpt.read_weights(prepared / "hf_heads" / "model.safetensors").items()}
     torch.save({**state, "args": argparse.Namespace(lr=1e-4)}, prepared / "hf_pickle" / "pytorch_model.bin")
+
+
+def prepare_corrupt(prepared: Path, checkpoint: Path, hf: Path) -> None:
+    """Copies of the plm-train checkpoint and of its Hugging Face export, each broken one way: weights cut short,
+    non-finite or integer, a config.yaml not UTF-8 or with a negative count, a tokenizer larger than the embeddings,
+    a config.json that is a list or has a string or negative size, a pickle that would run code."""
+    from safetensors.torch import save_file
+
+    def broken(name: str, source: Path = checkpoint, weights=None) -> Path:
+        shutil.copytree(source, prepared / name)
+        if weights is not None:
+            state = ckpt.read_weights(source / "model.safetensors")
+            key = "embeddings.word_embeddings.weight"
+            save_file(state | {key: weights(state[key].clone())}, str(prepared / name / "model.safetensors"))
+        return prepared / name
+
+    data = (checkpoint / ckpt.MODEL_FILE).read_bytes()
+    (broken("truncated") / ckpt.MODEL_FILE).write_bytes(data[: len(data) // 2])
+    broken("nan", weights=lambda w: w.index_fill_(0, torch.tensor([7]), float("nan")))
+    broken("inf", weights=lambda w: w.index_put_((torch.tensor([3]), torch.tensor([5])), torch.tensor(float("inf"))))
+    broken("int_weights", weights=lambda w: w.long())
+    (broken("yaml_latin1") / ckpt.CONFIG_FILE).write_bytes(b"\xffmodel:\n")
+    yaml_text = (checkpoint / ckpt.CONFIG_FILE).read_text()
+    (broken("yaml_negative") / ckpt.CONFIG_FILE).write_text(yaml_text.replace("num_layers: 2", "num_layers: -2"))
+    tokenizer = json.loads((checkpoint / ckpt.TOKENIZER_FILE).read_text())
+    vocab = tokenizer["model"]["vocab"]
+    vocab |= {f"extra{i}": len(vocab) + i for i in range(50)}
+    (broken("big_tokenizer") / ckpt.TOKENIZER_FILE).write_text(json.dumps(tokenizer))
+    hf_config = json.loads((hf / "config.json").read_text())
+    (broken("hf_list", hf) / "config.json").write_text(json.dumps([hf_config]))
+    (broken("hf_string_size", hf) / "config.json").write_text(json.dumps({**hf_config, "hidden_size": "36"}))
+    (broken("hf_negative", hf) / "config.json").write_text(json.dumps({**hf_config, "intermediate_size": -37}))
+    state = ckpt.read_weights(hf / "model.safetensors")
+    for name, dump in (
+        ("hf_code", torch.save),
+        ("hf_raw_pickle", lambda obj, path: path.write_bytes(pickle.dumps(obj))),
+    ):
+        (broken(name, hf) / "model.safetensors").unlink()
+        dump({**state, "hook": RunsCode()}, prepared / name / "pytorch_model.bin")
+
+
+class RunsCode:
+    """Unpickled, it would run a shell command; the loader must refuse it unread."""
+
+    def __reduce__(self):
+        return os.system, ("echo unpickled >&2",)
 
 
 def prepare_finetuned(prepared: Path, checkpoint: Path) -> None:
@@ -270,6 +328,8 @@ def pretrained_run(tmp_path_factory, bpe_tokenizer) -> dict[str, Path]:
     shutil.copytree(checkpoint, prepared / "bad_yaml")
     (prepared / "bad_yaml" / ckpt.CONFIG_FILE).write_text("model:\n  name: bert: large\n")
     prepare_hf(prepared, checkpoint)
+    export_hf(root / "hf", load_backbone(checkpoint).model, None, checkpoint / ckpt.TOKENIZER_FILE)
+    prepare_corrupt(prepared, checkpoint, root / "hf")
     prepare_elmo(prepared)
     prepare_finetuned(prepared, checkpoint)
     prepare_decoders(prepared, bpe_tokenizer)

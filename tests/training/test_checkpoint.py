@@ -1,4 +1,5 @@
 import os
+import re
 import shutil
 
 import pytest
@@ -115,3 +116,42 @@ def test_every_checkpoint_file_is_readable_by_the_group_and_others_under_umask_0
         os.umask(previous)
     files = sorted((tmp_path / "checkpoints" / "step_10").iterdir())
     assert files and {p.name: oct(p.stat().st_mode & 0o777) for p in files} == {p.name: "0o644" for p in files}
+
+
+def test_half_precision_weights_load_widened_and_garbage_is_refused(tmp_path):
+    from safetensors.torch import save_file
+
+    model = torch.nn.Linear(3, 2)
+    weights = {"weight": torch.randn(2, 3), "bias": torch.randn(2)}
+    for dtype in (torch.float16, torch.bfloat16):
+        save_file({k: v.to(dtype) for k, v in weights.items()}, str(tmp_path / "half.safetensors"))
+        ckpt.load_weights(model, tmp_path / "half.safetensors")
+        assert model.weight.dtype == torch.float32
+        assert torch.equal(model.weight.data, weights["weight"].to(dtype).float())
+    bad = {
+        "ints": ({"weight": torch.ones(2, 3, dtype=torch.int64)}, "weight is int64; expected floating-point weights"),
+        "nan": ({"weight": torch.full((2, 3), float("nan"))}, "weight holds 6 NaN and 0 infinite value(s)"),
+        "inf": ({"bias": torch.tensor([1.0, -float("inf")])}, "bias holds 0 NaN and 1 infinite value(s)"),
+    }
+    for name, (changed, expected) in bad.items():
+        save_file(weights | changed, str(tmp_path / f"{name}.safetensors"))
+        with pytest.raises(CheckpointError, match=re.escape(expected)):
+            ckpt.load_weights(model, tmp_path / f"{name}.safetensors")
+
+
+def test_torch_weights_refusals_are_one_short_line(tmp_path, recwarn):
+    (tmp_path / "empty.bin").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="empty.bin: empty file; expected a PyTorch state dict of tensors"):
+        ckpt.read_torch_weights(tmp_path / "empty.bin")
+    torch.save({"w": torch.ones(2)}, tmp_path / "cut.bin")
+    data = (tmp_path / "cut.bin").read_bytes()
+    (tmp_path / "cut.bin").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError) as cut:
+        ckpt.read_torch_weights(tmp_path / "cut.bin")
+    assert "cut.bin: not a readable PyTorch weights file (" in str(cut.value) and len(str(cut.value)) < 200
+    import pickle
+
+    (tmp_path / "raw.bin").write_bytes(pickle.dumps({"w": [1, 2]}, protocol=4))
+    with pytest.raises(CheckpointError, match="raw.bin: not a PyTorch weights file that loads safely"):
+        ckpt.read_torch_weights(tmp_path / "raw.bin")
+    assert not [w for w in recwarn if "pickle protocol" in str(w.message)]
