@@ -17,9 +17,9 @@ A fine-tuned checkpoint exports as the transformers task class whose head comput
 (...ForSequenceClassification, ...ForTokenClassification, ...ForQuestionAnswering: ``tasks/checkpoint_head.py`` reads
 the head, ``models/hf_heads.py`` runs the family's import layouts backwards), with the task's labels as config.json's
 id2label and its problem_type, so that transformers' AutoModelFor... and ``plm-finetune model.checkpoint=OUT_DIR``
-load it to the same scores. A head no transformers class computes (ELECTRA's linear head over [CLS], GPT's, one over
-finetune.mode=features' task encoder) is refused in one line; ``--backbone-only`` writes the bare backbone of any
-checkpoint. A text-to-text task has no head: its encoder-decoder is the whole model and exports as such.
+load it to the same scores. A head no transformers class computes (ELECTRA's linear head over [CLS], GPT's with a
+bias, one over finetune.mode=features' task encoder) is refused in one line; ``--backbone-only`` writes the bare
+backbone of any checkpoint. A text-to-text task has no head: its encoder-decoder is the whole model and exports as such.
 
 The folder is written whole or not at all (``atomic.atomic_folder``): into a temporary folder beside OUT_DIR, renamed
 into place once every file is on disk. OUT_DIR may be absent, empty or an earlier export (``exported.json`` lists
@@ -40,7 +40,7 @@ from pathlib import Path
 from plm_toolkit import failures, registry
 from plm_toolkit.atomic import atomic_folder
 from plm_toolkit.catalog import load_all
-from plm_toolkit.data.tokenizer import load_tokenizer
+from plm_toolkit.data.tokenizer import load_tokenizer, vocab_from_tokenizer
 from plm_toolkit.errors import CheckpointError, ConfigError
 from plm_toolkit.models.elmo_bilm_tf import export_bilm_tf
 from plm_toolkit.models.hf import ADAPTERS, export_hf, some
@@ -163,7 +163,8 @@ def export_checkpoint(source: str | Path, out: str | Path, backbone_only: bool =
     model, tokenizer_file = load_plm_checkpoint(step)
     saved = None if backbone_only else read_config_yaml(step / ckpt.CONFIG_FILE)
     with leaving_out("the task's head"):
-        head = None if saved is None else finetuned_head(step, saved, model)
+        vocab = None if saved is None else vocab_from_tokenizer(load_tokenizer(tokenizer_file))
+        head = None if saved is None else finetuned_head(step, saved, model, vocab)
         if head is not None and format == "bilm-tf":
             raise CheckpointError(
                 f"{head.source}: bilm-tf's folder holds the biLM alone, not {head.architecture}'s head"

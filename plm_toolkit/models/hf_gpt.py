@@ -19,6 +19,13 @@ ours (``models/gpt.py``)                       GPT-2 (GPT: ``tokens_embed``, ``p
 
 The LM head (``lm_head.weight``) is the token embedding: no key of its own and no bias, which is the ``clm``
 objective's layout for this family (an empty state). The LM-head models prefix the backbone with ``transformer.``.
+
+Task heads (``task_heads``): GPT-2's ``classifier`` over every token and ``qa_outputs`` map onto our token and span
+heads; both families' sequence classifier ``score`` is a linear map without a bias over every token, whose logits
+transformers takes at the last token that is not config.json's pad_token_id. Our sequence head reads the last real
+token too (the attention mask's), so ``score`` is our head without a bias (``task.head_bias``), and an export
+writes the task's padding id as pad_token_id (``checkpoint_head.export_pad_id``: not GPT-2's <|endoftext|>, which
+ends every text). The double-heads models' multiple-choice head is recognised and left out: no task here reads one.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from plm_toolkit.models.hf import (
     some,
     take,
 )
+from plm_toolkit.models.hf_heads import HeadLayout, linear_keys, unmapped
 
 _LINEAR = {
     "attention.output": "attn.c_proj",
@@ -57,6 +65,24 @@ _GPT_ACT_TO_HF = {"gelu_tanh": "gelu", "relu": "relu"}
 _GPT2_ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
 
 
+def gpt_task_heads(name: str, token_and_span: bool) -> dict[str, HeadLayout]:
+    """The task heads transformers writes for the family whose classes ``name`` prefixes; GPT-2 also has token and
+    span classes (transformers' OpenAIGPT has neither)."""
+    heads = {
+        f"{name}ForSequenceClassification": HeadLayout(
+            "sequence", {"linear.weight": "score.weight"}, summary="last", by_pad_token=True
+        ),
+        f"{name}DoubleHeadsModel": unmapped(
+            "a multiple-choice head, one score per answer option: no task here reads one",
+            "multiple_choice_head.summary",
+        ),
+    }
+    if token_and_span:
+        heads[f"{name}ForTokenClassification"] = HeadLayout("token", linear_keys("classifier"))
+        heads[f"{name}ForQuestionAnswering"] = HeadLayout("span", linear_keys("qa_outputs"))
+    return heads
+
+
 class GPTFamilyAdapter(Adapter):
     objective = "clm"
     # Hugging Face names of the embeddings and config keys that differ between the two.
@@ -68,6 +94,11 @@ class GPTFamilyAdapter(Adapter):
         "attention_dropout": "attn_pdrop",
         "embedding_dropout": "embd_pdrop",
     }
+    # The task heads of fine-tuned releases (``gpt_task_heads``).
+    task_layouts: ClassVar[dict[str, HeadLayout]] = {}
+
+    def task_heads(self, hf: dict) -> dict[str, HeadLayout]:
+        return self.task_layouts
 
     def names(self, config: GPTConfig) -> dict[str, str]:
         """Our keys -> theirs for everything but the fused q, k, v (without the ``transformer.`` prefix)."""
@@ -120,6 +151,9 @@ class GPTFamilyAdapter(Adapter):
         self, state: dict[str, torch.Tensor], config: GPTConfig, weights_file: Path, folder: Path, **options: Any
     ) -> HFImport:
         prefix = "transformer." if any(k.startswith("transformer.") for k in state) else ""
+        if f"{prefix}{self.words}.weight" not in state and "lm_head.weight" in state:
+            # transformers' OpenAIGPTDoubleHeadsModel ties the embedding to its LM head and saves the head's copy alone
+            state[f"{prefix}{self.words}.weight"] = state.pop("lm_head.weight")
         words = state.get(f"{prefix}{self.words}.weight")
         drop_tied(state, "lm_head.weight", words, weights_file)
         for key in [k for k in state if k.endswith((".attn.bias", ".attn.masked_bias")) or k.endswith("position_ids")]:
@@ -178,6 +212,7 @@ class GPT2Adapter(GPTFamilyAdapter):
     family = "gpt2"
     words, positions = "wte", "wpe"
     architectures = ("GPT2Model", "GPT2LMHeadModel")
+    task_layouts = gpt_task_heads("GPT2", token_and_span=True)
 
     def config_from_hf(self, hf: dict, path: Path) -> GPT2Config:
         unsupported = {
@@ -213,6 +248,7 @@ class OpenAIGPTAdapter(GPTFamilyAdapter):
     family = "gpt"
     words, positions = "tokens_embed", "positions_embed"
     architectures = ("OpenAIGPTModel", "OpenAIGPTLMHeadModel")
+    task_layouts = gpt_task_heads("OpenAIGPT", token_and_span=False)
 
     def config_from_hf(self, hf: dict, path: Path) -> GPTConfig:
         fields = self.shared_config(hf, path)

@@ -38,7 +38,8 @@ class HeadLayout:
     # token); None for a head we recognise but do not map.
     kind: str | None
     # Our head's key (``linear.*``; ``dense.*`` for a head with its own dense layer over the summary) -> the
-    # checkpoint's. An unmapped head lists its keys under their own names.
+    # checkpoint's; a classifier without a bias (GPT's ``score``) has ``linear.weight`` alone. An unmapped head lists
+    # its keys under their own names.
     keys: dict[str, str]
     # Checkpoint keys that are backbone weights in our layout -> the (unprefixed) backbone key the adapter reads:
     # RoBERTa's classifier.dense is our pooler.
@@ -49,6 +50,9 @@ class HeadLayout:
     summary: str | None = None
     # Why no task of ours can start from an unmapped head.
     reason: str = ""
+    # Whether the class finds the token it reads as the last one that is not config.json's pad_token_id (GPT's
+    # sequence classifiers): an export writes the task's padding id there (``TaskHead.pad_id``).
+    by_pad_token: bool = False
 
     def checkpoint_keys(self) -> set[str]:
         return set(self.keys.values()) | set(self.backbone)
@@ -63,7 +67,8 @@ class TaskHead:
     architecture: str
     # sequence, token or span; None where no task of ours can use it (``reason`` says why).
     kind: str | None
-    # Our head's weights: linear.{weight,bias}, and dense.{weight,bias} with ``activation``.
+    # Our head's weights: linear.weight, linear.bias (but for a classifier without one), and dense.{weight,bias}
+    # with ``activation``.
     state: dict[str, torch.Tensor]
     # The weights file, and our key -> the checkpoint's key (every key the head took, backbone ones included).
     source: Path
@@ -75,6 +80,13 @@ class TaskHead:
     # config.json's problem_type (regression, single_label_classification, multi_label_classification), if any.
     problem_type: str | None = None
     reason: str = ""
+    # On export, the id that pads the task's inputs and never ends a text (``checkpoint_head.export_pad_id``): what
+    # a class that reads the last token other than config.json's pad_token_id gets there.
+    pad_id: int | None = None
+
+    @property
+    def has_bias(self) -> bool:
+        return "linear.bias" in self.state
 
     @property
     def num_outputs(self) -> int:
@@ -168,7 +180,9 @@ def _check_shapes(head: TaskHead, hf: dict, hidden_size: int) -> None:
     else:
         outputs = int(hf.get("num_labels", 2))
         why = f"config.json's num_labels is {outputs}" if "num_labels" in hf else "transformers' default of 2 labels"
-    expected = {"linear.weight": (outputs, hidden_size), "linear.bias": (outputs,)}
+    expected = {"linear.weight": (outputs, hidden_size)}
+    if head.has_bias:
+        expected["linear.bias"] = (outputs,)
     if "dense.weight" in head.state:
         expected |= {"dense.weight": (hidden_size, hidden_size), "dense.bias": (hidden_size,)}
     for ours, shape in expected.items():
@@ -195,10 +209,10 @@ def unmapped(reason: str, *modules: str, weights_only: tuple[str, ...] = ()) -> 
 # --- export ----------------------------------------------------------------------------------------------------
 
 
-def describe(kind: str, summary: str | None, activation: str | None) -> str:
+def describe(kind: str, summary: str | None, activation: str | None, bias: bool = True) -> str:
     """What a head computes, in words: "a sequence classifier with its own dense layer and gelu over the first
     token's state"."""
-    what = f"a {KINDS[kind]}"
+    what = f"a {KINDS[kind]}" + ("" if bias else " without a bias")
     if activation is not None:
         what += f" with its own dense layer and {activation}"
     return what + (f" over the {SUMMARIES[summary]}" if summary is not None else "")
@@ -213,32 +227,39 @@ def task_head_export(adapter, model, head: TaskHead) -> tuple[dict[str, torch.Te
     hf = bare.hf_config | settings | label_config(head)
     name, layout = layout_for(adapter.task_heads(hf), head, adapter.model_type)
     hf["architectures"] = [name]
+    if layout.by_pad_token:
+        if head.pad_id is None:
+            raise CheckpointError(f"{head.source}: {name} needs config.json's pad_token_id; no padding id is known")
+        hf["pad_token_id"] = head.pad_id
     return put_task_head(layout, head, bare.tensors, adapter.prefix, set(adapter.pooler.values())), hf
 
 
 def layout_for(layouts: dict[str, HeadLayout], head: TaskHead, model_type: str) -> tuple[str, HeadLayout]:
     """The class whose layout computes what ``head`` does: its kind, summary, dense layer and activation."""
 
-    def computes(kind, summary, activation) -> tuple:
-        return kind, summary if kind == "sequence" else None, activation
+    def computes(layout: HeadLayout | TaskHead) -> tuple:
+        bias = "linear.bias" in (layout.keys if isinstance(layout, HeadLayout) else layout.state)
+        return layout.kind, layout.summary if layout.kind == "sequence" else None, layout.activation, bias
 
-    ours = computes(head.kind, head.summary, head.activation)
+    ours = computes(head)
     for name, layout in layouts.items():
-        if computes(layout.kind, layout.summary, layout.activation) == ours and set(layout.keys) == set(head.state):
+        if computes(layout) == ours and set(layout.keys) == set(head.state):
             return name, layout
-    same = [
-        f"{name} is {describe(*computes(layout.kind, layout.summary, layout.activation))}"
-        for name, layout in layouts.items()
-        if layout.kind == head.kind
-    ]
+    same = [f"{name} is {describe(*computes(layout))}" for name, layout in layouts.items() if layout.kind == head.kind]
     theirs = "; ".join(same) or f"no {KINDS[head.kind]} class of {model_type} is mapped here"
+    # A sequence head over the same summary that plm-finetune can train instead: the key that makes it.
     trainable = [
-        layout.activation
+        computes(layout)
         for layout in layouts.values()
-        if layout.kind == head.kind == "sequence" and layout.summary == head.summary and layout.activation
+        if layout.kind == head.kind == "sequence" and layout.summary == head.summary
     ]
-    if trainable and head.activation is None:
-        theirs += f" (plm-finetune task.head_activation={trainable[0]} trains that head)"
+    keys = []
+    if trainable and head.activation is None and trainable[0][2] is not None:
+        keys.append(f"task.head_activation={trainable[0][2]}")
+    if trainable and head.has_bias and not trainable[0][3]:
+        keys.append("task.head_bias=false")
+    if keys:
+        theirs += f" (plm-finetune {' '.join(keys)} trains that head)"
     raise CheckpointError(
         f"{head.source}: {head.architecture}'s head is {describe(*ours)}, which no transformers {model_type} class "
         f"computes; {theirs}"

@@ -127,7 +127,8 @@ def head_dropout(model: nn.Module, configured: float | None) -> float:
 
 def init_linear(layer: nn.Linear, model: nn.Module) -> nn.Linear:
     nn.init.normal_(layer.weight, mean=0.0, std=float(getattr(model.config, "initializer_range", 0.02)))
-    nn.init.zeros_(layer.bias)
+    if layer.bias is not None:
+        nn.init.zeros_(layer.bias)
     return layer
 
 

@@ -25,6 +25,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from plm_toolkit.config.validate import task_class
+from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.models.hf import some
 from plm_toolkit.models.hf_heads import KINDS, SUMMARIES, TaskHead
@@ -56,9 +57,14 @@ def start_from_checkpoint_head(
     state = dict(head.state)
     if rows is not None:
         index = torch.tensor(rows)
-        state["linear.weight"], state["linear.bias"] = state["linear.weight"][index], state["linear.bias"][index]
+        state = {key: value[index] if key.startswith("linear.") else value for key, value in state.items()}
     if head.activation is not None:
         task.head.add_dense(head.activation)
+    if "linear.bias" not in state:  # transformers' GPT score: none, or a zero one where task.head_bias=true
+        if getattr(task.config, "head_bias", None) is None:
+            task.head.drop_bias()
+        elif task.head.linear.bias is not None:
+            state["linear.bias"] = torch.zeros_like(task.head.linear.bias)
     task.head.load_state_dict(state)
     log.info("%s starts from the %s head of %s", name, head.architecture, head.source)
     return True
@@ -83,6 +89,8 @@ def fit(task: nn.Module, model: nn.Module, head: TaskHead) -> tuple[list[int] | 
     if activation is not None and head.activation != activation:
         has = "no dense layer" if head.activation is None else f"a dense layer with {head.activation}"
         return None, f"it has {has} of its own; task.head_activation={activation} asks for one with {activation}"
+    if getattr(task.config, "head_bias", None) is False and "linear.bias" in head.state:
+        return None, "its classifier has a bias; task.head_bias=false asks for one without"
     if wanted == "sequence":
         ours = summary_kind(model)
         if head.summary != ours:
@@ -145,11 +153,23 @@ def head_record(task: nn.Module) -> dict:
     return {"activation": getattr(getattr(task, "head", None), "activation_name", None)}
 
 
-def finetuned_head(step: Path, saved: DictConfig, model: nn.Module) -> TaskHead | None:
-    """The head of the plm-finetune checkpoint ``step`` (``saved``: its config.yaml) over ``model``, as a TaskHead;
-    None without a task or without head weights (a text-to-text task: the encoder-decoder is the whole model).
-    CheckpointError for a head that reads a task encoder (finetune.mode=features), which no transformers class has,
-    or whose dense layer's activation config.yaml does not record."""
+def export_pad_id(vocab: Vocab) -> int:
+    """The id that pads an export's inputs for a class that reads the last token other than config.json's
+    pad_token_id (GPT's sequence classifiers): the tokenizer's pad token; without one (GPT-2's byte-level BPE, where
+    plm-finetune pads with <|endoftext|>, the token that ends every text and that the head reads) the first id with
+    no special role, so that the last real token is never taken for padding."""
+    if vocab.pad_id is not None:
+        return vocab.pad_id
+    special = set(vocab.special_ids)
+    return next(i for i in range(vocab.size) if i not in special)
+
+
+def finetuned_head(step: Path, saved: DictConfig, model: nn.Module, vocab: Vocab | None = None) -> TaskHead | None:
+    """The head of the plm-finetune checkpoint ``step`` (``saved``: its config.yaml) over ``model``, as a TaskHead
+    (with ``export_pad_id`` of the run's ``vocab``); None without a task or without head weights (a text-to-text
+    task: the encoder-decoder is the whole model). CheckpointError for a head that reads a task encoder
+    (finetune.mode=features), which no transformers class has, or whose dense layer's activation config.yaml does not
+    record."""
     section = saved.get("task")
     path = step / ckpt.OBJECTIVE_FILE
     if section is None or not path.is_file():
@@ -188,4 +208,5 @@ def finetuned_head(step: Path, saved: DictConfig, model: nn.Module) -> TaskHead 
         summary=summary_kind(model) if kind == "sequence" else None,
         labels=labels or None,
         problem_type=problem,
+        pad_id=None if vocab is None else export_pad_id(vocab),
     )

@@ -58,6 +58,10 @@ class ClassificationConfig:
     # (which plm-export can then write); tanh as XLNet's summary projection. A checkpoint's head with a dense layer
     # brings its own when this is null.
     head_activation: str | None = None
+    # Whether the classifier has a bias: null for one, unless the checkpoint's head has none (transformers' GPT-2 and
+    # GPT sequence classifiers, whose ``score`` has no bias); false trains the bias-free head those classes hold
+    # (which plm-export can then write); true keeps a bias (a checkpoint's head without one starts it at zero).
+    head_bias: bool | None = None
     # Encoder-decoder backbones (T5's text-to-text form): how a row is written as the input text, {text} and {pair}
     # standing for the two columns; empty: the text, then the pair after a space.
     input_template: str = ""
@@ -256,6 +260,8 @@ class SequenceClassification(Task):
         if config.head_activation is not None:
             self.head.add_dense(config.head_activation)
             init_linear(self.head.dense, model)
+        if config.head_bias is False:
+            self.head.drop_bias()
 
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
         return {"task": int(batch["labels"].shape[0])}

@@ -16,7 +16,8 @@ class LinearHead(nn.Module):
 
     ``add_dense`` puts a dense layer and activation before it, as the sequence heads of fine-tuned ELECTRA (gelu over
     the first token) and XLNet (tanh over the last) have: in evaluation mode the same function as theirs (their extra
-    dropout before the dense layer acts in training only)."""
+    dropout before the dense layer acts in training only). ``drop_bias`` leaves the classifier without a bias, as
+    transformers' GPT-2 and GPT sequence classifiers (``score``) are."""
 
     def __init__(self, model: nn.Module, num_outputs: int, dropout: float | None = None, width: int | None = None):
         super().__init__()
@@ -33,6 +34,9 @@ class LinearHead(nn.Module):
         self.dense = nn.Linear(width, width)
         self.activation = ACTIVATIONS[activation]()
         self.activation_name = activation
+
+    def drop_bias(self) -> None:
+        self.linear.bias = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.dense is not None:

@@ -98,6 +98,7 @@ CASES = [
     Case("memory_negative", "train", ("model.mem_len=-3",), "model.mem_len=-3: must be 0 or positive", base=("model=xlnet_tiny", "objective=plm", *QUIET)),
     Case("seed_negative", "finetune", ("trainer.seed=-5",), "trainer.seed=-5: must be 0 or positive"),
     Case("head_activation_unknown", "finetune", ("task.head_activation=relu",), "task.head_activation=relu: expected null or one of tanh, gelu"),
+    Case("head_bias_not_a_bool", "finetune", ("task.head_bias=maybe",), "task.head_bias=maybe: Value 'maybe' is not a valid bool (type str)"),
     Case("workers_negative", "train", ("data.num_workers=-1",), "data.num_workers=-1: must be 0 (load in the training process) or positive"),
     Case("steps_and_epochs", "finetune", ("trainer.max_steps=10",), "trainer.max_steps=10 and trainer.epochs=3.0: give exactly one length"),
     Case("run_dir_not_writable", "train", ("hydra.run.dir={files}/blank_corpus.txt/run",), "hydra.run.dir: cannot create or write the run directory ({files}/blank_corpus.txt"),

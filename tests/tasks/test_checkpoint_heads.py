@@ -24,6 +24,7 @@ transformers = pytest.importorskip("transformers")
 VOCAB, TOLERANCE = 99, 1e-5
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 ENCODER = dict(vocab_size=VOCAB, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=37)
+GPT = dict(vocab_size=VOCAB, n_embd=36, n_layer=2, n_head=3, n_positions=40, pad_token_id=0)
 # family -> (transformers' class prefix, config class, config fields)
 FAMILIES = {
     "bert": ("Bert", "BertConfig", dict(ENCODER, max_position_embeddings=40)),
@@ -36,8 +37,13 @@ FAMILIES = {
     "electra": ("Electra", "ElectraConfig", dict(ENCODER, max_position_embeddings=40, embedding_size=17)),
     "ernie": ("Ernie", "ErnieConfig", dict(ENCODER, max_position_embeddings=40)),
     "xlnet": ("XLNet", "XLNetConfig", dict(vocab_size=VOCAB, d_model=36, n_layer=2, n_head=3, d_inner=37)),
+    # pad_token_id: the id transformers' GPT sequence classifiers skip to find the last token (batch pads with 0).
+    "gpt2": ("GPT2", "GPT2Config", dict(GPT, n_inner=37)),
+    "openai-gpt": ("OpenAIGPT", "OpenAIGPTConfig", GPT),  # its feed-forward is 4 x n_embd, no n_inner
 }
 CLASSES = {"sequence": "ForSequenceClassification", "token": "ForTokenClassification", "span": "ForQuestionAnswering"}
+# (family, head kind) of every task class transformers has: its OpenAIGPT has only the sequence classifier.
+MAPPED = [(f, k) for f in sorted(FAMILIES) for k in sorted(CLASSES) if f != "openai-gpt" or k == "sequence"]
 MNLI = ["contradiction", "entailment", "neutral"]
 
 
@@ -78,13 +84,16 @@ def task_for(kind: str, loaded, labels=None, name: str = "sst2"):
 
 
 def batch(family: str):
-    """Three rows of 11 tokens; right padding except for XLNet, whose transformers head reads the last position."""
+    """Three rows of 11 tokens; right padding except for XLNet, whose transformers head reads the last position; no
+    token types for the GPTs, whose transformers models would add the token embeddings of the type ids."""
     ids = torch.randint(5, VOCAB, (3, 11))
     mask = torch.ones_like(ids)
     if family != "xlnet":
         mask[1, 7:] = 0
         mask[2, 4:] = 0
     ids[mask == 0] = 1 if family == "roberta" else 0
+    if family in ("gpt2", "openai-gpt"):
+        return {"input_ids": ids, "attention_mask": mask}
     types = torch.zeros_like(ids)
     if family not in ("roberta", "xlnet"):
         types[:, 5:] = 1
@@ -105,8 +114,7 @@ def loaded_task(tmp_path, family, kind, labels=None, task_labels=None, name="sst
     return reference, loaded.model.eval(), task.eval(), started
 
 
-@pytest.mark.parametrize("kind", sorted(CLASSES))
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize(("family", "kind"), MAPPED)
 def test_fine_tuning_model_scores_as_transformers_does(tmp_path, family, kind):
     labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"] if kind == "token" else None
     reference, model, task, started = loaded_task(tmp_path, family, kind, labels)
@@ -349,3 +357,54 @@ def test_evaluation_only_of_a_tagger_takes_its_labels_from_the_checkpoint(tiny_c
             expected.append(" ".join(tags[int(logits[i].argmax())] for i in firsts))
     assert len({tag for line in expected for tag in line.split()}) > 1
     assert json.loads((tmp_path / "run" / "predictions.json").read_text()) == expected
+
+
+@pytest.mark.parametrize("head_bias", [None, True, False])
+def test_gpts_bias_free_score_starts_a_head_with_no_bias_or_a_zero_one(tmp_path, head_bias):
+    """task.head_bias: null takes the checkpoint's (none: GPT2ForSequenceClassification's score), true keeps a bias
+    that starts at zero, false none; all three score as transformers does."""
+    reference = hf_model("gpt2", "sequence")
+    loaded = load_backbone(save(reference, tmp_path / "hf"), with_task_head=True)
+    task = task_for("sequence", loaded)
+    if head_bias is not None:
+        task = SequenceClassification(
+            ClassificationConfig(name="sst2", labels=["0", "1"], head_bias=head_bias),
+            loaded.model,
+            task.vocab,
+            TaskData([], None, labels=["0", "1"]),
+        )
+    assert start_from_checkpoint_head(task, loaded.model, loaded.task_head)
+    bias = task.head.linear.bias
+    assert (bias is None) == (head_bias is not True) and (bias is None or not bias.any())
+    inputs = batch("gpt2")
+    with torch.no_grad():
+        assert max_diff(task.eval().logits(loaded.model.eval(), inputs), reference(**inputs).logits) <= TOLERANCE
+
+
+def test_a_head_with_a_bias_is_not_taken_by_a_task_without_one(tmp_path, caplog):
+    from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+
+    loaded = load_backbone(save(hf_model("bert", "sequence"), tmp_path / "hf"), with_task_head=True)
+    config = ClassificationConfig(name="sst2", labels=["0", "1"], head_bias=False)
+    vocab = vocab_from_tokenizer(loaded.tokenizer)
+    task = SequenceClassification(config, loaded.model, vocab, TaskData([], None, labels=["0", "1"]))
+    with caplog.at_level(logging.WARNING, logger="plm_toolkit"):
+        assert not start_from_checkpoint_head(task, loaded.model, loaded.task_head)
+    assert "(its classifier has a bias; task.head_bias=false asks for one without)" in unused_warning(caplog)
+    assert task.head.linear.bias is None
+
+
+def test_the_double_heads_multiple_choice_head_is_named_and_left_out(tmp_path, caplog):
+    """OpenAIGPTDoubleHeadsModel: its multiple-choice head unused, its backbone read (the embedding from lm_head,
+    the one copy transformers saves of the two it ties)."""
+    reference = hf_model("openai-gpt", architecture="OpenAIGPTDoubleHeadsModel")
+    with caplog.at_level(logging.WARNING, logger="plm_toolkit"):
+        loaded = load_backbone(save(reference, tmp_path / "hf"))
+    assert "task head multiple_choice_head.summary.bias, multiple_choice_head.summary.weight not used" in (
+        unused_warning(caplog)
+    )
+    assert loaded.task_head is None
+    inputs = batch("openai-gpt")
+    with torch.no_grad():
+        theirs = reference.transformer(**inputs).last_hidden_state
+        assert max_diff(loaded.model.eval()(**inputs).hidden, theirs, inputs["attention_mask"]) <= TOLERANCE

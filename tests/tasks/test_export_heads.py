@@ -42,13 +42,17 @@ FAMILIES = {
     "ernie": ("ernie", ODD),
     "xlnet": ("xlnet", dict(ODD, head_size=12)),
     "gpt2": ("gpt2", ODD),
+    "openai-gpt": ("gpt", dict(ODD, intermediate_size=144)),  # transformers' OpenAIGPT: 4 x hidden
 }
+# Families whose transformers sequence classifier has no bias: their runs train theirs with task.head_bias=false.
+NO_BIAS = ("gpt2", "openai-gpt")
 AUTO = {"sequence": "ForSequenceClassification", "token": "ForTokenClassification", "span": "ForQuestionAnswering"}
 RTE = ["entailment", "not_entailment"]
 WNUT17 = ["O", "B-corporation", "I-corporation", "B-creative-work", "I-creative-work", "B-person", "I-person"]
 # (family, head kind, activation of the head's own dense layer): every head a transformers class holds.
-EXPORTABLE = [(family, kind, None) for family in sorted(set(FAMILIES) - {"gpt2"}) for kind in ("token", "span")]
-EXPORTABLE += [(family, "sequence", None) for family in ("albert", "bert", "ernie", "roberta", "xlnet")]
+EXPORTABLE = [(family, kind, None) for family in sorted(set(FAMILIES) - {"openai-gpt"}) for kind in ("token", "span")]
+EXPORTABLE += [(family, "sequence", None) for family in ("albert", "bert", "ernie", "gpt2", "openai-gpt", "roberta")]
+EXPORTABLE += [("xlnet", "sequence", None)]
 EXPORTABLE += [("electra", "sequence", "gelu"), ("xlnet", "sequence", "tanh"), ("xlnet", "sequence", "gelu")]
 
 
@@ -57,12 +61,13 @@ def tokenizer(tiny_checkpoint) -> Tokenizer:
     return Tokenizer.from_file(str(tiny_checkpoint / "tokenizer.json"))
 
 
-def make_task(kind: str, model, tokenizer: Tokenizer, regression: bool = False, finetune=None, head_activation=None):
+def make_task(kind: str, model, tokenizer: Tokenizer, regression=False, finetune=None, head_activation=None, bias=None):
     vocab = vocab_from_tokenizer(tokenizer)
     if kind == "sequence":
         labels = [] if regression else RTE
         name = "stsb" if regression else "rte"
-        config = ClassificationConfig(name=name, labels=labels, regression=regression, head_activation=head_activation)
+        config = ClassificationConfig(name, labels=labels, regression=regression, head_activation=head_activation)
+        config.head_bias = bias
         return SequenceClassification(config, model, vocab, TaskData([], None, labels=labels), finetune=finetune)
     if kind == "token":
         return TokenClassification(NerConfig(labels=WNUT17), model, vocab, TaskData([], None, labels=WNUT17))
@@ -95,7 +100,9 @@ def scores(task, model, inputs) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize(("family", "kind", "activation"), EXPORTABLE)
 def test_export_loads_whole_in_transformers_and_scores_as_the_task(tmp_path, tokenizer, family, kind, activation):
-    _, model, task = fine_tuned(tmp_path / "run", tokenizer, family, kind, activation)
+    no_bias = kind == "sequence" and family in NO_BIAS
+    _, model, task = fine_tuned(tmp_path / "run", tokenizer, family, kind, activation, bias=False if no_bias else None)
+    assert no_bias == (task.head.linear.bias is None)
     out = tmp_path / "hf"
     assert main([str(tmp_path / "run"), str(out)]) == 0
     theirs, info = getattr(transformers, "AutoModel" + AUTO[kind]).from_pretrained(out, output_loading_info=True)
@@ -136,7 +143,8 @@ def test_a_regression_exports_one_output_with_its_problem_type(tmp_path, tokeniz
     [
         ("electra", "ElectraForSequenceClassification is a sequence classifier with its own dense layer and gelu "
          "over the first token's state (plm-finetune task.head_activation=gelu trains that head)"),
-        ("gpt2", "no sequence classifier class of gpt2 is mapped here"),
+        ("gpt2", "GPT2ForSequenceClassification is a sequence classifier without a bias over the last token's state "
+         "(plm-finetune task.head_bias=false trains that head)"),
     ],
 )  # fmt: skip
 def test_a_head_no_transformers_class_computes_is_refused_in_one_line(tmp_path, tokenizer, capsys, family, theirs):
@@ -228,3 +236,34 @@ def test_task_head_activation_builds_the_dense_head_that_electra_exports_with(tm
     other = make_task("sequence", loaded.model, tokenizer, head_activation="tanh")
     assert not start_from_checkpoint_head(other, loaded.model, loaded.task_head, loaded.initialized_keys)
     assert "task.head_activation=tanh asks for one with tanh" in caplog.text
+
+
+def test_a_gpt2_run_padded_with_end_of_text_exports_a_pad_id_that_finds_the_same_last_token(tmp_path):
+    """GPT-2's byte-level BPE has no pad token: plm-finetune pads with <|endoftext|>, which also ends every text and
+    is what the head reads. transformers' classifier reads the last token that is not pad_token_id, so the export
+    names another id there; inputs padded with it score as the run's padded batch does."""
+    from tokenizers import models, pre_tokenizers, trainers
+
+    from plm_toolkit.data.tokenizer import END_OF_TEXT, _add_gpt2_specials, byte_level_tokenizer
+    from tests.conftest import tokenizer_texts
+
+    gpt2_bpe = byte_level_tokenizer(models.BPE())
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=[END_OF_TEXT], initial_alphabet=alphabet)
+    gpt2_bpe.train_from_iterator(tokenizer_texts()[:300], trainer=trainer)
+    _add_gpt2_specials(gpt2_bpe)
+    _, model, task = fine_tuned(tmp_path / "run", gpt2_bpe, "gpt2", "sequence", bias=False)
+    assert main([str(tmp_path / "run"), str(tmp_path / "hf")]) == 0
+    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "hf").eval()
+    end = gpt2_bpe.token_to_id(END_OF_TEXT)
+    assert theirs.config.pad_token_id == (1 if end == 0 else 0) != end
+    texts = ["a gripping , funny film", "dull", "it is neither good nor bad , just long"]
+    rows = [{"input_ids": e.ids, "token_type_ids": e.type_ids} for e in gpt2_bpe.encode_batch(texts)]
+    ours = task.collator()(rows)  # padded with <|endoftext|>
+    assert (ours["input_ids"][ours["attention_mask"] == 0] == end).all() and (ours["attention_mask"] == 0).any()
+    padded = ours["input_ids"].masked_fill(ours["attention_mask"] == 0, theirs.config.pad_token_id)
+    with torch.no_grad():
+        logits = task.logits(model, ours)
+        assert max_diff(theirs(input_ids=padded, attention_mask=ours["attention_mask"]).logits, logits) <= TOLERANCE
+        theirs.config.pad_token_id = end  # <|endoftext|> as the pad id: the token before it would be read
+        assert max_diff(theirs(input_ids=ours["input_ids"]).logits, logits) > 1e-3
