@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
+from plm_toolkit import checkpoint as ckpt
 from plm_toolkit import failures
 from plm_toolkit.atomic import atomic_folder, save_safetensors
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.training import checkpoint as ckpt
 
 log = logging.getLogger("plm_toolkit")
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-PACKAGES = ("plm_toolkit.models", "plm_toolkit.objectives", "plm_toolkit.tasks")
+# In import order, the lower floors first: an adapter (interop/) imports its family and objective modules.
+PACKAGES = ("plm_toolkit.models", "plm_toolkit.objectives", "plm_toolkit.interop", "plm_toolkit.tasks")
 
 
 def load_all() -> None:

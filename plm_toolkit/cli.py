@@ -16,11 +16,11 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from plm_toolkit import checkpoint as ckpt
 from plm_toolkit import failures
 from plm_toolkit.config import setup
 from plm_toolkit.config.validate import evaluation_only, validate
 from plm_toolkit.errors import ConfigError, DataError
-from plm_toolkit.training import checkpoint as ckpt
 from plm_toolkit.training.distributed import (
     adopt_submitit_environment,
     destroy_process_group,

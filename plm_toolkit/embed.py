@@ -37,7 +37,7 @@ from plm_toolkit.data.characters import BOS_TOKEN, EOS_TOKEN, character_ids
 from plm_toolkit.data.template import template_of
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.errors import ConfigError, DataError
-from plm_toolkit.models.pretrained import LoadedBackbone, load_backbone
+from plm_toolkit.interop.pretrained import LoadedBackbone, load_backbone
 from plm_toolkit.tasks.base import character_width
 
 log = logging.getLogger("plm_toolkit")
@@ -154,7 +154,7 @@ def select(vectors: np.ndarray, layers: str) -> np.ndarray:
 
 class Hdf5Writer:
     def __init__(self, path: Path):
-        from plm_toolkit.models.elmo_bilm_tf import h5py_module
+        from plm_toolkit.interop.elmo_bilm_tf import h5py_module
 
         self.h5py = h5py_module()
         self.file = self.h5py.File(path, "w")

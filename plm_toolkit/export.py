@@ -15,7 +15,7 @@ ELMo as bilm-tf's options.json + weights.hdf5 (+ vocab.txt), what plm-embed, all
 
 A fine-tuned checkpoint exports as the transformers task class whose head computes what the task's does
 (...ForSequenceClassification, ...ForTokenClassification, ...ForQuestionAnswering: ``tasks/checkpoint_head.py`` reads
-the head, ``models/hf_heads.py`` runs the family's import layouts backwards), with the task's labels as config.json's
+the head, ``interop/hf_heads.py`` runs the family's import layouts backwards), with the task's labels as config.json's
 id2label and its problem_type, so that transformers' AutoModelFor... and ``plm-finetune model.checkpoint=OUT_DIR``
 load it to the same scores. A head no transformers class computes (ELECTRA's linear head over [CLS], GPT's with a
 bias, one over finetune.mode=features' task encoder) is refused in one line; ``--backbone-only`` writes the bare
@@ -37,15 +37,16 @@ import sys
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+from plm_toolkit import checkpoint as ckpt
 from plm_toolkit import failures, registry
 from plm_toolkit.atomic import atomic_folder
 from plm_toolkit.catalog import load_all
 from plm_toolkit.data.tokenizer import load_tokenizer, vocab_from_tokenizer
 from plm_toolkit.errors import CheckpointError, ConfigError
-from plm_toolkit.models.elmo_bilm_tf import export_bilm_tf
-from plm_toolkit.models.hf import ADAPTERS, export_hf, some
-from plm_toolkit.models.hf_heads import TaskHead
-from plm_toolkit.models.pretrained import (
+from plm_toolkit.interop.elmo_bilm_tf import export_bilm_tf
+from plm_toolkit.interop.hf import ADAPTERS, export_hf, some
+from plm_toolkit.interop.hf_heads import TaskHead
+from plm_toolkit.interop.pretrained import (
     load_plm_checkpoint,
     model_config_of,
     plm_checkpoint_dir,
@@ -53,7 +54,6 @@ from plm_toolkit.models.pretrained import (
     typed_objective_config,
 )
 from plm_toolkit.tasks.checkpoint_head import finetuned_head
-from plm_toolkit.training import checkpoint as ckpt
 
 log = logging.getLogger("plm_toolkit")
 

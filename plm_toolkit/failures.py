@@ -17,20 +17,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import hashlib
 import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import fields, is_dataclass
+from collections.abc import Callable
 from typing import NoReturn
 
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from plm_toolkit.errors import PlmError
+from plm_toolkit.names import did_you_mean, key_names
 from plm_toolkit.training.distributed import launched_rank, launcher_store
 
 # Set by cli.run_command once Hydra has created the run directory and handed over: an OSError before then is about
@@ -96,17 +95,6 @@ def _prints_it(line: str) -> bool:
         return first
     except (RuntimeError, ValueError, KeyError):  # torch's DistError is a RuntimeError
         return True
-
-
-def did_you_mean(word: str, choices: Iterable[str], prefix: str = "") -> str:
-    """``; did you mean X?`` for the closest choice (difflib), or nothing when none is close."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"; did you mean {prefix}{close[0]}?" if close else ""
-
-
-def key_names(object_type) -> list[str]:
-    """The keys a typed config node accepts (the fields of its dataclass)."""
-    return [f.name for f in fields(object_type)] if is_dataclass(object_type) else []
 
 
 def _first_line(text: str) -> str:

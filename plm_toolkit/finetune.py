@@ -24,7 +24,7 @@ from plm_toolkit import cli
 from plm_toolkit.cli import run_command, start_run, write_results
 from plm_toolkit.config.validate import task_class
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
-from plm_toolkit.models.pretrained import load_backbone
+from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.base import character_width
 from plm_toolkit.tasks.checkpoint_head import HEAD_SECTION, checkpoint_labels, head_record, start_from_checkpoint_head
 from plm_toolkit.tasks.seq2seq import task_for_backbone

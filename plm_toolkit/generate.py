@@ -33,10 +33,10 @@ from omegaconf import MISSING, DictConfig
 from plm_toolkit import cli, failures
 from plm_toolkit.config.schema import Device
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+from plm_toolkit.decoding import DecodingOptions, SearchConfig, generate
 from plm_toolkit.errors import ConfigError, DataError
-from plm_toolkit.generation import DecodingOptions, SearchConfig, generate
+from plm_toolkit.interop.pretrained import LoadedLanguageModel, load_language_model
 from plm_toolkit.models.base import ENCODER_DECODER
-from plm_toolkit.models.pretrained import LoadedLanguageModel, load_language_model
 
 log = logging.getLogger("plm_toolkit")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from plm_toolkit import checkpoint as ckpt
 from plm_toolkit import cli, registry
 from plm_toolkit.cli import run_command, start_run, write_results
 from plm_toolkit.config.validate import data_plan, tokenizer_kind
@@ -22,7 +23,7 @@ from plm_toolkit.data.collate import Collator, Seq2SeqCollator
 from plm_toolkit.data.parallel import prepare_parallel_data
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import PlmError
-from plm_toolkit.training import checkpoint as ckpt
+from plm_toolkit.tasks.entity_tagger import with_entity_tagger
 from plm_toolkit.training.distributed import barrier
 
 log = logging.getLogger("plm_toolkit")
@@ -61,7 +62,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         data = prepare_parallel_data(data_cfg, cfg.trainer.seed)
         collate = Seq2SeqCollator(data.vocab.padding_id, data.vocab.require("eos_id", "translation"))
     else:
-        data = prepare_pretraining_data(data_cfg, plan, cfg.trainer.seed)
+        data = prepare_pretraining_data(data_cfg, with_entity_tagger(plan), cfg.trainer.seed)
         collate = Collator(data.vocab)
     if process.is_main:
         barrier(process)

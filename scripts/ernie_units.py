@@ -59,7 +59,8 @@ def main() -> None:
     import plm_toolkit.train  # noqa: F401  (registries: the entity tagger loads a backbone)
     from plm_toolkit.data.corpus import read_documents
     from plm_toolkit.data.tokenizer import load_tokenizer
-    from plm_toolkit.data.unit_corpus import tokenize_with_units, unit_summary
+    from plm_toolkit.data.unit_corpus import TaggedSources, tokenize_with_units, unit_summary
+    from plm_toolkit.tasks.entity_tagger import EntityTagger
 
     scratch_folder = tempfile.TemporaryDirectory(prefix="ernie_units-")  # removed when the script exits
     scratch = Path(scratch_folder.name)
@@ -92,7 +93,8 @@ def main() -> None:
     started = time.perf_counter()
     documents = read_documents(data_cfg, "train")
     tokenizer = load_tokenizer(args.tokenizer)
-    tokenized = tokenize_with_units(documents, tokenizer, data_cfg, sources)
+    tagged = TaggedSources(sources, EntityTagger(args.entity_tagger)) if args.entity_tagger else sources
+    tokenized = tokenize_with_units(documents, tokenizer, data_cfg, tagged)
     result["seconds"] = round(time.perf_counter() - started, 1)
     result["settings"] = {k: v for k, v in vars(sources).items() if v is not None}
     learned = sorted((cache / "units").glob("phrases-*.txt"))

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from plm_toolkit import checkpoint as ckpt
 from plm_toolkit import registry
 from plm_toolkit.config import setup
 from plm_toolkit.config.validate import data_plan
@@ -24,7 +25,6 @@ from plm_toolkit.data.collate import Collator
 from plm_toolkit.data.loader import eval_loader
 from plm_toolkit.objectives.masking import IGNORE_INDEX
 from plm_toolkit.objectives.rtd import gumbel_sample, rtd_labels
-from plm_toolkit.training import checkpoint as ckpt
 
 
 def load(checkpoint: Path):

@@ -13,7 +13,7 @@ def test_registry_imports_no_family_and_the_loader_registers_every_module():
         "assert not [m for m in sys.modules if m.startswith(('plm_toolkit.models.', 'plm_toolkit.objectives.'))]\n"
         "from plm_toolkit.catalog import load_all\n"
         "load_all()\n"
-        "from plm_toolkit.models.hf import ADAPTERS\n"
+        "from plm_toolkit.interop.hf import ADAPTERS\n"
         "import json\n"
         "print(json.dumps([r.MODELS.names(), r.OBJECTIVES.names(), len(r.TASKS.names()), ADAPTERS.names()]))\n"
     )

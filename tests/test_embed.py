@@ -8,9 +8,9 @@ import torch
 from safetensors.torch import load_file
 
 from plm_toolkit.errors import DataError
+from plm_toolkit.interop.elmo_bilm_tf import export_bilm_tf
+from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.models.elmo import Elmo, ElmoConfig
-from plm_toolkit.models.elmo_bilm_tf import export_bilm_tf
-from plm_toolkit.models.pretrained import load_backbone
 from tests.tasks.conftest import save_tiny_checkpoint, tiny_tokenizer
 
 h5py = pytest.importorskip("h5py")

@@ -11,17 +11,17 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.data.characters import character_ids
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.data.word_vocabulary import train_word_tokenizer
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.export import MANIFEST_FILE, export_checkpoint, main
-from plm_toolkit.models import elmo_bilm_tf, hf
+from plm_toolkit.interop import elmo_bilm_tf, hf
+from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.models.bert import Bert, BertConfig
 from plm_toolkit.models.elmo import Elmo, ElmoConfig
-from plm_toolkit.models.pretrained import load_backbone
 from plm_toolkit.objectives.mlm_sop import MlmSop, MlmSopConfig
-from plm_toolkit.training import checkpoint as ckpt
 
 from .conftest import save_untrained, tree_digest
 from .tasks.conftest import tiny_tokenizer

@@ -6,8 +6,8 @@ Where the units come from (the objective's keys, see ``objectives/knowledge_mask
   ``presegmented``;
 - phrases: the ``[[...]]`` marks of pre-segmented text, a ``phrase_lexicon`` file, or, when neither is given,
   phrases learned from the training corpus by collocation scores (``data/collocations.py``, cached);
-- entities: the ``{{...}}`` marks, an ``entity_gazetteer`` file, and an ``entity_tagger`` (a task=ner checkpoint),
-  in that order of precedence where they overlap.
+- entities: the ``{{...}}`` marks, an ``entity_gazetteer`` file, and an ``entity_tagger`` (a task=ner checkpoint,
+  whose tagger the caller builds and passes in ``TaggedSources``), in that order of precedence where they overlap.
 How many units of each kind were found is logged and kept in ``<cache file>.units.json``.
 """
 
@@ -18,6 +18,8 @@ import json
 import logging
 import os
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,21 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
+@dataclass(frozen=True)
+class TaggedSources:
+    """The units' sources (``config``: the objective config) with the entity tagger that its ``entity_tagger`` key
+    names, built by the caller (``tasks/entity_tagger.py``): a callable from lists of words to entity spans over
+    word indices, whose ``folder`` holds the weights that key the cache. Reads as ``config`` otherwise."""
+
+    config: Any
+    tagger: Callable[[list[list[str]]], list[list[tuple[int, int]]]]
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("config", "tagger"):  # not set yet (unpickling)
+            raise AttributeError(name)
+        return getattr(self.config, name)
+
+
 class UnitFinder:
     """Finds the units of one line of text from the configured sources (``sources``: the objective config)."""
 
@@ -90,11 +107,12 @@ class UnitFinder:
                 "no entity source (objective.entity_gazetteer, objective.entity_tagger or pre-segmented {{...}} "
                 "marks): the entity stage masks phrases and words only"
             )
-        self.tagger = None
-        if sources.entity_tagger:
-            from plm_toolkit.data.entity_tagger import EntityTagger
-
-            self.tagger = EntityTagger(sources.entity_tagger)
+        self.tagger = getattr(sources, "tagger", None)
+        if sources.entity_tagger and self.tagger is None:
+            raise ValueError(
+                f"entity_tagger={sources.entity_tagger} names a tagger that was not built; pass the sources as "
+                "TaggedSources(sources, tagger) (tasks/entity_tagger.py: with_entity_tagger)"
+            )
         self.key = stable_hash(
             FORMAT_VERSION,
             self.segmenter,

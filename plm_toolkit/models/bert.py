@@ -7,7 +7,7 @@ The same backbone serves the encoder family: RoBERTa is a preset of it (``type_v
 below the model width factorizes the embedding (ALBERT section 3.1) and adds a projection E -> H.
 
 Submodule names follow the released checkpoints closely (``embeddings.word_embeddings``,
-``encoder.layers.{i}.attention.query``, ``pooler.dense``) so that ``models/hf.py`` imports them with a plain name
+``encoder.layers.{i}.attention.query``, ``pooler.dense``) so that ``interop/hf.py`` imports them with a plain name
 table. The MLM and NSP heads belong to the objectives (``objectives/mlm.py``, ``objectives/nsp.py``).
 """
 

@@ -12,7 +12,7 @@ The two differ only in where the LayerNorms sit and in the initialization:
 
 Both use the tanh approximation of GELU (their code's ``gelu``) and dropout on the embeddings, the attention
 probabilities and each residual branch. Submodule names are the shared ones (``embeddings.word_embeddings``,
-``layers.{i}.attention.query``, ...); ``models/hf_gpt.py`` maps them onto transformers' ``OpenAIGPTLMHeadModel`` and
+``layers.{i}.attention.query``, ...); ``interop/hf_gpt.py`` maps them onto transformers' ``OpenAIGPTLMHeadModel`` and
 ``GPT2LMHeadModel`` (whose Conv1D weights are stored transposed, q, k and v as one matrix).
 """
 
@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from plm_toolkit.config.schema import TokenizerKind
+from plm_toolkit.decoding import CachedDecoder
 from plm_toolkit.errors import ConfigError
-from plm_toolkit.generation import CachedDecoder
 from plm_toolkit.models.base import CAUSAL, Backbone, Representations, check_vocab_size
 from plm_toolkit.nn.embeddings import TokenEmbeddings
 from plm_toolkit.nn.feed_forward import HiddenAct
@@ -149,7 +149,7 @@ class GPT(Backbone):
         return self.embeddings.word_embeddings
 
     def decoder(self, head) -> CachedDecoder:
-        """Generation over a key/value cache (``plm_toolkit/generation.py``); ``head`` maps (B, H) to (B, V)."""
+        """Generation over a key/value cache (``plm_toolkit/decoding.py``); ``head`` maps (B, H) to (B, V)."""
         return CachedDecoder(self, head)
 
     def new_cache(self) -> list[LayerCache]:

@@ -10,7 +10,7 @@ false``) has a gated-GELU feed-forward, an untied output layer without the resca
 pretraining.
 
 The layers are the shared pre-norm ``TransformerLayer`` (``nn/layers.py``) with RMS norms, no biases, a score scale
-of 1 and the stack's bias as an additive attention mask; ``models/hf_t5.py`` maps their names to the released
+of 1 and the stack's bias as an additive attention mask; ``interop/hf_t5.py`` maps their names to the released
 checkpoints'.
 """
 

@@ -119,7 +119,7 @@ class TransformerXL(Backbone):
         return self.word_embeddings
 
     def decoder(self, head) -> MemoryDecoder:
-        """Generation over the segment memory (``plm_toolkit/generation.py``): each step feeds one token and
+        """Generation over the segment memory (``plm_toolkit/decoding.py``): each step feeds one token and
         attends to the cached states of the eval_mem_len (default mem_len) tokens before it."""
         if self.config.mem_len <= 0 and not self.config.eval_mem_len:
             raise ConfigError("model.mem_len=0: Transformer-XL generates through its memory and has none")

@@ -10,7 +10,7 @@ Fine-tuning passes neither and gets the content stream alone, a bidirectional en
 
 Inputs are laid out [A, SEP, B, SEP, CLS] (CLS last) with token types 0 / 1 / 2; the segment term only asks
 whether two positions share a segment, so there is no absolute segment embedding. Submodule names map one to one
-onto transformers' XLNetLMHeadModel (``models/hf_xlnet.py``).
+onto transformers' XLNetLMHeadModel (``interop/hf_xlnet.py``).
 """
 
 from __future__ import annotations

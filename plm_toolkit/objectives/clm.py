@@ -89,7 +89,7 @@ class CausalLanguageModeling(MemoryObjective):
 
     def next_token_logits(self, model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
         """(B, H) last hidden states -> (B, V) scores of the next token (log-probabilities for an adaptive
-        softmax): the LM head that generation (``plm_toolkit/generation.py``) decodes with."""
+        softmax): the LM head that generation (``plm_toolkit/decoding.py``) decodes with."""
         if self.adaptive is not None:
             return self.adaptive.log_prob(hidden.float())
         return F.linear(hidden, model.input_embeddings.weight, self.bias)

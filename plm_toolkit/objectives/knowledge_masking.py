@@ -162,7 +162,7 @@ class KnowledgeMasking(MaskedLanguageModeling):
             if path and not Path(path).expanduser().is_file():
                 raise ConfigError(f"objective.{key}={path}: no such file; expected UTF-8 text, one entry per line")
         if config.entity_tagger:
-            from plm_toolkit.data.entity_tagger import ner_checkpoint
+            from plm_toolkit.tasks.entity_tagger import ner_checkpoint
 
             try:
                 ner_checkpoint(config.entity_tagger)

@@ -113,7 +113,7 @@ class Generator(nn.Module):
     """A narrow encoder over the backbone's embeddings, with BERT's MLM head (decoder tied to those embeddings).
 
     Names follow Hugging Face's ElectraForMaskedLM (``embeddings_project``, ``encoder.layers``, the head's
-    ``dense`` / ``layer_norm`` / ``bias``), so ``models/hf.py`` maps them with its tables.
+    ``dense`` / ``layer_norm`` / ``bias``), so ``interop/hf.py`` maps them with its tables.
     """
 
     def __init__(self, config: BertConfig):

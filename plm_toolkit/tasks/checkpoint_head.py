@@ -1,6 +1,6 @@
 """Start a task's head from a fine-tuned checkpoint's, as transformers' ``from_pretrained`` does, or say why not.
 
-A fine-tuned Hugging Face folder brings its task head (``models/hf_heads.py``: ``TaskHead``). It starts the task's
+A fine-tuned Hugging Face folder brings its task head (``interop/hf_heads.py``: ``TaskHead``). It starts the task's
 head when both compute the same function: the same kind (a sequence classifier for the GLUE tasks and
 task=classification, a token classifier for NER, a span scorer for SQuAD), the same summary of the sequence (the
 backbone's pooled vector, or the first or last token), the same number of outputs, and labels that agree. Labels
@@ -11,7 +11,7 @@ the head. Otherwise the task keeps its fresh head and one warning line names the
 
 The other way, for plm-export: ``finetuned_head`` reads a plm-finetune checkpoint's head as a ``TaskHead`` (its
 weights, the task's kind and labels, the summary its backbone gives, and the activation of the head's own dense
-layer that plm-finetune records in config.yaml, ``head_record``), which ``models.hf.export_hf`` writes as the
+layer that plm-finetune records in config.yaml, ``head_record``), which ``interop.hf.export_hf`` writes as the
 transformers task class that computes the same.
 """
 
@@ -24,13 +24,13 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.config.validate import task_class
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.models.hf import some
-from plm_toolkit.models.hf_heads import KINDS, SUMMARIES, TaskHead
+from plm_toolkit.interop.hf import some
+from plm_toolkit.interop.hf_heads import KINDS, SUMMARIES, TaskHead
 from plm_toolkit.tasks.base import summary_kind
-from plm_toolkit.training import checkpoint as ckpt
 
 log = logging.getLogger("plm_toolkit")
 

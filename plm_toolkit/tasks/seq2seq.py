@@ -10,7 +10,7 @@
   text rounded to 0.2 as in T5.
 
 Training is teacher-forced cross-entropy (``objectives/translation.py``); evaluation decodes with
-``plm_toolkit/generation.py`` and writes the outputs to ``predictions.json`` (row -> text, or row -> label).
+``plm_toolkit/decoding.py`` and writes the outputs to ``predictions.json`` (row -> text, or row -> label).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from plm_toolkit.config.schema import FinetuneMode
 from plm_toolkit.data.collate import Seq2SeqCollator
 from plm_toolkit.data.parallel import ReadCounts, iter_pairs, report_counts, resolve
 from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.decoding import SearchConfig
 from plm_toolkit.errors import ConfigError, DataError, PlmError
-from plm_toolkit.generation import SearchConfig
 from plm_toolkit.models.base import ENCODER_DECODER
 from plm_toolkit.objectives.base import ObjectiveOutput
 from plm_toolkit.objectives.translation import (

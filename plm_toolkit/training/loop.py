@@ -18,12 +18,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.data.collate import PackingTransform
 from plm_toolkit.data.loader import BatchLayout, MicroBatches, eval_loader, micro_batch_loader, mix_seed
 from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.errors import TrainingError
 from plm_toolkit.objectives.base import Objective, ObjectiveOutput, normalized_loss
-from plm_toolkit.training import checkpoint as ckpt
 from plm_toolkit.training.distributed import all_gather_objects, all_reduce_max, barrier, in_lockstep
 from plm_toolkit.training.flops import ModelFlops, peak_tflops
 from plm_toolkit.training.logging import MetricsWriter, ProgressBar

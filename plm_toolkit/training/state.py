@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from plm_toolkit.training import checkpoint as ckpt
+from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.training.distributed import all_gather_objects, broadcast_object
 
 

@@ -30,11 +30,11 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 
+from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.data.corpus import resource_path
-from plm_toolkit.models.hf import export_hf
-from plm_toolkit.models.pretrained import load_backbone
+from plm_toolkit.interop.hf import export_hf
+from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.train import run as train_run
-from plm_toolkit.training import checkpoint as ckpt
 from tests.conftest import save_finetuned, save_untrained, tiny_transformer, tree_digest
 from tests.training.conftest import QUIET, TINY
 
@@ -283,8 +283,8 @@ def prepare_elmo(prepared: Path) -> None:
     """A tiny random ELMo in bilm-tf's layout, and copies with a field, a dataset or a shape wrong."""
     h5py = pytest.importorskip("h5py")
     from plm_toolkit.data.word_vocabulary import word_tokenizer
+    from plm_toolkit.interop.elmo_bilm_tf import export_bilm_tf
     from plm_toolkit.models.elmo import Elmo, ElmoConfig
-    from plm_toolkit.models.elmo_bilm_tf import export_bilm_tf
 
     config = ElmoConfig(char_embedding_size=4, filters=[[1, 5], [2, 7]], num_highway=1, hidden_size=11, cell_size=17)
     export_bilm_tf(prepared / "elmo", Elmo(config))

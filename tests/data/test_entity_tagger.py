@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import shutil
+from types import SimpleNamespace
 
 import pytest
 from hydra import compose, initialize_config_module
@@ -11,9 +12,10 @@ from omegaconf import OmegaConf
 
 import plm_toolkit.finetune as finetune
 from plm_toolkit.data.corpus import read_documents
-from plm_toolkit.data.entity_tagger import EntityTagger, ner_checkpoint
-from plm_toolkit.data.unit_corpus import tokenize_with_units
+from plm_toolkit.data.plan import DataPlan
+from plm_toolkit.data.unit_corpus import TaggedSources, UnitFinder, tokenize_with_units
 from plm_toolkit.errors import CheckpointError
+from plm_toolkit.tasks.entity_tagger import EntityTagger, ner_checkpoint, with_entity_tagger
 from tests.data.test_units import data_config, sources
 from tests.tasks.conftest import QUIET, save_tiny_checkpoint, tiny_tokenizer
 
@@ -73,7 +75,7 @@ def test_tagger_finds_the_entities_it_learned(ner_run, tmp_path):
         read_documents(config, "train"),
         tagger.tokenizer,
         config,
-        sources(entity_tagger=str(ner_run / "run"), collocation_passes=0),
+        TaggedSources(sources(entity_tagger=str(ner_run / "run"), collocation_passes=0), tagger),
     )
     stats = tmp_path / "cache" / "tokenized"
     summary = next(stats.glob("*.units.json")).read_text()
@@ -98,3 +100,15 @@ def test_checkpoints_that_are_not_ner_taggers_are_refused(ner_run, tmp_path):
         ner_checkpoint(tmp_path)
     with pytest.raises(CheckpointError, match=r"no such file or directory"):
         ner_checkpoint(tmp_path / "missing")
+
+
+@pytest.mark.slow
+def test_plm_train_builds_the_tagger_its_objective_names(ner_run):
+    """train.py hands data/unit_corpus.py the tagger built here (data/ imports nothing from tasks/)."""
+    untagged = DataPlan(units=sources())
+    assert with_entity_tagger(untagged) is untagged and with_entity_tagger(DataPlan()).units is None
+    tagged = with_entity_tagger(DataPlan(units=sources(entity_tagger=str(ner_run / "run")))).units
+    assert isinstance(tagged, TaggedSources) and tagged.word_segmenter == "regex"
+    assert tagged.tagger([["Bob", "visited", "Kyoto", "."]]) == [[(0, 1), (2, 3)]]
+    with pytest.raises(ValueError, match="names a tagger that was not built"):
+        UnitFinder(sources(entity_tagger=str(ner_run / "run"), collocation_passes=0), SimpleNamespace(source="t"), None)

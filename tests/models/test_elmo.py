@@ -37,7 +37,7 @@ def sentences(n: int = 3, length: int = 9) -> list[list[str]]:
 
 @pytest.fixture
 def released(shared_data):
-    from plm_toolkit.models.elmo_bilm_tf import import_bilm_tf
+    from plm_toolkit.interop.elmo_bilm_tf import import_bilm_tf
 
     folder = shared_data / "elmo"
     if not (folder / "lm_weights.hdf5").is_file():
@@ -116,7 +116,7 @@ def test_padding_changes_nothing_and_states_continue_a_sentence():
 
 
 def test_export_then_import_gives_the_same_model(tmp_path):
-    from plm_toolkit.models.elmo_bilm_tf import export_bilm_tf, import_bilm_tf
+    from plm_toolkit.interop.elmo_bilm_tf import export_bilm_tf, import_bilm_tf
 
     model = tiny(num_layers=3, residual=True)
     export_bilm_tf(tmp_path, model)
@@ -127,7 +127,7 @@ def test_export_then_import_gives_the_same_model(tmp_path):
 
 
 def test_bad_bilm_tf_files_name_what_is_wrong(tmp_path):
-    from plm_toolkit.models.elmo_bilm_tf import export_bilm_tf, import_bilm_tf
+    from plm_toolkit.interop.elmo_bilm_tf import export_bilm_tf, import_bilm_tf
 
     export_bilm_tf(tmp_path, tiny())
     options = json.loads((tmp_path / "options.json").read_text())

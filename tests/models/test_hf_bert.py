@@ -12,8 +12,8 @@ from safetensors.torch import load_file, save_file
 
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import CheckpointError
+from plm_toolkit.interop.hf import export_hf_bert, import_hf_bert
 from plm_toolkit.models.bert import Bert
-from plm_toolkit.models.hf import export_hf_bert, import_hf_bert
 from plm_toolkit.objectives.mlm_nsp import MlmNsp, MlmNspConfig
 
 transformers = pytest.importorskip("transformers")

@@ -8,10 +8,10 @@ import torch
 
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import CheckpointError
+from plm_toolkit.interop.hf import export_hf, import_hf
 from plm_toolkit.models.albert import Albert
 from plm_toolkit.models.bert import Bert
 from plm_toolkit.models.electra import Electra
-from plm_toolkit.models.hf import export_hf, import_hf
 from plm_toolkit.objectives.mlm import MaskedLanguageModeling, MlmConfig
 from plm_toolkit.objectives.mlm_sop import MlmSop, MlmSopConfig
 from plm_toolkit.objectives.rtd import ReplacedTokenDetection, RtdConfig

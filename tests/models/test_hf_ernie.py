@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.interop.hf import export_hf, import_hf
+from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.models.ernie import Ernie, ErnieConfig
-from plm_toolkit.models.hf import export_hf, import_hf
-from plm_toolkit.models.pretrained import load_backbone
 from plm_toolkit.objectives.knowledge_masking import KnowledgeMasking, KnowledgeMaskingConfig
 from plm_toolkit.objectives.mlm_nsp import MlmNsp, MlmNspConfig
 from tests.models.test_hf_bert import randomized

@@ -15,9 +15,9 @@ import plm_toolkit.train  # noqa: F401  (registers schemas, registries and resol
 from plm_toolkit.config.validate import problems
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import CheckpointError
+from plm_toolkit.interop.hf import export_hf, import_hf
 from plm_toolkit.models.bert import Bert, BertConfig
 from plm_toolkit.models.electra import Electra, ElectraConfig
-from plm_toolkit.models.hf import export_hf, import_hf
 from plm_toolkit.models.xlnet import XLNet, XLNetConfig
 from plm_toolkit.objectives.mlm import MaskedLanguageModeling, MlmConfig
 from plm_toolkit.objectives.rtd import ReplacedTokenDetection, RtdConfig

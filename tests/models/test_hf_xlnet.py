@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.models.hf_xlnet import export_hf_xlnet, import_hf_xlnet
+from plm_toolkit.interop.hf_xlnet import export_hf_xlnet, import_hf_xlnet
 from plm_toolkit.models.xlnet import XLNet
 from plm_toolkit.objectives.plm import PermutationTransform, PlmConfig
 

@@ -6,7 +6,7 @@ import torch
 
 from plm_toolkit.data.collate import IGNORE_INDEX, Seq2SeqCollator
 from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.generation import SearchConfig
+from plm_toolkit.decoding import SearchConfig
 from plm_toolkit.models.transformer import Transformer, TransformerConfig
 from plm_toolkit.nn.losses import label_smoothed_cross_entropy
 from plm_toolkit.objectives.translation import Translation, TranslationConfig, decode, shift_right

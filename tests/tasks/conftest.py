@@ -10,10 +10,10 @@ from tokenizers import Tokenizer, models, trainers
 from torch import nn
 
 import plm_toolkit.finetune  # noqa: F401  (registers schemas, registries and resolvers)
+from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.data.corpus import resource_path
 from plm_toolkit.data.tokenizer import SPECIAL_TOKENS, _add_specials, bert_tokenizer
 from plm_toolkit.models.bert import Bert, BertConfig
-from plm_toolkit.training import checkpoint as ckpt
 
 SST2_TRAIN = resource_path("corpora/sst2/train.tsv")
 SST2_DEV = resource_path("corpora/sst2/dev.tsv")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.models.pretrained import load_backbone
+from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.base import TaskData
 from plm_toolkit.tasks.checkpoint_head import start_from_checkpoint_head
 from plm_toolkit.tasks.glue import ClassificationConfig, SequenceClassification

@@ -14,18 +14,18 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
+from plm_toolkit import checkpoint as ckpt
 from plm_toolkit import registry
 from plm_toolkit.config.schema import FinetuneMode, FinetuneModeConfig
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.export import main
-from plm_toolkit.models.pretrained import load_backbone
+from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.base import TaskData
 from plm_toolkit.tasks.checkpoint_head import start_from_checkpoint_head
 from plm_toolkit.tasks.glue import ClassificationConfig, SequenceClassification
 from plm_toolkit.tasks.ner import NerConfig, TokenClassification
 from plm_toolkit.tasks.squad import QuestionAnswering
 from plm_toolkit.tasks.squad_data import SquadConfig
-from plm_toolkit.training import checkpoint as ckpt
 from tests.conftest import save_finetuned
 
 from .test_checkpoint_heads import TOLERANCE, batch, max_diff

@@ -11,10 +11,10 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from torch import nn
 
+from plm_toolkit import checkpoint as ckpt
 from plm_toolkit import registry
 from plm_toolkit.finetune import run
-from plm_toolkit.models.pretrained import load_backbone
-from plm_toolkit.training import checkpoint as ckpt
+from plm_toolkit.interop.pretrained import load_backbone
 from tests.training.conftest import read_metrics
 
 from .test_finetune import FAST, SST2, falls
@@ -67,11 +67,11 @@ def test_hugging_face_folder_of_every_family_loads_as_a_backbone(family, tiny_ch
     )
     folder = tmp_path / "hf"
     if family == "xlnet":
-        from plm_toolkit.models.hf_xlnet import export_hf_xlnet
+        from plm_toolkit.interop.hf_xlnet import export_hf_xlnet
 
         export_hf_xlnet(folder, plm.model, tokenizer_file=tokenizer_file)
     else:
-        from plm_toolkit.models.hf import export_hf
+        from plm_toolkit.interop.hf import export_hf
 
         export_hf(folder, plm.model, tokenizer_file=tokenizer_file)
     loaded = load_backbone(folder)

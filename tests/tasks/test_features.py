@@ -4,9 +4,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.finetune import run
-from plm_toolkit.models.pretrained import load_backbone
-from plm_toolkit.training import checkpoint as ckpt
+from plm_toolkit.interop.pretrained import load_backbone
 from tests.training.conftest import read_metrics
 
 from .conftest import SST2_DEV, SST2_TRAIN
@@ -74,8 +74,8 @@ def test_features_mode_reads_every_layer_without_gradients(finetune_config, tiny
 def tiny_elmo_folder(tmp_path_factory):
     """A random tiny ELMo in bilm-tf's format (options.json + weights.hdf5), as released ELMo models come."""
     pytest.importorskip("h5py")
+    from plm_toolkit.interop.elmo_bilm_tf import export_bilm_tf
     from plm_toolkit.models.elmo import Elmo, ElmoConfig
-    from plm_toolkit.models.elmo_bilm_tf import export_bilm_tf
 
     torch.manual_seed(0)
     config = ElmoConfig(

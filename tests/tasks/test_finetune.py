@@ -13,8 +13,8 @@ from safetensors.torch import load_file
 from plm_toolkit.config.validate import validate
 from plm_toolkit.errors import CheckpointError, ConfigError
 from plm_toolkit.finetune import run
-from plm_toolkit.models.hf import export_hf_bert
-from plm_toolkit.models.pretrained import load_backbone
+from plm_toolkit.interop.hf import export_hf_bert
+from plm_toolkit.interop.pretrained import load_backbone
 from tests.training.conftest import read_metrics
 
 from .conftest import QUIET, SST2_DEV, SST2_TRAIN

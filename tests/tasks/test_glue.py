@@ -53,7 +53,7 @@ def test_rte_real_files_are_pairs(shared_data):
 
 
 def test_features_pair_layout(tiny_checkpoint, shared_data):
-    from plm_toolkit.models.pretrained import load_backbone
+    from plm_toolkit.interop.pretrained import load_backbone
 
     loaded = load_backbone(tiny_checkpoint)
     from plm_toolkit.data.tokenizer import vocab_from_tokenizer
@@ -109,7 +109,7 @@ def test_short_row_names_its_line(tmp_path):
 
 def test_label_unseen_in_training_names_its_line(tmp_path, tiny_checkpoint):
     from plm_toolkit.data.tokenizer import vocab_from_tokenizer
-    from plm_toolkit.models.pretrained import load_backbone
+    from plm_toolkit.interop.pretrained import load_backbone
 
     (tmp_path / "train.tsv").write_text("text\tlabel\ngood\tpos\nbad\tneg\n")
     (tmp_path / "dev.tsv").write_text("text\tlabel\nfine\tpos\nmeh\tneutral\n")

@@ -5,8 +5,8 @@ import shutil
 import pytest
 import torch
 
+from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.training import checkpoint as ckpt
 
 
 def save(run_dir, step, model, keep_last=2):

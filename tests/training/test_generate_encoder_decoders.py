@@ -9,7 +9,7 @@ import torch
 from plm_toolkit.errors import DataError
 from plm_toolkit.export import export_checkpoint
 from plm_toolkit.generate import run as generate
-from plm_toolkit.models.pretrained import load_language_model
+from plm_toolkit.interop.pretrained import load_language_model
 
 from ..conftest import save_untrained, tiny_transformer
 from .conftest import generate_config

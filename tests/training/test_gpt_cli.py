@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.export import export_checkpoint
 from plm_toolkit.generate import run as generate
-from plm_toolkit.models.pretrained import load_language_model
+from plm_toolkit.interop.pretrained import load_language_model
 
 from .conftest import generate_config
 

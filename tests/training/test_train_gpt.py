@@ -86,7 +86,7 @@ def test_gpt_fine_tunes_on_sst2_and_ner(gpt_run, tmp_path):
 
 
 def test_transformer_xl_has_no_hugging_face_export(tmp_path):
-    from plm_toolkit.models.hf import export_hf
+    from plm_toolkit.interop.hf import export_hf
     from plm_toolkit.models.transformer_xl import TransformerXL, TransformerXLConfig
 
     model = TransformerXL(TransformerXLConfig(vocab_size=50, hidden_size=16, num_layers=1, num_heads=2, head_size=8))

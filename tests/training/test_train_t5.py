@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from plm_toolkit.errors import ConfigError, DataError
-from plm_toolkit.models.pretrained import load_language_model
+from plm_toolkit.interop.pretrained import load_language_model
 from plm_toolkit.train import run
 
 from .conftest import QUIET, read_metrics

@@ -29,8 +29,7 @@ import torch
 
 from plm_toolkit.config.schema import TokenizerKind
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.models.bert import BertConfig, embedding_width, head_activation
-from plm_toolkit.models.hf import (
+from plm_toolkit.interop.hf import (
     ACT_FROM_HF,
     ACT_TO_HF,
     ADAPTERS,
@@ -42,7 +41,8 @@ from plm_toolkit.models.hf import (
     drop_tied,
     some,
 )
-from plm_toolkit.models.hf_heads import HeadLayout, linear_keys, unmapped
+from plm_toolkit.interop.hf_heads import HeadLayout, linear_keys, unmapped
+from plm_toolkit.models.bert import BertConfig, embedding_width, head_activation
 from plm_toolkit.nn.feed_forward import HiddenAct
 from plm_toolkit.registry import MODELS
 

@@ -36,8 +36,7 @@ from typing import Any, ClassVar
 import torch
 
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.models.gpt import GPT2Config, GPTConfig
-from plm_toolkit.models.hf import (
+from plm_toolkit.interop.hf import (
     ACT_FROM_HF,
     ADAPTERS,
     Adapter,
@@ -50,7 +49,8 @@ from plm_toolkit.models.hf import (
     some,
     take,
 )
-from plm_toolkit.models.hf_heads import HeadLayout, linear_keys, unmapped
+from plm_toolkit.interop.hf_heads import HeadLayout, linear_keys, unmapped
+from plm_toolkit.models.gpt import GPT2Config, GPTConfig
 
 _LINEAR = {
     "attention.output": "attn.c_proj",

@@ -28,8 +28,8 @@ from tokenizers import Tokenizer
 from plm_toolkit.data.characters import NUM_CHARACTER_IDS
 from plm_toolkit.data.word_vocabulary import read_bilm_vocab, word_tokenizer, write_bilm_vocab
 from plm_toolkit.errors import CheckpointError, ConfigError
+from plm_toolkit.interop.pretrained import CheckpointFormat, register_format
 from plm_toolkit.models.elmo import CnnActivation, Elmo, ElmoConfig
-from plm_toolkit.models.pretrained import CheckpointFormat, register_format
 
 OPTIONS_FILE, WEIGHTS_FILE, VOCAB_FILE = "options.json", "weights.hdf5", "vocab.txt"
 # TF's LSTMCell adds this to the forget gate's pre-activation; PyTorch-style cells keep it in the bias.

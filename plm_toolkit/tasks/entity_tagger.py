@@ -8,6 +8,7 @@ task trains it) and the BIO tags become entity spans with conlleval's chunk rule
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,8 +16,10 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
+from plm_toolkit import checkpoint as ckpt
+from plm_toolkit.data.plan import DataPlan
+from plm_toolkit.data.unit_corpus import TaggedSources
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.training import checkpoint as ckpt
 
 KEY = "objective.entity_tagger"
 # The task head's parameters in objective.safetensors (tasks/ner.py: self.head = LinearHead, its .linear).
@@ -25,7 +28,7 @@ _HEAD = "head.linear"
 
 def ner_checkpoint(path: str | Path) -> tuple[Path, list[str]]:
     """(checkpoint folder, label names) of a task=ner checkpoint; CheckpointError naming the key otherwise."""
-    from plm_toolkit.models.pretrained import plm_checkpoint_dir
+    from plm_toolkit.interop.pretrained import plm_checkpoint_dir
 
     given = Path(path).expanduser()
     if not given.exists():
@@ -50,7 +53,7 @@ class EntityTagger:
     """Tags lists of words with a task=ner checkpoint; ``tagger(sentences)`` -> entity spans over word indices."""
 
     def __init__(self, path: str | Path, batch_size: int = 64):
-        from plm_toolkit.models.pretrained import load_backbone
+        from plm_toolkit.interop.pretrained import load_backbone
         from plm_toolkit.tasks.base import template_of
 
         self.folder, self.labels = ner_checkpoint(path)
@@ -108,3 +111,12 @@ class EntityTagger:
         for i, (words, first) in enumerate(zip(chunk, firsts, strict=True)):
             tags.append([self.labels[int(predicted[i, first[w]])] if w in first else "O" for w in range(len(words))])
         return tags
+
+
+def with_entity_tagger(plan: DataPlan) -> DataPlan:
+    """``plan`` whose knowledge units carry the tagger that ``objective.entity_tagger`` names (``TaggedSources``,
+    which ``data/unit_corpus.py`` reads), or ``plan`` itself when it names none."""
+    units = plan.units
+    if units is None or not getattr(units, "entity_tagger", None):
+        return plan
+    return dataclasses.replace(plan, units=TaggedSources(units, EntityTagger(units.entity_tagger)))

@@ -40,8 +40,8 @@ from typing import Any
 import torch
 
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.models.hf import ADAPTERS, Adapter, ExportPart, HFImport, choice, export_hf, import_hf, some
-from plm_toolkit.models.hf_heads import HeadLayout, linear_keys, unmapped
+from plm_toolkit.interop.hf import ADAPTERS, Adapter, ExportPart, HFImport, choice, export_hf, import_hf, some
+from plm_toolkit.interop.hf_heads import HeadLayout, linear_keys, unmapped
 from plm_toolkit.models.xlnet import XLNet, XLNetConfig
 
 _ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "relu": "relu"}

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.models.hf import ADAPTERS, Adapter, ExportPart, HFImport, choice, config_values, take
+from plm_toolkit.interop.hf import ADAPTERS, Adapter, ExportPart, HFImport, choice, config_values, take
 from plm_toolkit.models.t5 import T5Config
 
 _FEED_FORWARD_FROM_HF = {"relu": "relu", "gated-gelu": "gated_gelu"}

@@ -23,9 +23,7 @@ from typing import Any
 import torch
 
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.models.bert import BertConfig, embedding_width, head_activation
-from plm_toolkit.models.electra import ElectraConfig
-from plm_toolkit.models.hf import (
+from plm_toolkit.interop.hf import (
     ADAPTERS,
     CONFIG_FILE,
     ExportPart,
@@ -37,7 +35,7 @@ from plm_toolkit.models.hf import (
     read_weights,
     some,
 )
-from plm_toolkit.models.hf_bert import (
+from plm_toolkit.interop.hf_bert import (
     EMBEDDING_KEYS,
     MULTIPLE_CHOICE,
     EncoderAdapter,
@@ -45,7 +43,9 @@ from plm_toolkit.models.hf_bert import (
     encoder_task_heads,
     normalize_names,
 )
-from plm_toolkit.models.hf_heads import HeadLayout, linear_keys, unmapped
+from plm_toolkit.interop.hf_heads import HeadLayout, linear_keys, unmapped
+from plm_toolkit.models.bert import BertConfig, embedding_width, head_activation
+from plm_toolkit.models.electra import ElectraConfig
 from plm_toolkit.objectives.rtd import RtdConfig, generator_config
 
 GENERATOR_FOLDER = "generator"

@@ -7,7 +7,7 @@ registers (``register_format``: ELMo's bilm-tf folders).
 
 A ``plm-train`` checkpoint is rebuilt through the model registry from the ``model`` section of its
 ``config.yaml`` (a fine-tuned checkpoint keeps the backbone's under ``backbone``). A Hugging Face folder goes
-through ``models/hf.py``'s ``import_hf``, which dispatches on ``config.json``'s ``model_type`` to the family's
+through ``interop/hf.py``'s ``import_hf``, which dispatches on ``config.json``'s ``model_type`` to the family's
 adapter; nothing here names a family.
 """
 
@@ -28,15 +28,15 @@ from omegaconf.errors import OmegaConfBaseException
 from tokenizers import Tokenizer
 from torch import nn
 
+from plm_toolkit import checkpoint as ckpt
 from plm_toolkit import registry
 from plm_toolkit.catalog import load_all
 from plm_toolkit.data.tokenizer import load_tokenizer, vocab_from_tokenizer
 from plm_toolkit.errors import CheckpointError, ConfigError
+from plm_toolkit.interop.config_check import check_model_config
+from plm_toolkit.interop.hf import SAFETENSORS_FILE, TORCH_FILE, HFImport, import_hf
+from plm_toolkit.interop.hf_heads import TaskHead
 from plm_toolkit.models.base import ENCODER_DECODER, GENERATIVE
-from plm_toolkit.models.config_check import check_model_config
-from plm_toolkit.models.hf import SAFETENSORS_FILE, TORCH_FILE, HFImport, import_hf
-from plm_toolkit.models.hf_heads import TaskHead
-from plm_toolkit.training import checkpoint as ckpt
 
 log = logging.getLogger("plm_toolkit")
 

@@ -2,7 +2,7 @@
 
 A folder holds ``config.json``, the weights (``model.safetensors``, or ``pytorch_model.bin`` in older releases) and
 a tokenizer (``tokenizer.json``, ``vocab.txt``, or byte-level BPE's ``vocab.json`` + ``merges.txt``). Each family
-translates its own names and config keys in an adapter beside its model (``models/hf_<family>.py``), registered in
+translates its own names and config keys in its own adapter (``interop/hf_<family>.py``), registered in
 ``ADAPTERS`` under config.json's ``model_type`` (torchtitan's ``state_dict_adapter.py``); this module reads and
 writes folders, dispatches on ``model_type`` and checks every tensor's shape against the model and objective the
 config describes. Nothing here imports ``transformers`` or names a family.
@@ -27,13 +27,13 @@ from tokenizers import Tokenizer
 
 from plm_toolkit.atomic import save_safetensors
 from plm_toolkit.catalog import load_all
+from plm_toolkit.checkpoint import read_torch_weights
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.models.config_check import check_model_config
-from plm_toolkit.models.hf_heads import HeadLayout, TaskHead, take_task_head, task_head_export
+from plm_toolkit.interop.config_check import check_model_config
+from plm_toolkit.interop.hf_heads import HeadLayout, TaskHead, take_task_head, task_head_export
 from plm_toolkit.registry import MODELS, OBJECTIVES
-from plm_toolkit.training.checkpoint import read_torch_weights
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"

@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from plm_toolkit.interop.hf import ADAPTERS
+from plm_toolkit.interop.hf_bert import BertAdapter, encoder_task_heads
 from plm_toolkit.models.ernie import ErnieConfig
-from plm_toolkit.models.hf import ADAPTERS
-from plm_toolkit.models.hf_bert import BertAdapter, encoder_task_heads
 
 TASK_TYPE_KEY = "embeddings.task_type_embeddings.weight"
 
