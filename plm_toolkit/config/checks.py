@@ -1,0 +1,88 @@
+"""Range checks shared by the validators: numbers in intervals, and every optimizer and schedule key."""
+
+from __future__ import annotations
+
+import math
+
+from plm_toolkit.config.schema import OptimizerConfig
+
+DEFAULTS = OptimizerConfig()
+
+
+def value_of(x) -> str:
+    """A choice's name (an Enum member's value, or the string itself)."""
+    return x.value if hasattr(x, "value") else str(x)
+
+
+def finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_range(
+    out: list[str], key: str, value, low: float, high: float = math.inf, *, low_open=False, high_open=False
+) -> None:
+    """Append a message when ``value`` is not a finite number in the interval (NaN and infinities never pass)."""
+    above = value > low if low_open else value >= low
+    ok = finite(value) and above and (value < high if high_open else value <= high)
+    if not ok:
+        left, right = "(" if low_open else "[", ")" if high_open or high == math.inf else "]"
+        upper = "inf" if high == math.inf else f"{high:g}"
+        out.append(f"{key}={value}: expected a finite number in {left}{low:g}, {upper}{right}")
+
+
+# Keys that only some update rules read: the rules that do (a value other than the default elsewhere is refused,
+# so that a recipe's setting never goes silently unused).
+ONLY_FOR = {
+    "momentum": ("sgd",),
+    "bias_correction": ("lamb",),
+    "parameter_scale": ("adamw",),
+    "decay_rate": ("adafactor",),
+    "clip_threshold": ("adafactor",),
+    "initial_accumulator": ("adagrad",),
+}
+
+
+def optimizer_problems(opt, max_steps: int | None, d_model_from_backbone: bool = False) -> list[str]:
+    """Every optimizer and schedule key out of its range, or set for an update rule that does not read it."""
+    out: list[str] = []
+    name, schedule = value_of(opt.name), value_of(opt.schedule)
+    check_range(out, "optimizer.lr", opt.lr, 0.0, low_open=True)
+    if len(opt.betas) != 2 or not all(finite(b) and 0.0 <= b < 1.0 for b in opt.betas):
+        out.append(f"optimizer.betas={list(opt.betas)}: expected two values in [0, 1)")
+    check_range(out, "optimizer.eps", opt.eps, 0.0, low_open=True)
+    check_range(out, "optimizer.weight_decay", opt.weight_decay, 0.0)
+    check_range(out, "optimizer.momentum", opt.momentum, 0.0)
+    check_range(out, "optimizer.scale_epsilon", opt.scale_epsilon, 0.0)
+    # torch's Adafactor needs 1 - t^-decay_rate in [0, 1) from the first step on; T5 used 0.8.
+    check_range(out, "optimizer.decay_rate", opt.decay_rate, 0.0, 1.0, low_open=True)
+    # An update clipped below RMS 1 is allowed by the paper's formula but not by torch (d >= 1).
+    check_range(out, "optimizer.clip_threshold", opt.clip_threshold, 1.0)
+    check_range(out, "optimizer.initial_accumulator", opt.initial_accumulator, 0.0)
+    for key, users in ONLY_FOR.items():
+        if name not in users and opt[key] != getattr(DEFAULTS, key):
+            out.append(
+                f"optimizer.{key}={opt[key]} is read by optimizer.name={' or '.join(users)} only, not by "
+                f"optimizer.name={name}: leave it out or pick that optimizer"
+            )
+    if opt.warmup_steps < 0:
+        out.append(f"optimizer.warmup_steps={opt.warmup_steps}: must be 0 (use warmup_ratio) or positive")
+    if schedule in ("noam", "inverse_sqrt", "constant_then_inverse_sqrt") and opt.warmup_steps < 1:
+        out.append(f"optimizer.schedule={schedule} needs optimizer.warmup_steps >= 1")
+    check_range(out, "optimizer.warmup_ratio", opt.warmup_ratio, 0.0, 1.0, high_open=True)
+    check_range(out, "optimizer.warmup_start", opt.warmup_start, 0.0, 1.0)
+    check_range(out, "optimizer.min_lr_ratio", opt.min_lr_ratio, 0.0, 1.0)
+    if opt.total_steps is not None and opt.total_steps < 1:
+        out.append(f"optimizer.total_steps={opt.total_steps}: must be at least 1 (or null for the run's length)")
+    elif (
+        opt.total_steps is not None
+        and max_steps is not None
+        and opt.total_steps < max_steps
+        and schedule in ("linear", "cosine")
+    ):
+        out.append(
+            f"optimizer.total_steps={opt.total_steps} is shorter than trainer.max_steps={max_steps}: the "
+            "schedule would sit at its floor; raise it or leave it null"
+        )
+    if schedule == "noam" and not d_model_from_backbone and opt.d_model < 1:
+        out.append(f"optimizer.d_model={opt.d_model}: the noam schedule needs the model width (at least 1)")
+    return out
