@@ -1,8 +1,11 @@
-"""Range checks shared by the validators: numbers in intervals, and every optimizer and schedule key."""
+"""Checks shared by the validators: numbers in intervals, every optimizer and schedule key, and a paper recipe's
+model family."""
 
 from __future__ import annotations
 
 import math
+
+from hydra.core.hydra_config import HydraConfig
 
 from plm_toolkit.config.schema import OptimizerConfig
 
@@ -86,3 +89,22 @@ def optimizer_problems(opt, max_steps: int | None, d_model_from_backbone: bool =
     if schedule == "noam" and not d_model_from_backbone and opt.d_model < 1:
         out.append(f"optimizer.d_model={opt.d_model}: the noam schedule needs the model width (at least 1)")
     return out
+
+
+def recipe_problems(cfg) -> list[str]:
+    """A paper recipe (experiment=...) asked of a model family it is not written for, named by the preset the
+    command line chose where Hydra knows it."""
+    recipe = cfg.get("recipe")
+    if recipe is None or not recipe.families or cfg.model.name in recipe.families:
+        return []
+    preset = _chosen("model") or cfg.model.name
+    families = " or ".join(recipe.families)
+    return [
+        f"experiment={recipe.name} is a recipe for {families} models and model={preset} is a {cfg.model.name} "
+        f"model: pick a {families} preset (model={recipe.families[0]}_...) or leave out experiment="
+    ]
+
+
+def _chosen(group: str) -> str | None:
+    """The option of a config group that Hydra composed (None outside a Hydra run)."""
+    return HydraConfig.get().runtime.choices.get(group) if HydraConfig.initialized() else None

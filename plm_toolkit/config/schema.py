@@ -246,6 +246,15 @@ class TrainerConfig:
 
 
 @dataclass
+class RecipeConfig:
+    # The paper recipe the run follows, set by experiment=<name> (docs/recipes.md); null for none.
+    name: str | None = None
+    # Model families (model.name) the recipe is written for: a model of another family is refused before any work
+    # (experiment=t5_base_paper model=bert_base). Empty: any.
+    families: list[str] = field(default_factory=list)
+
+
+@dataclass
 class TrainConfig:
     model: Any = MISSING
     objective: Any = MISSING
@@ -253,6 +262,7 @@ class TrainConfig:
     optimizer: OptimizerConfig = MISSING
     hardware: HardwareConfig = MISSING
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    recipe: RecipeConfig = field(default_factory=RecipeConfig)
 
 
 @dataclass

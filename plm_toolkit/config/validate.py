@@ -12,7 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from plm_toolkit.config.checks import check_range, optimizer_problems, value_of
+from plm_toolkit.config.checks import check_range, optimizer_problems, recipe_problems, value_of
 from plm_toolkit.data.parallel import resolve
 from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.errors import ConfigError, PlmError
@@ -187,6 +187,9 @@ def problems(cfg: DictConfig) -> list[str]:
         return [f"model.name={m.name}: unknown model; valid: {', '.join(MODELS.names())}"]
     if o.name not in OBJECTIVES:
         return [f"objective.name={o.name}: unknown objective; valid: {', '.join(OBJECTIVES.names())}"]
+    # The rest would only list what follows from the wrong family.
+    if recipe_problems(cfg):
+        return recipe_problems(cfg)
 
     provided = model_class(m.name).capabilities
     needed = objective_class(o.name).required_capabilities
