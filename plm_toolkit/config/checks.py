@@ -91,6 +91,17 @@ def optimizer_problems(opt, max_steps: int | None, d_model_from_backbone: bool =
     return out
 
 
+def kernel_problems(opt, hardware) -> list[str]:
+    """hardware.optimizer_implementation=fused for an update rule torch has no fused kernel of."""
+    name = value_of(opt.name)
+    if value_of(hardware.optimizer_implementation) != "fused":
+        return []
+    if name in ("lamb", "adafactor") or (name == "adamw" and opt.parameter_scale):
+        rule = "adamw with optimizer.parameter_scale=true" if name == "adamw" else name
+        return [f"hardware.optimizer_implementation=fused: optimizer.name={rule} has no fused kernel; use auto"]
+    return []
+
+
 def recipe_problems(cfg) -> list[str]:
     """A paper recipe (experiment=...) asked of a model family it is not written for, named by the preset the
     command line chose where Hydra knows it."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from plm_toolkit.config.checks import check_range, optimizer_problems, recipe_problems, value_of
+from plm_toolkit.config.checks import check_range, kernel_problems, optimizer_problems, recipe_problems, value_of
 from plm_toolkit.data.parallel import resolve
 from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.errors import ConfigError, PlmError
@@ -285,7 +285,7 @@ def problems(cfg: DictConfig) -> list[str]:
                 f"ALBERT, ELECTRA) only; objective={o.name} with model={m.name} keeps padded rows: set "
                 "hardware.unpad=false"
             )
-    out += training_problems(t, opt) + hardware_problems(cfg.hardware)
+    out += training_problems(t, opt) + hardware_problems(cfg.hardware) + kernel_problems(opt, cfg.hardware)
     return out
 
 
@@ -331,7 +331,7 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
     if not 0.0 <= f.dropout < 1.0:
         out.append(f"finetune.dropout={f.dropout}: expected a probability in [0, 1)")
     out += training_problems(cfg.trainer, cfg.optimizer, d_model_from_backbone=True, zero_length=True)
-    return out + hardware_problems(cfg.hardware)
+    return out + hardware_problems(cfg.hardware) + kernel_problems(cfg.optimizer, cfg.hardware)
 
 
 def validate(cfg: DictConfig) -> None:

@@ -237,3 +237,41 @@ def test_warmup_from_half_then_cosine_is_nanot5s_schedule(step):
     else:
         expected = 1e-5 + (2e-2 - 1e-5) * 0.5 * (1 + math.cos(math.pi * (step - 10**4) / (2**16 - 10**4)))
     assert cfg.lr * schedule_factor(cfg, 2**16)(step - 1) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        (["optimizer=lamb", "optimizer.eps=0"], "optimizer.eps=0.0: expected a finite number in (0, inf)"),
+        (["optimizer=lamb", "optimizer.weight_decay=-0.01"], "optimizer.weight_decay=-0.01: expected a finite number"),
+        (["optimizer=lamb", "optimizer.momentum=0.9"], "optimizer.momentum=0.9 is read by optimizer.name=sgd only"),
+        (["optimizer=adafactor", "optimizer.scale_epsilon=nan"], "optimizer.scale_epsilon=nan: expected a finite"),
+        (
+            ["optimizer=adafactor", "optimizer.decay_rate=0"],
+            "optimizer.decay_rate=0.0: expected a finite number in (0, 1]",
+        ),
+        (["optimizer=adafactor", "optimizer.bias_correction=false"], "is read by optimizer.name=lamb only"),
+        (["optimizer=adagrad", "optimizer.lr=inf"], "optimizer.lr=inf: expected a finite number in (0, inf)"),
+        (
+            ["optimizer=adagrad", "optimizer.decay_rate=0.5"],
+            "optimizer.decay_rate=0.5 is read by optimizer.name=adafactor",
+        ),
+        (["optimizer=adagrad", "optimizer.parameter_scale=true"], "is read by optimizer.name=adamw only"),
+        (
+            ["optimizer.parameter_scale=true", "hardware.optimizer_implementation=fused"],
+            "parameter_scale=true has no fused",
+        ),
+        (["optimizer.warmup_start=-0.5"], "optimizer.warmup_start=-0.5: expected a finite number in [0, 1]"),
+        (["optimizer=lamb", "optimizer.betas=[0.9,1.0]"], "optimizer.betas=[0.9, 1.0]: expected two values in [0, 1)"),
+        (["optimizer=adafactor", "optimizer.clip_threshold=0.5"], "optimizer.clip_threshold=0.5: expected a finite"),
+    ],
+)
+def test_paper_optimizer_keys_out_of_range_are_refused(overrides, expected):
+    from plm_toolkit.config.validate import validate
+    from plm_toolkit.errors import ConfigError
+
+    with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    with pytest.raises(ConfigError) as caught:
+        validate(cfg)
+    assert expected in str(caught.value), str(caught.value)
