@@ -24,6 +24,7 @@ from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import PlmError
 from plm_toolkit.training import checkpoint as ckpt
 from plm_toolkit.training.distributed import barrier
+from plm_toolkit.training.phases import prepare_phases
 
 log = logging.getLogger("plm_toolkit")
 
@@ -57,11 +58,13 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     if not process.is_main:
         barrier(process)
     plan = data_plan(cfg)
+    phases = None
     if plan.layout == "parallel":
         data = prepare_parallel_data(data_cfg, cfg.trainer.seed)
         collate = Seq2SeqCollator(data.vocab.padding_id, data.vocab.require("eos_id", "translation"))
     else:
-        data = prepare_pretraining_data(data_cfg, plan, cfg.trainer.seed)
+        phases = prepare_phases(cfg, data_cfg, cfg.trainer.seed) if cfg.trainer.phases else None
+        data = phases[0].data if phases else prepare_pretraining_data(data_cfg, plan, cfg.trainer.seed)
         collate = Collator(data.vocab)
     if process.is_main:
         barrier(process)
@@ -102,6 +105,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         eval_examples=data.validation,
         collate=collate,
         plan=plan,
+        phases=phases,
     )
     if process.is_main:
         log.info("metrics: %s", run_dir / "metrics.jsonl")

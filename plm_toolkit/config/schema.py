@@ -204,6 +204,16 @@ class HardwareConfig:
 
 
 @dataclass
+class PhaseConfig:
+    # Share of trainer.max_steps this phase lasts; the phases' shares sum to 1.
+    fraction: float = 1.0
+    # Tokens per sequence in this phase: its examples are prepared at this length (data.max_seq_len).
+    max_seq_len: int = 128
+    # Sequences per micro-batch in this phase; 0 keeps trainer.batch_size.
+    batch_size: int = 0
+
+
+@dataclass
 class TrainerConfig:
     # Optimizer steps to train for; null derives them from trainer.epochs. Give exactly one of the two.
     # plm-finetune: 0 evaluates the starting weights without training (as trainer.epochs=0 does).
@@ -237,6 +247,11 @@ class TrainerConfig:
     # Batches of similar length: each shuffled epoch is cut into groups of 50 global batches, sorted by length
     # within a group, so that padding to the longest row costs little (plm-finetune's default).
     group_by_length: bool = False
+    # plm-train: phases of one run in order, each {fraction: its share of trainer.max_steps, max_seq_len: its
+    # sequence length, batch_size: its micro-batch (0: trainer.batch_size)}; BERT: 90% of the steps at 128, then
+    # 512. A resumed run continues inside its phase where the run would have been. Empty: one phase at
+    # data.max_seq_len and trainer.batch_size.
+    phases: list[PhaseConfig] = field(default_factory=list)
     # Seeds weights, data order, masking and dropout.
     seed: int = 1234
     # Write TensorBoard scalars under <run dir>/tensorboard.

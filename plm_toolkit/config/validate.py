@@ -12,7 +12,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from plm_toolkit.config.checks import check_range, kernel_problems, optimizer_problems, recipe_problems, value_of
+from plm_toolkit.config.checks import (
+    check_range,
+    kernel_problems,
+    optimizer_problems,
+    phase_problems,
+    recipe_problems,
+    value_of,
+)
 from plm_toolkit.data.parallel import resolve
 from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.errors import ConfigError, PlmError
@@ -224,9 +231,10 @@ def problems(cfg: DictConfig) -> list[str]:
             out.append(str(err))
     # The plan is derived from the objective's and model's values: only once they passed (span corruption's window
     # search never ends for objective.noise_density >= 1).
+    plan = None
     if len(out) == checked:
         try:
-            data_plan(cfg)
+            plan = data_plan(cfg)
         except ConfigError as err:
             out.append(str(err))
     wanted = objective_class(o.name).natural_layout
@@ -247,6 +255,7 @@ def problems(cfg: DictConfig) -> list[str]:
             f"data.max_seq_len={d.max_seq_len} exceeds model.max_position_embeddings={m.max_position_embeddings}"
             f"{shifted}; lower data.max_seq_len or raise model.max_position_embeddings"
         )
+    out += phase_problems(t, plan.layout if plan else "", bool(plan and plan.streams), longest)
     if m.get("bi_data") and t.batch_size % 2:
         out.append(
             f"model.bi_data=true reads half of every batch backwards: trainer.batch_size={t.batch_size} must be even"
@@ -319,6 +328,8 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
             out.append(f"data.{key}={d[key]}: must be at least 1 (or null for all)")
     if cfg.model.dropout is not None and not 0.0 <= cfg.model.dropout < 1.0:
         out.append(f"model.dropout={cfg.model.dropout}: expected a probability in [0, 1)")
+    if cfg.trainer.phases:
+        out.append("trainer.phases are for pretraining (plm-train); a fine-tuning run has one length")
     if cfg.hardware.get("unpad"):
         out.append(
             "hardware.unpad=true is for pretraining (plm-train objective=mlm); fine-tuning trims each batch to its "

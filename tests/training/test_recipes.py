@@ -23,11 +23,13 @@ EN_DE = SHARED_DATA / "translation" / "en-de"
 
 # Tiny odd sizes shared by every family (hidden 36, 3 heads, 2 layers, feed-forward 37).
 SMALL = ["model.hidden_size=36", "model.num_layers=2", "model.num_heads=3", "model.intermediate_size=37"]
+# BERT's two phases (90% at 128, then 512) at 32 and 64 tokens.
+BERT_PHASES = "trainer.phases=[{fraction:0.9,max_seq_len:32},{fraction:0.1,max_seq_len:64}]"
 # Each recipe's tiny model and what must shrink with it: the schedule's length, vocabularies and windows.
 SCALED = {
     "albert_base_paper": ["model=albert_tiny", *SMALL, "model.embedding_size=20", "optimizer.lr=2e-2"],
-    "bert_base_paper": ["model=bert_tiny", *SMALL, "optimizer.lr=3e-3"],
-    "bert_large_paper": ["model=bert_tiny", *SMALL, "optimizer.lr=3e-3"],
+    "bert_base_paper": ["model=bert_tiny", *SMALL, "optimizer.lr=3e-3", BERT_PHASES],
+    "bert_large_paper": ["model=bert_tiny", *SMALL, "optimizer.lr=3e-3", BERT_PHASES],
     "electra_base_paper": ["model=electra_tiny", *SMALL, "optimizer.lr=3e-3"],
     "electra_small_paper": ["model=electra_tiny", *SMALL, "optimizer.lr=3e-3"],
     "elmo_paper": [
@@ -148,8 +150,8 @@ def test_albert_schedule_warms_up_then_decays_linearly_to_zero(step):
     assert lr_at("albert_base_paper", step) == pytest.approx(expected, rel=1e-9, abs=1e-15)
 
 
-def test_bert_first_phase_follows_the_one_million_step_schedule():
-    """The 128-token phase ends at step 900,000 with 10% of the peak left for the 512-token phase."""
+def test_bert_schedule_spans_both_phases():
+    """One schedule over the run: the 128-token phase ends at step 900,000 with a tenth of the decay left."""
     assert lr_at("bert_base_paper", 900000) == pytest.approx(1e-4 * 100000 / 990000, rel=1e-9)
 
 
