@@ -75,7 +75,7 @@ def build_optimizer(module: nn.Module, cfg, implementation: str = "auto") -> tor
     name = cfg.name.value if hasattr(cfg.name, "value") else cfg.name
     implementation = getattr(implementation, "value", implementation)
     betas = tuple(cfg.betas)
-    if name == "adamw" and cfg.parameter_scale:
+    if name == "adamw" and getattr(cfg, "parameter_scale", False):  # a key only the schema need have
         _single_implementation(name, implementation)
         return AdamWScale(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, scale_epsilon=cfg.scale_epsilon)
     if name == "adamw":
