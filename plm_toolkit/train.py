@@ -25,6 +25,7 @@ from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import PlmError
 from plm_toolkit.tasks.entity_tagger import with_entity_tagger
 from plm_toolkit.training.distributed import barrier
+from plm_toolkit.training.phases import prepare_phases
 
 log = logging.getLogger("plm_toolkit")
 
@@ -58,11 +59,14 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     if not process.is_main:
         barrier(process)
     plan = data_plan(cfg)
+    phases = None
     if plan.layout == "parallel":
         data = prepare_parallel_data(data_cfg, cfg.trainer.seed)
         collate = Seq2SeqCollator(data.vocab.padding_id, data.vocab.require("eos_id", "translation"))
     else:
-        data = prepare_pretraining_data(data_cfg, with_entity_tagger(plan), cfg.trainer.seed)
+        seed = cfg.trainer.seed
+        phases = prepare_phases(cfg, data_cfg, seed, with_entity_tagger) if cfg.trainer.phases else None
+        data = phases[0].data if phases else prepare_pretraining_data(data_cfg, with_entity_tagger(plan), seed)
         collate = Collator(data.vocab)
     if process.is_main:
         barrier(process)
@@ -103,6 +107,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         eval_examples=data.validation,
         collate=collate,
         plan=plan,
+        phases=phases,
     )
     if process.is_main:
         log.info("metrics: %s", run_dir / "metrics.jsonl")

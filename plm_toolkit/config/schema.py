@@ -23,8 +23,8 @@ TokenizerKind = choices(
     "TokenizerKind", "auto", "wordpiece", "bpe", "gpt2_bpe", "unigram", "t5_unigram", "character", "word"
 )
 Packing = choices("Packing", "auto", "sentence_pairs", "segment_pairs", "full_sentences", "streams", "sentence_streams")
-OptimizerName = choices("OptimizerName", "adamw", "adam", "sgd")
-Schedule = choices("Schedule", "linear", "cosine", "constant", "noam", "inverse_sqrt")
+OptimizerName = choices("OptimizerName", "adamw", "adam", "sgd", "lamb", "adafactor", "adagrad")
+Schedule = choices("Schedule", "linear", "cosine", "constant", "noam", "inverse_sqrt", "constant_then_inverse_sqrt")
 Device = choices("Device", "auto", "cpu", "cuda")
 Precision = choices("Precision", "auto", "fp32", "bf16", "fp16")
 Distributed = choices("Distributed", "auto", "none", "ddp", "fsdp")
@@ -106,26 +106,51 @@ class ParallelDataConfig(DataConfig):
 
 @dataclass
 class OptimizerConfig:
-    # Update rule.
+    # Update rule: adamw, adam, sgd; lamb (You et al. 2020: Adam's moments, each matrix's step scaled by its trust
+    # ratio ||w|| / ||update||, ALBERT); adafactor (Shazeer and Stern 2018: factored second moments, relative step
+    # size, update clipping, T5; torch.optim.Adafactor); adagrad (ELMo's bilm-tf).
     name: OptimizerName = OptimizerName.adamw
     # Peak learning rate. With schedule=noam it is the formula's `scale`:
-    # lr_t = lr * d_model^-0.5 * min(t^-0.5, t * warmup_steps^-1.5).
+    # lr_t = lr * d_model^-0.5 * min(t^-0.5, t * warmup_steps^-1.5). adafactor: the cap of the relative step size,
+    # each tensor moving by max(scale_epsilon, RMS(w)) * min(lr_t, 1/sqrt(t)) (T5: lr 0.01).
     lr: float = 5e-4
-    # Adam's (beta1, beta2): decay rates of the gradient's first and second moment estimates.
+    # Adam's (beta1, beta2): decay rates of the gradient's first and second moment estimates (adam, adamw, lamb).
     # BERT: (0.9, 0.999); the Transformer's Noam recipe: (0.9, 0.98).
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    # Adam's epsilon, added to the second-moment root (BERT: 1e-6; the Transformer: 1e-9).
+    # Epsilon added to the second-moment root (BERT: 1e-6; the Transformer: 1e-9); adafactor: the floor of that
+    # root (T5's epsilon1 = 1e-30 added to the squared gradient is about 1e-15 here); adagrad: added to the root
+    # of the accumulator.
     eps: float = 1e-6
-    # Decoupled weight decay (adamw) or L2 (adam, sgd); never applied to biases and LayerNorm weights.
+    # Decoupled weight decay (adamw, lamb: inside the trust ratio; adafactor: lr * weight_decay) or L2 (adam, sgd,
+    # adagrad); never applied to biases and LayerNorm weights.
     weight_decay: float = 0.01
     # SGD momentum (name=sgd only).
     momentum: float = 0.0
-    # Learning-rate schedule over optimizer steps.
+    # lamb only: divide the moments by 1 - beta^t, as You et al. (2020, Algorithm 2) and TensorFlow Addons do;
+    # google-research/albert's lamb_optimizer.py does not (its recipe: false).
+    bias_correction: bool = True
+    # adamw only: multiply each tensor's step by max(scale_epsilon, RMS(w)), Adafactor's parameter scaling, as
+    # nanoT5 trains T5 v1.1 with AdamW at lr 2e-2 (adafactor always scales so).
+    parameter_scale: bool = False
+    # Floor of the parameter scale RMS(w) (adafactor's epsilon2, and adamw with parameter_scale): 1e-3 in T5.
+    scale_epsilon: float = 1e-3
+    # adafactor only: the second-moment decay beta2_t = 1 - t^-decay_rate (T5: 0.8).
+    decay_rate: float = 0.8
+    # adafactor only: update clipping, each tensor's update divided by max(1, RMS(update) / clip_threshold) (d = 1).
+    clip_threshold: float = 1.0
+    # adagrad only: starting value of the sum of squared gradients (bilm-tf's ELMo: 1.0; torch's default 0).
+    initial_accumulator: float = 0.0
+    # Learning-rate schedule over optimizer steps: linear or cosine decay after the warm-up; constant; noam;
+    # inverse_sqrt (fairseq's: linear warm-up, then lr * sqrt(warmup_steps / t)); constant_then_inverse_sqrt
+    # (T5's: lr * sqrt(warmup_steps / max(t, warmup_steps)), flat for the first warmup_steps).
     schedule: Schedule = Schedule.linear
-    # Optimizer steps of linear warm-up from 0 to lr (required by noam and inverse_sqrt).
+    # Optimizer steps of linear warm-up from 0 (or lr * warmup_start) to lr; required by noam and inverse_sqrt.
+    # constant_then_inverse_sqrt holds lr for as many steps instead.
     warmup_steps: int = 0
     # Warm-up as a fraction of total_steps, used when warmup_steps is 0.
     warmup_ratio: float = 0.0
+    # The linear warm-up starts from lr * warmup_start instead of 0 (nanoT5: 0.5).
+    warmup_start: float = 0.0
     # Length of the decay (linear, cosine); null means the run's length (trainer.max_steps, or from trainer.epochs).
     total_steps: int | None = None
     # The decay ends at lr * min_lr_ratio.
@@ -179,6 +204,16 @@ class HardwareConfig:
 
 
 @dataclass
+class PhaseConfig:
+    # Share of trainer.max_steps this phase lasts; the phases' shares sum to 1.
+    fraction: float = 1.0
+    # Tokens per sequence in this phase: its examples are prepared at this length (data.max_seq_len).
+    max_seq_len: int = 128
+    # Sequences per micro-batch in this phase; 0 keeps trainer.batch_size.
+    batch_size: int = 0
+
+
+@dataclass
 class TrainerConfig:
     # Optimizer steps to train for; null derives them from trainer.epochs. Give exactly one of the two.
     # plm-finetune: 0 evaluates the starting weights without training (as trainer.epochs=0 does).
@@ -212,12 +247,26 @@ class TrainerConfig:
     # Batches of similar length: each shuffled epoch is cut into groups of 50 global batches, sorted by length
     # within a group, so that padding to the longest row costs little (plm-finetune's default).
     group_by_length: bool = False
+    # plm-train: phases of one run in order, each {fraction: its share of trainer.max_steps, max_seq_len: its
+    # sequence length, batch_size: its micro-batch (0: trainer.batch_size)}; BERT: 90% of the steps at 128, then
+    # 512. A resumed run continues inside its phase where the run would have been. Empty: one phase at
+    # data.max_seq_len and trainer.batch_size.
+    phases: list[PhaseConfig] = field(default_factory=list)
     # Seeds weights, data order, masking and dropout.
     seed: int = 1234
     # Write TensorBoard scalars under <run dir>/tensorboard.
     tensorboard: bool = True
     # Show a tqdm progress bar (rank 0 only).
     progress_bar: bool = True
+
+
+@dataclass
+class RecipeConfig:
+    # The paper recipe the run follows, set by experiment=<name> (docs/recipes.md); null for none.
+    name: str | None = None
+    # Model families (model.name) the recipe is written for: a model of another family is refused before any work
+    # (experiment=t5_base_paper model=bert_base). Empty: any.
+    families: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -228,6 +277,7 @@ class TrainConfig:
     optimizer: OptimizerConfig = MISSING
     hardware: HardwareConfig = MISSING
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    recipe: RecipeConfig = field(default_factory=RecipeConfig)
 
 
 @dataclass

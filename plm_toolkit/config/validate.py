@@ -8,21 +8,24 @@ combinations that are each valid alone but impossible together, and names the ke
 from __future__ import annotations
 
 import inspect
-import math
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from plm_toolkit.config.checks import (
+    check_range,
+    kernel_problems,
+    optimizer_problems,
+    phase_problems,
+    recipe_problems,
+    value_of,
+)
 from plm_toolkit.data.parallel import resolve
 from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.errors import ConfigError, PlmError
 from plm_toolkit.models.base import CHARACTERS, SEGMENTS
 from plm_toolkit.names import did_you_mean, key_names
 from plm_toolkit.registry import MODELS, OBJECTIVES, TASKS
-
-
-def _value(x) -> str:
-    return x.value if hasattr(x, "value") else str(x)
 
 
 def objective_class(name: str) -> type:
@@ -52,22 +55,8 @@ def data_layout(cfg: DictConfig) -> str:
 
 def tokenizer_kind(cfg: DictConfig) -> str:
     """data.tokenizer.kind with auto resolved to the model preset's vocabulary (model.tokenizer, else wordpiece)."""
-    kind = _value(cfg.data.tokenizer.kind)
-    return _value(cfg.model.get("tokenizer", "wordpiece")) if kind == "auto" else kind
-
-
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
-
-
-def _range(out: list[str], key: str, value, low: float, high: float = math.inf, *, low_open=False, high_open=False):
-    """Append a message when ``value`` is not a finite number in the interval (NaN and infinities never pass)."""
-    above = value > low if low_open else value >= low
-    ok = _finite(value) and above and (value < high if high_open else value <= high)
-    if not ok:
-        left, right = "(" if low_open else "[", ")" if high_open or high == math.inf else "]"
-        upper = "inf" if high == math.inf else f"{high:g}"
-        out.append(f"{key}={value}: expected a finite number in {left}{low:g}, {upper}{right}")
+    kind = value_of(cfg.data.tokenizer.kind)
+    return value_of(cfg.model.get("tokenizer", "wordpiece")) if kind == "auto" else kind
 
 
 def evaluation_only(t) -> bool:
@@ -90,44 +79,19 @@ def training_problems(t, opt, d_model_from_backbone: bool = False, zero_length: 
         evaluate = " (0: evaluate only)" if zero_length else ""
         out.append(f"trainer.max_steps={t.max_steps}: must be at least {least}{evaluate} (or null with trainer.epochs)")
     if t.epochs is not None:
-        _range(out, "trainer.epochs", t.epochs, 0.0, low_open=not zero_length)
+        check_range(out, "trainer.epochs", t.epochs, 0.0, low_open=not zero_length)
     for key in ("batch_size", "grad_accum_steps", "log_every"):
         if t[key] < 1:
             out.append(f"trainer.{key}={t[key]}: must be at least 1")
     for key in ("eval_every", "save_every", "keep_last", "eval_batches"):
         if t[key] < 0:
             out.append(f"trainer.{key}={t[key]}: must be 0 (off) or positive")
-    _range(out, "trainer.clip_grad_norm", t.clip_grad_norm, 0.0)
+    check_range(out, "trainer.clip_grad_norm", t.clip_grad_norm, 0.0)
     if t.seed < 0:
         out.append(f"trainer.seed={t.seed}: must be 0 or positive")
-    _range(out, "optimizer.lr", opt.lr, 0.0, low_open=True)
-    if len(opt.betas) != 2 or not all(_finite(b) and 0.0 <= b < 1.0 for b in opt.betas):
-        out.append(f"optimizer.betas={list(opt.betas)}: expected two values in [0, 1)")
-    _range(out, "optimizer.eps", opt.eps, 0.0, low_open=True)
-    _range(out, "optimizer.weight_decay", opt.weight_decay, 0.0)
-    _range(out, "optimizer.momentum", opt.momentum, 0.0)
-    if opt.warmup_steps < 0:
-        out.append(f"optimizer.warmup_steps={opt.warmup_steps}: must be 0 (use warmup_ratio) or positive")
-    if _value(opt.schedule) in ("noam", "inverse_sqrt") and opt.warmup_steps < 1:
-        out.append(f"optimizer.schedule={_value(opt.schedule)} needs optimizer.warmup_steps >= 1")
+    out += optimizer_problems(opt, t.max_steps, d_model_from_backbone)
     if t.get("time_budget") is not None:
-        _range(out, "trainer.time_budget", t.time_budget, 0.0, low_open=True)
-    _range(out, "optimizer.warmup_ratio", opt.warmup_ratio, 0.0, 1.0, high_open=True)
-    _range(out, "optimizer.min_lr_ratio", opt.min_lr_ratio, 0.0, 1.0)
-    if opt.total_steps is not None and opt.total_steps < 1:
-        out.append(f"optimizer.total_steps={opt.total_steps}: must be at least 1 (or null for the run's length)")
-    elif (
-        opt.total_steps is not None
-        and t.max_steps is not None
-        and opt.total_steps < t.max_steps
-        and _value(opt.schedule) in ("linear", "cosine")
-    ):
-        out.append(
-            f"optimizer.total_steps={opt.total_steps} is shorter than trainer.max_steps={t.max_steps}: the "
-            "schedule would sit at its floor; raise it or leave it null"
-        )
-    if _value(opt.schedule) == "noam" and not d_model_from_backbone and opt.d_model < 1:
-        out.append(f"optimizer.d_model={opt.d_model}: the noam schedule needs the model width (at least 1)")
+        check_range(out, "trainer.time_budget", t.time_budget, 0.0, low_open=True)
     return out
 
 
@@ -151,11 +115,11 @@ def model_field_problems(m) -> list[str]:
         elif isinstance(value, int) and (key in MODEL_AT_LEAST_ONE or key.endswith("_size")) and value < 1:
             out.append(f"model.{key}={value}: must be at least 1")
         elif key.endswith("dropout"):
-            _range(out, f"model.{key}", value, 0.0, 1.0, high_open=True)
+            check_range(out, f"model.{key}", value, 0.0, 1.0, high_open=True)
         elif key in ("layer_norm_eps", "initializer_factor", "cell_clip", "projection_clip"):
-            _range(out, f"model.{key}", value, 0.0, low_open=True)
+            check_range(out, f"model.{key}", value, 0.0, low_open=True)
         elif key == "initializer_range":
-            _range(out, f"model.{key}", value, 0.0)
+            check_range(out, f"model.{key}", value, 0.0)
     return out
 
 
@@ -163,11 +127,11 @@ def hardware_problems(h) -> list[str]:
     out: list[str] = []
     if h.max_overflow_steps < 1:
         out.append(f"hardware.max_overflow_steps={h.max_overflow_steps}: must be at least 1")
-    _range(out, "hardware.min_loss_scale", h.min_loss_scale, 0.0, low_open=True)
+    check_range(out, "hardware.min_loss_scale", h.min_loss_scale, 0.0, low_open=True)
     if h.get("num_threads", 0) < 0:
         out.append(f"hardware.num_threads={h.num_threads}: must be 0 (torch's default) or a positive count")
     if h.get("peak_tflops") is not None:
-        _range(out, "hardware.peak_tflops", h.peak_tflops, 0.0)
+        check_range(out, "hardware.peak_tflops", h.peak_tflops, 0.0)
     return out
 
 
@@ -230,6 +194,9 @@ def problems(cfg: DictConfig) -> list[str]:
         return [f"model.name={m.name}: unknown model; valid: {', '.join(MODELS.names())}"]
     if o.name not in OBJECTIVES:
         return [f"objective.name={o.name}: unknown objective; valid: {', '.join(OBJECTIVES.names())}"]
+    # The rest would only list what follows from the wrong family.
+    if recipe_problems(cfg):
+        return recipe_problems(cfg)
 
     provided = model_class(m.name).capabilities
     needed = objective_class(o.name).required_capabilities
@@ -264,9 +231,10 @@ def problems(cfg: DictConfig) -> list[str]:
             out.append(str(err))
     # The plan is derived from the objective's and model's values: only once they passed (span corruption's window
     # search never ends for objective.noise_density >= 1).
+    plan = None
     if len(out) == checked:
         try:
-            data_plan(cfg)
+            plan = data_plan(cfg)
         except ConfigError as err:
             out.append(str(err))
     wanted = objective_class(o.name).natural_layout
@@ -287,6 +255,7 @@ def problems(cfg: DictConfig) -> list[str]:
             f"data.max_seq_len={d.max_seq_len} exceeds model.max_position_embeddings={m.max_position_embeddings}"
             f"{shifted}; lower data.max_seq_len or raise model.max_position_embeddings"
         )
+    out += phase_problems(t, plan.layout if plan else "", bool(plan and plan.streams), longest)
     if m.get("bi_data") and t.batch_size % 2:
         out.append(
             f"model.bi_data=true reads half of every batch backwards: trainer.batch_size={t.batch_size} must be even"
@@ -325,7 +294,7 @@ def problems(cfg: DictConfig) -> list[str]:
                 f"ALBERT, ELECTRA) only; objective={o.name} with model={m.name} keeps padded rows: set "
                 "hardware.unpad=false"
             )
-    out += training_problems(t, opt) + hardware_problems(cfg.hardware)
+    out += training_problems(t, opt) + hardware_problems(cfg.hardware) + kernel_problems(opt, cfg.hardware)
     return out
 
 
@@ -359,6 +328,8 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
             out.append(f"data.{key}={d[key]}: must be at least 1 (or null for all)")
     if cfg.model.dropout is not None and not 0.0 <= cfg.model.dropout < 1.0:
         out.append(f"model.dropout={cfg.model.dropout}: expected a probability in [0, 1)")
+    if cfg.trainer.phases:
+        out.append("trainer.phases are for pretraining (plm-train); a fine-tuning run has one length")
     if cfg.hardware.get("unpad"):
         out.append(
             "hardware.unpad=true is for pretraining (plm-train objective=mlm); fine-tuning trims each batch to its "
@@ -371,7 +342,7 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
     if not 0.0 <= f.dropout < 1.0:
         out.append(f"finetune.dropout={f.dropout}: expected a probability in [0, 1)")
     out += training_problems(cfg.trainer, cfg.optimizer, d_model_from_backbone=True, zero_length=True)
-    return out + hardware_problems(cfg.hardware)
+    return out + hardware_problems(cfg.hardware) + kernel_problems(cfg.optimizer, cfg.hardware)
 
 
 def validate(cfg: DictConfig) -> None:

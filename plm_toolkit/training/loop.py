@@ -29,6 +29,7 @@ from plm_toolkit.training.flops import ModelFlops, peak_tflops
 from plm_toolkit.training.logging import MetricsWriter, ProgressBar
 from plm_toolkit.training.optim import build_optimizer, build_scheduler
 from plm_toolkit.training.parallel import prepare_module
+from plm_toolkit.training.phases import TrainingPhase, phased_micro_batches
 from plm_toolkit.training.precision import LossScaler, Runtime
 from plm_toolkit.training.preemption import Preempted, StopSignals, TrainingClock
 from plm_toolkit.training.state import restore_state, save_state
@@ -85,6 +86,7 @@ class Trainer:
         tokenizer_json: str | None,
         num_workers: int = 0,
         plan: DataPlan | None = None,
+        phases: list[TrainingPhase] | None = None,
     ):
         self.cfg, self.runtime, self.run_dir = trainer_cfg, runtime, run_dir
         self.process = runtime.process
@@ -93,6 +95,8 @@ class Trainer:
         self.train_examples, self.eval_examples, self.collate = train_examples, eval_examples, collate
         self.config_yaml, self.tokenizer_json = config_yaml, tokenizer_json
         self.num_workers = num_workers
+        # trainer.phases: examples and batch sizes by step (training/phases.py); None reads train_examples.
+        self.phases = phases
         # How batches are read and transformed (order, static copies, the objective's batch transform).
         self.plan = plan if plan is not None else DataPlan(transform=objective.batch_transform())
         self.layout = BatchLayout(
@@ -152,23 +156,28 @@ class Trainer:
         lengths = None
         if cfg.group_by_length:
             lengths = _lengths(self.train_examples)
-        batches = iter(
-            micro_batch_loader(
-                MicroBatches(
-                    self.train_examples,
-                    self.layout,
-                    self.samples_seen,
-                    self.collate,
-                    self.transform,
-                    cfg.seed,
-                    static_copies=self.plan.static_copies,
-                    streams=self.plan.streams,
-                    backward_half=self.plan.backward_half,
-                    group_lengths=lengths,
-                    first_step=self.step if getattr(self.transform, "takes_step", False) else None,
-                ),
-                num_workers=self.num_workers,
-                pin_memory=self.runtime.device.type == "cuda",
+        pin_memory = self.runtime.device.type == "cuda"
+        batches = (
+            phased_micro_batches(self, pin_memory)
+            if self.phases
+            else iter(
+                micro_batch_loader(
+                    MicroBatches(
+                        self.train_examples,
+                        self.layout,
+                        self.samples_seen,
+                        self.collate,
+                        self.transform,
+                        cfg.seed,
+                        static_copies=self.plan.static_copies,
+                        streams=self.plan.streams,
+                        backward_half=self.plan.backward_half,
+                        group_lengths=lengths,
+                        first_step=self.step if getattr(self.transform, "takes_step", False) else None,
+                    ),
+                    num_workers=self.num_workers,
+                    pin_memory=pin_memory,
+                )
             )
         )
         bar = ProgressBar(self.max_steps, self.step, cfg.epochs, enabled=cfg.progress_bar and self.process.is_main)

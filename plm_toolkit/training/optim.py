@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from plm_toolkit.errors import ConfigError
+from plm_toolkit.training.scaled_adam import AdamWScale, Lamb
 
 
 def parameter_groups(module: nn.Module, weight_decay: float) -> list[dict]:
@@ -21,7 +22,8 @@ def parameter_groups(module: nn.Module, weight_decay: float) -> list[dict]:
 
     Chosen by shape, not by module type, so that any normalisation (LayerNorm, RMSNorm, ...) and any bias vector
     is exempt without a list of classes; parameters named ``*bias`` (Transformer-XL's u and v, one vector per
-    head) are biases too."""
+    head) are biases too. The vectors are also exempt from LAMB's layer adaptation (``adapt``), as ALBERT's
+    lamb_optimizer.py exempts LayerNorm and bias."""
     decay, rest, seen = [], [], set()
     for name, param in module.named_parameters():
         if not param.requires_grad or id(param) in seen:
@@ -31,14 +33,20 @@ def parameter_groups(module: nn.Module, weight_decay: float) -> list[dict]:
             rest.append(param)
         else:
             decay.append(param)
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    groups = [
+        {"params": decay, "weight_decay": weight_decay, "adapt": True},
+        {"params": rest, "weight_decay": 0.0, "adapt": False},
+    ]
     return [g for g in groups if g["params"]]
 
 
-def kernel_options(optimizer_class: type, params: list[torch.Tensor], implementation: str) -> dict:
+def kernel_options(
+    optimizer_class: type, params: list[torch.Tensor], implementation: str, fused_devices: tuple[str, ...] = ()
+) -> dict:
     """``fused``/``foreach`` arguments for ``implementation``: auto takes the fused kernel where torch has one for
-    this optimizer and device (Adam, AdamW and SGD on CPU and CUDA since torch 2.4) and foreach elsewhere. A fused
-    step over BERT-sized parameter lists is several times faster than the per-parameter loop torch picks on CPU."""
+    this optimizer and device (Adam, AdamW and SGD on CPU and CUDA since torch 2.4; ``fused_devices`` narrows the
+    list) and foreach elsewhere. A fused step over BERT-sized parameter lists is several times faster than the
+    per-parameter loop torch picks on CPU."""
     if implementation == "for_loop":
         return {"foreach": False}
     if implementation == "foreach":
@@ -48,7 +56,7 @@ def kernel_options(optimizer_class: type, params: list[torch.Tensor], implementa
     device = params[0].device.type if params else "cpu"
     fusable = (
         "fused" in inspect.signature(optimizer_class).parameters
-        and device in _get_fused_kernels_supported_devices()
+        and device in (fused_devices or _get_fused_kernels_supported_devices())
         and all(p.is_floating_point() and p.device.type == device for p in params)
     )
     if fusable:
@@ -66,17 +74,47 @@ def build_optimizer(module: nn.Module, cfg, implementation: str = "auto") -> tor
     params = [p for g in groups for p in g["params"]]
     name = cfg.name.value if hasattr(cfg.name, "value") else cfg.name
     implementation = getattr(implementation, "value", implementation)
+    betas = tuple(cfg.betas)
+    if name == "adamw" and getattr(cfg, "parameter_scale", False):  # a key only the schema need have
+        _single_implementation(name, implementation)
+        return AdamWScale(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, scale_epsilon=cfg.scale_epsilon)
     if name == "adamw":
         kernels = kernel_options(torch.optim.AdamW, params, implementation)
-        return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, **kernels)
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, **kernels)
     if name == "adam":
         # Adam's weight decay is an L2 term added to the gradient, as in the original Transformer recipe.
         kernels = kernel_options(torch.optim.Adam, params, implementation)
-        return torch.optim.Adam(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, **kernels)
+        return torch.optim.Adam(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, **kernels)
     if name == "sgd":
         kernels = kernel_options(torch.optim.SGD, params, implementation)
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, **kernels)
+    if name == "lamb":
+        _single_implementation(name, implementation)
+        return Lamb(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, bias_correction=cfg.bias_correction)
+    if name == "adafactor":
+        # torch's Adafactor is T5's: relative step min(lr_t, 1/sqrt(t)) times max(eps2, RMS(w)), beta2_t = 1 -
+        # t^-0.8, update clipping at d, factored second moments for matrices, no momentum. Its for-loop is the
+        # default on purpose (foreach holds a copy of every gradient more), so auto keeps it.
+        kernels = {} if implementation == "auto" else kernel_options(torch.optim.Adafactor, params, implementation)
+        eps = (cfg.eps, cfg.scale_epsilon)
+        return torch.optim.Adafactor(
+            groups, lr=cfg.lr, beta2_decay=-cfg.decay_rate, eps=eps, d=cfg.clip_threshold, **kernels
+        )
+    if name == "adagrad":
+        # torch's Adagrad fuses on CPU only.
+        kernels = kernel_options(torch.optim.Adagrad, params, implementation, fused_devices=("cpu",))
+        return torch.optim.Adagrad(
+            groups, lr=cfg.lr, eps=cfg.eps, initial_accumulator_value=cfg.initial_accumulator, **kernels
+        )
     raise ValueError(f"unknown optimizer {name!r}")
+
+
+def _single_implementation(name: str, implementation: str) -> None:
+    """LAMB and AdamW with parameter scaling have one implementation (ours); refuse a fused kernel asked for."""
+    if implementation == "fused":
+        raise ConfigError(
+            f"hardware.optimizer_implementation=fused: optimizer.name={name} has no fused kernel; use auto"
+        )
 
 
 @dataclass
@@ -88,6 +126,7 @@ class ScheduleFactor:
     total_steps: int
     min_lr_ratio: float = 0.0
     d_model: int = 1
+    warmup_start: float = 0.0
     # With a time budget (trainer.time_budget) the decay follows the share of the budget used, which the loop
     # sets before each scheduler step, instead of the step count; warmup_fraction is warm-up's share of it.
     time_based: bool = False
@@ -97,13 +136,17 @@ class ScheduleFactor:
     def __call__(self, index: int) -> float:
         t = index + 1  # LambdaLR passes 0 for the first step
         warmup = self.warmup_steps
-        if self.time_based and self.kind not in ("noam", "inverse_sqrt") and not (warmup > 0 and t <= warmup):
+        step_based = ("noam", "inverse_sqrt", "constant_then_inverse_sqrt")
+        if self.time_based and self.kind not in step_based and not (warmup > 0 and t <= warmup):
             return self._over_budget()
         if self.kind == "noam":
             # "Attention Is All You Need", Sec. 5.3: d_model^-0.5 * min(t^-0.5, t * warmup^-1.5).
             return self.d_model**-0.5 * min(t**-0.5, t * warmup**-1.5)
+        if self.kind == "constant_then_inverse_sqrt":
+            # T5 (Raffel et al. 2020, Sec. 3.1.2): 1 / sqrt(max(t, k)) with k = 10^4, as a multiple of lr = k^-0.5.
+            return math.sqrt(warmup / max(t, warmup))
         if warmup > 0 and t <= warmup:
-            return t / warmup
+            return self.warmup_start + (1.0 - self.warmup_start) * t / warmup
         if self.kind == "constant":
             return 1.0
         if self.kind == "inverse_sqrt":
@@ -134,7 +177,7 @@ def schedule_factor(cfg, max_steps: int, time_based: bool = False) -> ScheduleFa
     total = cfg.total_steps or max_steps
     warmup = cfg.warmup_steps or (0 if time_based else int(round(cfg.warmup_ratio * total)))
     kind = cfg.schedule.value if hasattr(cfg.schedule, "value") else cfg.schedule
-    factor = ScheduleFactor(kind, warmup, total, cfg.min_lr_ratio, int(cfg.d_model))
+    factor = ScheduleFactor(kind, warmup, total, cfg.min_lr_ratio, int(cfg.d_model), cfg.warmup_start)
     if time_based:
         factor.time_based, factor.warmup_fraction = True, float(cfg.warmup_ratio)
     return factor

@@ -373,10 +373,8 @@ def outcomes(pretrained_run) -> dict[str, dict]:
         return dict(pool.map(one, CASES))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_bad_input_gets_one_line_and_loses_nothing(case, outcomes):
-    outcome = outcomes[case.name]
+def assert_one_error_line(case: Case, outcome: dict) -> None:
+    """Exit status 1, no traceback, and one line on stderr: ``error:`` and the case's expected fragment."""
     done = outcome["done"]
     output = f"stdout:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-3000:]}"
     assert done.returncode == 1, output
@@ -384,6 +382,13 @@ def test_bad_input_gets_one_line_and_loses_nothing(case, outcomes):
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), output
     assert case.expected.format(**outcome["places"]) in lines[0], output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input_gets_one_line_and_loses_nothing(case, outcomes):
+    outcome = outcomes[case.name]
+    assert_one_error_line(case, outcome)
     assert outcome["left"] == [], f"left in the case's directory: {outcome['left']}"
     if case.resume or case.untouched:
         assert outcome["after"] == outcome["before"] and outcome["before"], (

@@ -1,0 +1,149 @@
+"""Checks shared by the validators: numbers in intervals, every optimizer and schedule key, and a paper recipe's
+model family."""
+
+from __future__ import annotations
+
+import math
+
+from hydra.core.hydra_config import HydraConfig
+
+from plm_toolkit.config.schema import OptimizerConfig
+
+DEFAULTS = OptimizerConfig()
+
+
+def value_of(x) -> str:
+    """A choice's name (an Enum member's value, or the string itself)."""
+    return x.value if hasattr(x, "value") else str(x)
+
+
+def finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_range(
+    out: list[str], key: str, value, low: float, high: float = math.inf, *, low_open=False, high_open=False
+) -> None:
+    """Append a message when ``value`` is not a finite number in the interval (NaN and infinities never pass)."""
+    above = value > low if low_open else value >= low
+    ok = finite(value) and above and (value < high if high_open else value <= high)
+    if not ok:
+        left, right = "(" if low_open else "[", ")" if high_open or high == math.inf else "]"
+        upper = "inf" if high == math.inf else f"{high:g}"
+        out.append(f"{key}={value}: expected a finite number in {left}{low:g}, {upper}{right}")
+
+
+# Keys that only some update rules read: the rules that do (a value other than the default elsewhere is refused,
+# so that a recipe's setting never goes silently unused).
+ONLY_FOR = {
+    "momentum": ("sgd",),
+    "bias_correction": ("lamb",),
+    "parameter_scale": ("adamw",),
+    "decay_rate": ("adafactor",),
+    "clip_threshold": ("adafactor",),
+    "initial_accumulator": ("adagrad",),
+}
+
+
+def optimizer_problems(opt, max_steps: int | None, d_model_from_backbone: bool = False) -> list[str]:
+    """Every optimizer and schedule key out of its range, or set for an update rule that does not read it."""
+    out: list[str] = []
+    name, schedule = value_of(opt.name), value_of(opt.schedule)
+    check_range(out, "optimizer.lr", opt.lr, 0.0, low_open=True)
+    if len(opt.betas) != 2 or not all(finite(b) and 0.0 <= b < 1.0 for b in opt.betas):
+        out.append(f"optimizer.betas={list(opt.betas)}: expected two values in [0, 1)")
+    check_range(out, "optimizer.eps", opt.eps, 0.0, low_open=True)
+    check_range(out, "optimizer.weight_decay", opt.weight_decay, 0.0)
+    check_range(out, "optimizer.momentum", opt.momentum, 0.0)
+    check_range(out, "optimizer.scale_epsilon", opt.scale_epsilon, 0.0)
+    # torch's Adafactor needs 1 - t^-decay_rate in [0, 1) from the first step on; T5 used 0.8.
+    check_range(out, "optimizer.decay_rate", opt.decay_rate, 0.0, 1.0, low_open=True)
+    # An update clipped below RMS 1 is allowed by the paper's formula but not by torch (d >= 1).
+    check_range(out, "optimizer.clip_threshold", opt.clip_threshold, 1.0)
+    check_range(out, "optimizer.initial_accumulator", opt.initial_accumulator, 0.0)
+    for key, users in ONLY_FOR.items():
+        if name not in users and opt[key] != getattr(DEFAULTS, key):
+            out.append(
+                f"optimizer.{key}={opt[key]} is read by optimizer.name={' or '.join(users)} only, not by "
+                f"optimizer.name={name}: leave it out or pick that optimizer"
+            )
+    if opt.warmup_steps < 0:
+        out.append(f"optimizer.warmup_steps={opt.warmup_steps}: must be 0 (use warmup_ratio) or positive")
+    if schedule in ("noam", "inverse_sqrt", "constant_then_inverse_sqrt") and opt.warmup_steps < 1:
+        out.append(f"optimizer.schedule={schedule} needs optimizer.warmup_steps >= 1")
+    check_range(out, "optimizer.warmup_ratio", opt.warmup_ratio, 0.0, 1.0, high_open=True)
+    check_range(out, "optimizer.warmup_start", opt.warmup_start, 0.0, 1.0)
+    check_range(out, "optimizer.min_lr_ratio", opt.min_lr_ratio, 0.0, 1.0)
+    if opt.total_steps is not None and opt.total_steps < 1:
+        out.append(f"optimizer.total_steps={opt.total_steps}: must be at least 1 (or null for the run's length)")
+    elif (
+        opt.total_steps is not None
+        and max_steps is not None
+        and opt.total_steps < max_steps
+        and schedule in ("linear", "cosine")
+    ):
+        out.append(
+            f"optimizer.total_steps={opt.total_steps} is shorter than trainer.max_steps={max_steps}: the "
+            "schedule would sit at its floor; raise it or leave it null"
+        )
+    if schedule == "noam" and not d_model_from_backbone and opt.d_model < 1:
+        out.append(f"optimizer.d_model={opt.d_model}: the noam schedule needs the model width (at least 1)")
+    return out
+
+
+def phase_problems(t, layout: str, streams: bool, longest: int | None) -> list[str]:
+    """trainer.phases: shares that sum to 1 and each last a step, lengths the model holds, a layout that a phase
+    can end in the middle of (not streams, whose rows continue from batch to batch, nor sentence pairs for
+    translation), and a run length in steps."""
+    phases = list(t.get("phases") or [])
+    if not phases:
+        return []
+    out: list[str] = []
+    if t.max_steps is None:
+        out.append("trainer.phases are shares of trainer.max_steps: give trainer.max_steps, not trainer.epochs")
+    if streams or layout == "parallel":
+        out.append(f"trainer.phases: the {layout} layout cannot change its sequence length within a run")
+    for i, phase in enumerate(phases):
+        key = f"trainer.phases[{i}]"
+        check_range(out, f"{key}.fraction", phase.fraction, 0.0, 1.0, low_open=True)
+        if t.max_steps is not None and finite(phase.fraction) and round(phase.fraction * t.max_steps) < 1:
+            out.append(f"{key}.fraction={phase.fraction}: less than one of trainer.max_steps={t.max_steps}")
+        if phase.max_seq_len < 8 or (longest is not None and phase.max_seq_len > longest):
+            most = f" and at most the model's {longest} positions" if longest is not None else ""
+            out.append(f"{key}.max_seq_len={phase.max_seq_len}: needs at least 8 tokens{most}")
+        if phase.batch_size < 0:
+            out.append(f"{key}.batch_size={phase.batch_size}: must be 0 (trainer.batch_size) or positive")
+    total = sum(p.fraction for p in phases if finite(p.fraction))
+    if abs(total - 1.0) > 1e-6:
+        out.append(f"trainer.phases: the fractions sum to {total:g}; they must sum to 1")
+    return out
+
+
+def kernel_problems(opt, hardware) -> list[str]:
+    """hardware.optimizer_implementation=fused for an update rule torch has no fused kernel of."""
+    name = value_of(opt.name)
+    if value_of(hardware.optimizer_implementation) != "fused":
+        return []
+    if name in ("lamb", "adafactor") or (name == "adamw" and opt.parameter_scale):
+        rule = "adamw with optimizer.parameter_scale=true" if name == "adamw" else name
+        return [f"hardware.optimizer_implementation=fused: optimizer.name={rule} has no fused kernel; use auto"]
+    return []
+
+
+def recipe_problems(cfg) -> list[str]:
+    """A paper recipe (experiment=...) asked of a model family it is not written for, named by the preset the
+    command line chose where Hydra knows it."""
+    recipe = cfg.get("recipe")
+    if recipe is None or not recipe.families or cfg.model.name in recipe.families:
+        return []
+    preset = _chosen("model") or cfg.model.name
+    families = " or ".join(recipe.families)
+    return [
+        f"experiment={recipe.name} is a recipe for {families} models and model={preset} is a {cfg.model.name} "
+        f"model: pick a {families} preset (model={recipe.families[0]}_...) or leave out experiment="
+    ]
+
+
+def _chosen(group: str) -> str | None:
+    """The option of a config group that Hydra composed (None outside a Hydra run)."""
+    return HydraConfig.get().runtime.choices.get(group) if HydraConfig.initialized() else None
