@@ -36,6 +36,9 @@ from plm_toolkit.training.preemption import EXIT_REQUEUE, Preempted
 
 log = logging.getLogger("plm_toolkit")
 
+# The keys of a sub-run the suite sets itself, which glue.task_overrides may not.
+GRID_KEYS = ("optimizer.lr", "trainer.seed", "data.train_file", "data.validation_file", "task.name")
+
 
 def glue_problems(cfg: DictConfig) -> list[str]:
     """Every impossible setting of plm-glue's own keys, one message each (each sub-run's plm-finetune config is
@@ -62,6 +65,16 @@ def glue_problems(cfg: DictConfig) -> list[str]:
         unknown = [name for name in names if name not in TASKS]
         if unknown:
             out.append(f"glue.{key}: unknown task(s) {', '.join(unknown)}; the GLUE tasks are {', '.join(TASKS)}")
+    for name, keys in g.task_overrides.items():
+        if not isinstance(keys, DictConfig):
+            out.append(
+                f"glue.task_overrides.{name}={keys}: expected plm-finetune keys (glue.task_overrides.{name}.KEY)"
+            )
+            continue
+        grid = [key for key in GRID_KEYS if OmegaConf.select(keys, key) is not None]
+        if grid:
+            out.append(f"glue.task_overrides.{name}.{grid[0]}: set by the suite (glue.learning_rates, glue.seeds, "
+                       "data.glue_dir), not per task")  # fmt: skip
     if g.max_parallel is not None and g.max_parallel < 1:
         out.append(f"glue.max_parallel={g.max_parallel}: must be at least 1 (or null: one sub-run per visible GPU)")
     if str(cfg.trainer.resume) not in ("auto", "none"):
@@ -79,23 +92,21 @@ def encoder_decoder(checkpoint: Path) -> bool:
 
 
 def prepared_runs(cfg: DictConfig, run_dir: Path, tasks: list[GlueTask], glue_dir: Path) -> dict[SubRun, Path]:
-    """Every sub-run's folder with its subrun.yaml, each config validated as plm-finetune validates its own; the
-    task files read once per task with the task's preset."""
-    folders = {}
+    """Every sub-run's folder with its subrun.yaml. Before any folder is written, each sub-run's config is validated
+    as plm-finetune validates its own and every task file is read with its task's preset."""
+    configs = {run: subrun_config(cfg, run, glue_dir) for run in plan(cfg, tasks)}
     checked = set()
-    for run in plan(cfg, tasks):
-        config = subrun_config(cfg, run, glue_dir)
+    for run, config in configs.items():
         finetune_cfg = typed(config)
         validate(finetune_cfg)
         if run.task not in checked:
-            counts = check_files(
-                TASKS[run.task], OmegaConf.to_object(finetune_cfg.task), glue_dir, cfg.glue.predict_test
-            )
+            preset = OmegaConf.to_object(finetune_cfg.task)
+            counts = check_files(TASKS[run.task], preset, glue_dir, cfg.glue.predict_test)
             log.info("%s: %s", TASKS[run.task].folder, ", ".join(f"{n} {c} rows" for n, c in counts.items()))
             checked.add(run.task)
-        folders[run] = run_dir / run.name
-        prepare(folders[run], config)
-    return folders
+    for run, config in configs.items():
+        prepare(run_dir / run.name, config)
+    return {run: run_dir / run.name for run in configs}
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:

@@ -45,8 +45,8 @@ class GlueSuiteConfig:
     small_tasks: list[str] = field(default_factory=lambda: ["cola", "mrpc", "stsb", "rte", "wnli"])
     # Seeds of the tasks in glue.small_tasks.
     small_tasks_seeds: list[int] = field(default_factory=lambda: [1234, 1235, 1236, 1237, 1238])
-    # Per task, plm-finetune key=value overrides for its sub-runs, applied after the shared keys, e.g.
-    # glue.task_overrides={sst2:[data.max_train_samples=8000],rte:[trainer.epochs=10]}.
+    # Per task, plm-finetune keys for its sub-runs, set over the shared ones: +glue.task_overrides.<task>.<key>=VALUE,
+    # e.g. +glue.task_overrides.sst2.data.max_train_samples=8000 (the grid's keys stay the suite's).
     task_overrides: dict[str, Any] = field(default_factory=dict)
     # Sub-runs at a time, each in a process of its own on a GPU of its own: null takes one per visible GPU; 1 runs
     # them one after another in this process (as on a CPU or a single GPU).

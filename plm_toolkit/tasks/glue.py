@@ -118,7 +118,8 @@ def _column(spec: str, names: list[str] | None, path: Path, key: str, keys: bool
     for alternative in spec.split("|"):
         if alternative in names:
             return alternative if keys else names.index(alternative)
-    raise DataError(f"{path}:1: no column {spec!r} (task.{key}); the columns are {', '.join(map(str, names))}")
+    what = f"task.{key}" if key.endswith("_column") else key
+    raise DataError(f"{path}:1: no column {spec!r} ({what}); the columns are {', '.join(map(str, names))}")
 
 
 def read_columns(

@@ -50,6 +50,8 @@ class GlueTask:
     tests: tuple[TestFile, ...] = ()
     # The text column of the test file where it differs from the preset's (CoLA's train and dev have no header).
     test_text_column: str | None = None
+    # The range a regression's test predictions are clipped to (STS-B's 0-5 scale, as jiant writes them).
+    clip: tuple[float, float] | None = None
 
     def files(self, glue_dir: Path) -> dict[str, Path]:
         """The task's training and dev files: train, dev and each extra dev file by its name."""
@@ -77,7 +79,7 @@ BENCHMARK = (
     GlueTask("cola", "CoLA", (Score("matthews", "matthews"),), tests=test_tsv("CoLA.tsv"), test_text_column="sentence"),
     GlueTask("sst2", "SST-2", ACCURACY, tests=test_tsv("SST-2.tsv")),
     GlueTask("mrpc", "MRPC", F1_ACCURACY, tests=test_tsv("MRPC.tsv")),
-    GlueTask("stsb", "STS-B", CORRELATIONS, tests=test_tsv("STS-B.tsv")),
+    GlueTask("stsb", "STS-B", CORRELATIONS, tests=test_tsv("STS-B.tsv"), clip=(0.0, 5.0)),
     GlueTask("qqp", "QQP", F1_ACCURACY, tests=test_tsv("QQP.tsv")),
     # The diagnostic set (AX) is predicted with the MNLI model; the server scores it apart from the average.
     GlueTask("mnli", "MNLI", MNLI, dev="dev_matched.tsv", extra_dev=(("mismatched", "dev_mismatched.tsv"),),

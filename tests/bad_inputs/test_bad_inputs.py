@@ -376,7 +376,12 @@ def outcomes(pretrained_run) -> dict[str, dict]:
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_bad_input_gets_one_line_and_loses_nothing(case, outcomes):
-    outcome = outcomes[case.name]
+    check_outcome(case, outcomes[case.name])
+
+
+def check_outcome(case: Case, outcome: dict) -> None:
+    """Exit status 1, one ``error:`` line with the expected fragment, no traceback, nothing left beside the run, the
+    untouched folders untouched (``outcome`` as ``outcomes`` gives it)."""
     done = outcome["done"]
     output = f"stdout:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-3000:]}"
     assert done.returncode == 1, output
