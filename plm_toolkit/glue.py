@@ -56,8 +56,9 @@ def glue_problems(cfg: DictConfig) -> list[str]:
                 f"data.{key}={cfg.data[key]}: plm-glue reads each task's files from data.glue_dir; leave it null"
             )
     g = cfg.glue
-    if not g.learning_rates or not all(math.isfinite(lr) and lr > 0 for lr in g.learning_rates):
-        out.append(f"glue.learning_rates={list(g.learning_rates)}: expected one or more finite rates above 0")
+    rates = list(g.learning_rates)
+    if not rates or not all(math.isfinite(lr) and lr > 0 for lr in rates) or len(set(rates)) < len(rates):
+        out.append(f"glue.learning_rates={rates}: expected one or more distinct finite rates above 0")
     for key in ("seeds", "small_tasks_seeds"):
         if not g[key] or min(g[key]) < 0 or len(set(g[key])) < len(g[key]):
             out.append(f"glue.{key}={list(g[key])}: expected one or more distinct seeds, 0 or positive")
@@ -79,7 +80,8 @@ def glue_problems(cfg: DictConfig) -> list[str]:
         out.append(f"glue.max_parallel={g.max_parallel}: must be at least 1 (or null: one sub-run per visible GPU)")
     if str(cfg.trainer.resume) not in ("auto", "none"):
         out.append(f"trainer.resume={cfg.trainer.resume}: each sub-run resumes from its own folder; leave it auto")
-    return out + training_problems(cfg.trainer, cfg.optimizer, d_model_from_backbone=True, zero_length=True)
+    # Every sub-run trains (its test predictions come from its final checkpoint): no evaluation-only length.
+    return out + training_problems(cfg.trainer, cfg.optimizer, d_model_from_backbone=True)
 
 
 def encoder_decoder(checkpoint: Path) -> bool:

@@ -203,7 +203,7 @@ def finish(folder: Path, cfg: DictConfig, suite: DictConfig) -> dict:
         runtime = resolve_runtime(cfg.hardware)
         config = classifier.task.config
         batch = 2 * cfg.trainer.batch_size
-        for name, path in extra:
+        for name, path in [(name, path) for name, path in extra if name in wanted]:
             rows = limit(read_rows(path, config), cfg.data.max_eval_samples, f"{path.name} rows")
             predicted = predict(classifier, rows, cfg.data.max_seq_len, batch, runtime)
             gold = label_targets(rows, list(config.labels), config.regression, path)
@@ -213,7 +213,7 @@ def finish(folder: Path, cfg: DictConfig, suite: DictConfig) -> dict:
             write_json(folder / f"eval_results_{name}.json", metrics)
             log.info("%s (%d rows): %s", path, len(rows), json.dumps(metrics))
         (folder / PREDICTIONS).mkdir(exist_ok=True)
-        for path, name in tests:
+        for path, name in [(path, name) for path, name in tests if name in wanted]:
             rows = read_test_rows(path, task, config)
             predicted = predict(classifier, [row for _, row in rows], cfg.data.max_seq_len, batch, runtime)
             if task.clip is not None:

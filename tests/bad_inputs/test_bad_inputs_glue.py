@@ -19,7 +19,7 @@ CASES = [
     Case("glue_wrong_columns", "glue", ("data.glue_dir={files}/glue_wrong_columns",), "{files}/glue_wrong_columns/RTE/train.tsv:1: no column 'sentence1' (task.text_column); the columns are index, premise, hypothesis, label"),
     Case("glue_task_without_dev", "glue", ("data.glue_dir={files}/glue_no_dev",), "data.glue_dir={files}/glue_no_dev: task SST-2 lacks {files}/glue_no_dev/SST-2/dev.tsv"),
     Case("glue_unknown_task", "glue", ("data.glue_dir={files}/glue_no_dev", "glue.tasks=[sst]"), "glue.tasks: unknown sst; the GLUE tasks are cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli"),
-    Case("glue_no_learning_rate", "glue", ("data.glue_dir={files}", "glue.learning_rates=[]"), "glue.learning_rates=[]: expected one or more finite rates above 0"),
+    Case("glue_no_learning_rate", "glue", ("data.glue_dir={files}", "glue.learning_rates=[]"), "glue.learning_rates=[]: expected one or more distinct finite rates above 0"),
     Case("glue_override_unknown_key", "glue", ("data.glue_dir={files}/glue_wrong_columns", "+glue.task_overrides.rte.trainer.epoch=3"), "glue.task_overrides.rte: Key 'epoch' not in 'TrainerConfig'"),
     Case("glue_override_of_the_grid", "glue", ("data.glue_dir={files}", "+glue.task_overrides.rte.optimizer.lr=1e-5"), "glue.task_overrides.rte.optimizer.lr: set by the suite"),
 ]  # fmt: skip

@@ -13,9 +13,10 @@ from omegaconf import OmegaConf
 
 from plm_toolkit import glue
 from plm_toolkit.errors import ConfigError
-from plm_toolkit.glue_runs import RECORD, SubRun
-from plm_toolkit.glue_schedule import Job, schedule, visible_gpus
+from plm_toolkit.glue_runs import RECORD, SubRun, record
+from plm_toolkit.glue_schedule import Job, failure_line, launch_worker, schedule, visible_gpus
 from plm_toolkit.glue_summary import markdown, summarize
+from plm_toolkit.tasks.glue_suite import find_tasks
 
 from .conftest import SST2_TRAIN
 from .test_glue_formats import FILES, write_glue
@@ -232,3 +233,23 @@ def test_glue_defaults_are_plm_finetunes():
         assert OmegaConf.to_container(suite[key]) == OmegaConf.to_container(single[key]), key
     shared = {k: v for k, v in OmegaConf.to_container(suite.data).items() if k != "glue_dir"}
     assert shared == OmegaConf.to_container(single.data)
+
+
+@pytest.mark.slow
+def test_worker_processes_run_a_subrun_and_report_a_failure(tiny_checkpoint, tmp_path):
+    """The GPU path's worker (``python -m plm_toolkit.glue_runs FOLDER``), here with no GPU visible."""
+    glue_dir = two_tasks(tmp_path)
+    overrides = [f"model.checkpoint={tiny_checkpoint}", f"data.glue_dir={glue_dir}", *TINY, "glue.seeds=[7,8]"]
+    with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
+        cfg = compose("glue", overrides=[*overrides, "glue.tasks=[sst2]"])
+        folders = glue.prepared_runs(cfg, tmp_path / "run", find_tasks(glue_dir, ["sst2"]), glue_dir)
+    good, bad = folders.values()
+    saved = OmegaConf.load(bad / "subrun.yaml")
+    saved.finetune.model.checkpoint = str(tmp_path / "gone")
+    OmegaConf.save(saved, bad / "subrun.yaml")
+    jobs = [Job("good", good, weight=2), Job("bad", bad, weight=1)]
+    failed = schedule(jobs, [""], launch_worker, lambda job, status: None, poll_seconds=0.2)
+    assert [(job.name, status) for job, status in failed] == [("bad", 1)]
+    assert f"model.checkpoint={tmp_path / 'gone'}: no such file or directory" in failure_line(failed[0][0])
+    accuracy = json.loads((good / "eval_results.json").read_text())["accuracy"]
+    assert record(good)["metrics"] == {"accuracy": accuracy} and (good / "test_predictions" / "SST-2.tsv").is_file()
