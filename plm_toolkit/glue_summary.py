@@ -69,6 +69,8 @@ def markdown(summary: dict) -> str:
     """glue_results.md: the paper-style line (BERT's table 1: figures x 100, two per task joined by /), then per task
     the selected run and the spread of its seeds."""
     tasks, settings = summary["tasks"], summary["settings"]
+    epochs = settings.get("epochs")
+    length = f"{epochs:g} epoch(s)" if epochs is not None else f"{settings.get('max_steps')} steps"
     heads = [f"{title} ({'/'.join(metric_keys(t))})" for title, t in tasks.items()]
     values = ["/".join(_percent(t[k]) for k in metric_keys(t)) for t in tasks.values()]
     lines = [
@@ -76,20 +78,20 @@ def markdown(summary: dict) -> str:
         "",
         f"Backbone: `{settings['checkpoint']}`. Each task: the best on dev of "
         f"{len(settings['learning_rates'])} learning rate(s) x its seeds "
-        f"({settings['epochs']} epoch(s), batch {settings['batch_size']}, max_seq_len {settings['max_seq_len']}).",
+        f"({length}, batch {settings['batch_size']}, max_seq_len {settings['max_seq_len']}).",
         "",
         "| " + " | ".join([*heads, "Average"]) + " |",
         "|" + " --- |" * (len(heads) + 1),
         "| " + " | ".join([*values, _percent(summary["average"])]) + " |",
         "",
-        "| Task | Dev | lr | seed | runs | seeds at that lr | score mean ± std | min | max |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| Task | dev score | lr | seed | runs | seeds at that lr: score mean ± std | min | max |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for title, t in tasks.items():
         s = t["seeds"]["score"]
         lines.append(
             f"| {title} | {_percent(t['score'])} | {t['learning_rate']:g} | {t['seed']} | {t['runs']} | "
-            f"{t['seeds']['runs']} | {_percent(s['mean'])} ± {_percent(s['std'])} | {_percent(s['min'])} | "
+            f"{t['seeds']['runs']}: {_percent(s['mean'])} ± {_percent(s['std'])} | {_percent(s['min'])} | "
             f"{_percent(s['max'])} |"
         )
     lines += [

@@ -90,7 +90,8 @@ def test_suite_on_two_tiny_tasks(tiny_checkpoint, tmp_path):
     assert summary["average"] == pytest.approx((dev["sst2/lr0.001-seed7"] + rte[best]) / 2)
     table = (run_dir / "glue_results.md").read_text()
     assert "| SST-2 (accuracy) | RTE (accuracy) | Average |" in table
-    assert f"| RTE | {100 * rte[best]:.1f} | 0.001 | {best + 1} | 3 | 3 |" in table
+    spread = f"{100 * statistics.fmean(rte):.1f} ± {100 * statistics.stdev(rte):.1f}"
+    assert f"| RTE | {100 * rte[best]:.1f} | 0.001 | {best + 1} | 3 | 3: {spread} | {100 * min(rte):.1f} |" in table
 
     # The submission: the selected runs' predictions of every test row, equal to plm-finetune's of the same rows.
     assert sorted(p.name for p in (run_dir / "submission").iterdir()) == ["RTE.tsv", "SST-2.tsv"]
