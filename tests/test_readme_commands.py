@@ -18,6 +18,7 @@ from omegaconf import OmegaConf, open_dict
 
 import plm_toolkit.generate  # noqa: F401  (stores plm-generate's schema)
 from plm_toolkit.config.validate import unknown_keys, validate
+from plm_toolkit.glue import glue_problems
 
 REPO = Path(__file__).resolve().parents[1]
 # README and docs/, the configs' comments, the usage lines at the top of the package's modules.
@@ -28,9 +29,15 @@ SOURCES = [
     *sorted((REPO / "plm_toolkit").rglob("*.py")),
 ]
 # The console commands that compose a Hydra config, by the config they compose.
-CONFIGS = {"plm-train": "train", "plm-finetune": "finetune", "plm-generate": "generate", "plm-embed": "embed"}
+CONFIGS = {
+    "plm-train": "train",
+    "plm-finetune": "finetune",
+    "plm-generate": "generate",
+    "plm-embed": "embed",
+    "plm-glue": "glue",
+}
 FENCE = re.compile(r"^```.*?$(.*?)^```", re.S | re.M)
-INLINE = re.compile(r"`((?:plm-train|plm-finetune|plm-generate|plm-embed)(?: [^`]*)?)`")
+INLINE = re.compile(r"`((?:plm-train|plm-finetune|plm-generate|plm-embed|plm-glue)(?: [^`]*)?)`")
 
 
 def shell_text(path: Path) -> str:
@@ -135,6 +142,9 @@ def with_stand_ins(cfg, root: Path, elided: bool = False):
     folder = root / "folder"
     folder.mkdir(exist_ok=True)
     with open_dict(cfg):
+        if "glue" in cfg:
+            cfg.model.checkpoint, cfg.data.glue_dir = str(folder), str(folder)
+            return cfg
         if "task" in cfg:
             if elided or not OmegaConf.is_missing(cfg.model, "checkpoint"):
                 cfg.model.checkpoint = str(folder)
@@ -174,6 +184,9 @@ def test_documented_command_composes_and_validates(where, config, args, tmp_path
     cfg = compose_command(config, overrides_of(args))
     if config in ("generate", "embed"):  # their checks read the checkpoint; the keys are what can go stale here
         assert unknown_keys(cfg) == [], where
+        return
+    if config == "glue":  # its own keys here; each sub-run's plm-finetune config is validated once planned
+        assert unknown_keys(cfg) == [] and glue_problems(with_stand_ins(cfg, tmp_path)) == [], where
         return
     validate(with_stand_ins(cfg, tmp_path, elided="..." in args))
 

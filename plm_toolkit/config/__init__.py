@@ -14,10 +14,12 @@ def setup() -> None:
     anything else that composes, such as tests): the schemas, every registered model, objective and task in the
     ConfigStore, and the resolvers the presets use. Calling it again is harmless."""
     from plm_toolkit.catalog import load_all
+    from plm_toolkit.config.glue import register_glue_schema
     from plm_toolkit.config.help import register_help_resolver
     from plm_toolkit.data.corpus import register_resolvers
 
     register_schemas()
+    register_glue_schema()
     load_all()
     register_resolvers()
     register_help_resolver()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from plm_toolkit.registry import TASKS
 from plm_toolkit.tasks.base import Task, TaskData, init_linear, limit, summary_vector
 from plm_toolkit.tasks.heads import ACTIVATIONS, LinearHead
 from plm_toolkit.tasks.metrics import METRICS
+
+log = logging.getLogger("plm_toolkit")
 
 GLUE_TASKS = ("sst2", "mrpc", "rte", "cola", "stsb", "mnli", "qnli", "qqp", "wnli")
 
@@ -51,6 +54,9 @@ class ClassificationConfig:
     metrics: list[str] = field(default_factory=lambda: ["accuracy"])
     # Whether the first line of a TSV/CSV file names the columns (GLUE's CoLA files have none).
     header: bool = True
+    # Skip rows whose field count differs from the header's (counted in one warning) instead of refusing the file:
+    # GLUE's first QQP download has questions broken over two lines.
+    skip_malformed_rows: bool = False
     # Dropout before the head; null takes the backbone's hidden dropout.
     dropout: float | None = None
     # A dense layer of the head's own before the classifier, with this activation: null for none (BERT's classifier
@@ -112,17 +118,22 @@ def _column(spec: str, names: list[str] | None, path: Path, key: str, keys: bool
     for alternative in spec.split("|"):
         if alternative in names:
             return alternative if keys else names.index(alternative)
-    raise DataError(f"{path}:1: no column {spec!r} (task.{key}); the columns are {', '.join(map(str, names))}")
+    what = f"task.{key}" if key.endswith("_column") else key
+    raise DataError(f"{path}:1: no column {spec!r} ({what}); the columns are {', '.join(map(str, names))}")
 
 
-def read_columns(path: str | Path, specs: dict[str, str], header: bool = True) -> list[tuple[int, dict[str, str]]]:
+def read_columns(
+    path: str | Path, specs: dict[str, str], header: bool = True, skip_malformed: bool = False
+) -> list[tuple[int, dict[str, str]]]:
     """(line number, {key: value}) for every row of a TSV, CSV or JSONL file, reading the columns that ``specs``
     names (config key -> column spec, see ``ClassificationConfig.text_column``); a missing column or a short line
-    is a DataError naming file:line and the config key."""
+    is a DataError naming file:line and the config key, or with ``skip_malformed`` a row left out (and counted in
+    one warning) when its field count differs from the header's."""
     path = Path(path)
     out: list[tuple[int, dict[str, str]]] = []
     where: dict[str, Any] | None = None
     width = 0
+    skipped: list[int] = []
     for number, fields in _rows(path):
         if where is None:
             if isinstance(fields, dict):
@@ -141,6 +152,9 @@ def read_columns(path: str | Path, specs: dict[str, str], header: bool = True) -
             values = {k: str(fields[where[k]]) for k in specs}
         else:
             needed = max(max(where.values()) + 1, width)
+            if skip_malformed and len(fields) != needed:
+                skipped.append(number)
+                continue
             if len(fields) < needed:
                 raise DataError(
                     f"{path}:{number}: {len(fields)} field(s), expected {needed} (a missing column or a stray tab)"
@@ -153,6 +167,10 @@ def read_columns(path: str | Path, specs: dict[str, str], header: bool = True) -
                 )
             values = {k: fields[where[k]] for k in specs}
         out.append((number, values))
+    if skipped:
+        lines = ", ".join(map(str, skipped[:5])) + (", ..." if len(skipped) > 5 else "")
+        log.warning("%s: skipped %d row(s) whose field count is not the header's %d (lines %s)", path, len(skipped),
+                    width, lines)  # fmt: skip
     if not out:
         raise DataError(f"{path}: no rows")
     return out
@@ -165,11 +183,12 @@ def read_rows(path: str | Path, config: ClassificationConfig) -> list[Row]:
         specs["text_pair_column"] = config.text_pair_column
     return [
         Row(number, values["text_column"], values.get("text_pair_column"), values["label_column"])
-        for number, values in read_columns(path, specs, config.header)
+        for number, values in read_columns(path, specs, config.header, config.skip_malformed_rows)
     ]
 
 
-def _targets(rows: list[Row], labels: list[str], regression: bool, path) -> list:
+def label_targets(rows: list[Row], labels: list[str], regression: bool, path) -> list:
+    """Each row's target: its label's id in ``labels``, or its number for regression; DataError names file:line."""
     index = {name: i for i, name in enumerate(labels)}
     out = []
     for row in rows:
@@ -187,9 +206,11 @@ def _targets(rows: list[Row], labels: list[str], regression: bool, path) -> list
     return out
 
 
-def _features(
+def encode_rows(
     rows: list[Row], targets: list, tokenizer: Tokenizer, max_seq_len: int, with_index: bool, characters: int = 0
-):
+) -> list[dict[str, Any]]:
+    """The features of ``rows`` (a pair's two texts cut longest first to ``max_seq_len`` tokens) with their targets;
+    ``with_index`` adds each row's position (evaluation), ``characters`` > 0 the words' character ids."""
     tokenizer.enable_truncation(max_length=max_seq_len, strategy="longest_first")
     try:
         inputs = [(r.text, r.pair) if r.pair is not None else r.text for r in rows]
@@ -238,9 +259,9 @@ class SequenceClassification(Task):
         if not config.regression and not labels:  # from the whole file, also when max_train_samples cuts it
             labels = sorted({r.label for r in train_rows or rows})
         train_rows = limit(train_rows, data_cfg.max_train_samples, "training rows")
-        train = _features(
+        train = encode_rows(
             train_rows,
-            _targets(train_rows, labels, config.regression, data_cfg.train_file),
+            label_targets(train_rows, labels, config.regression, data_cfg.train_file),
             tokenizer,
             data_cfg.max_seq_len,
             with_index=False,
@@ -249,8 +270,8 @@ class SequenceClassification(Task):
         validation, gold = None, None
         if data_cfg.validation_file:
             rows = limit(rows, data_cfg.max_eval_samples, "evaluation rows")
-            gold = _targets(rows, labels, config.regression, data_cfg.validation_file)
-            validation = _features(rows, gold, tokenizer, data_cfg.max_seq_len, True, characters)
+            gold = label_targets(rows, labels, config.regression, data_cfg.validation_file)
+            validation = encode_rows(rows, gold, tokenizer, data_cfg.max_seq_len, True, characters)
         return TaskData(train, validation, eval_info={"gold": gold}, labels=labels)
 
     def __init__(self, config: ClassificationConfig, model: nn.Module, vocab: Vocab, data: TaskData, **options):

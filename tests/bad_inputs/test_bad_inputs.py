@@ -384,13 +384,18 @@ def assert_one_error_line(case: Case, outcome: dict) -> None:
     assert case.expected.format(**outcome["places"]) in lines[0], output
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_bad_input_gets_one_line_and_loses_nothing(case, outcomes):
-    outcome = outcomes[case.name]
+def check_outcome(case: Case, outcome: dict) -> None:
+    """One error line (``assert_one_error_line``), nothing left beside the run, the untouched folders untouched
+    (``outcome`` as ``outcomes`` gives it)."""
     assert_one_error_line(case, outcome)
     assert outcome["left"] == [], f"left in the case's directory: {outcome['left']}"
     if case.resume or case.untouched:
         assert outcome["after"] == outcome["before"] and outcome["before"], (
             "the checkpoints or the untouched folder changed"
         )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input_gets_one_line_and_loses_nothing(case, outcomes):
+    check_outcome(case, outcomes[case.name])
