@@ -18,10 +18,12 @@ import logging
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit import cli
 from plm_toolkit.cli import run_command, start_run, write_results
+from plm_toolkit.config.lengths import steps_over_epochs
 from plm_toolkit.config.validate import task_class
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.models.pretrained import load_backbone
@@ -33,7 +35,11 @@ log = logging.getLogger("plm_toolkit")
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
+    # trainer.max_steps=N alone on the command line counts the run in steps, as transformers' Trainer does.
+    steps_note = steps_over_epochs(cfg, HydraConfig.get().overrides.task)
     runtime, checkpoint = start_run(cfg, run_dir)
+    if steps_note and runtime.process.is_main:
+        log.info(steps_note)
     process = runtime.process
 
     cli.seed_everything(cfg.trainer.seed)

@@ -181,7 +181,8 @@ class HardwareConfig:
 @dataclass
 class TrainerConfig:
     # Optimizer steps to train for; null derives them from trainer.epochs. Give exactly one of the two.
-    # plm-finetune: 0 evaluates the starting weights without training (as trainer.epochs=0 does).
+    # plm-finetune: 0 evaluates the starting weights without training (as trainer.epochs=0 does); given on the
+    # command line without trainer.epochs, it sets plm-finetune's default epochs aside (as transformers' Trainer).
     max_steps: int | None = 300
     # Passes over the training examples (after data.max_train_samples; fractions allowed): the run lasts
     # ceil(epochs * examples / global batch) optimizer steps. Needs trainer.max_steps=null. plm-finetune: 0
