@@ -198,7 +198,10 @@ class TrainerConfig:
     log_every: int = 10
     # Evaluate on the validation data every N steps (0 disables).
     eval_every: int = 100
-    # Evaluation micro-batches per evaluation (0 = the whole validation set).
+    # Evaluation micro-batches per evaluation (0 = the whole validation set): a fixed random sample of the
+    # validation rows, spread over the whole set and the same at every evaluation (the whole set when it fills no
+    # more batches); stream-order layouts with a memory (Transformer-XL, XLNet, ELMo) read the first windows of
+    # every sub-stream instead, in order. The run's log says which.
     eval_batches: int = 20
     # Save a checkpoint every N steps (0 saves only at the end).
     save_every: int = 100
