@@ -1,6 +1,6 @@
 """Typed schemas of the config groups that are not a model or an objective (those live beside their code).
 
-Every field carries its meaning in the comment above it; README's config reference is generated from the same
+Every field carries its meaning in the comment above it; docs/configuration.md is generated from the same
 words. Hydra rejects unknown keys and wrong types against these classes before ``plm-train`` does any work.
 """
 
@@ -238,7 +238,7 @@ class TrainConfig:
 class BackboneSourceConfig:
     # The pretrained backbone: a plm-train checkpoint (checkpoints/step_N, checkpoints/last or a run directory)
     # or a local Hugging Face folder (config.json, weights, tokenizer); a fine-tuned folder's task head starts the
-    # task's head where it computes the same thing (README, Fine-tuning).
+    # task's head where it computes the same thing (docs/fine-tuning.md).
     checkpoint: str = MISSING
     # Dropout of the backbone while fine-tuning (every dropout module); null keeps the checkpoint's.
     dropout: float | None = None
