@@ -35,11 +35,7 @@ log = logging.getLogger("plm_toolkit")
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
-    # trainer.max_steps=N alone on the command line counts the run in steps, as transformers' Trainer does.
-    steps_note = steps_over_epochs(cfg, HydraConfig.get().overrides.task)
     runtime, checkpoint = start_run(cfg, run_dir)
-    if steps_note and runtime.process.is_main:
-        log.info(steps_note)
     process = runtime.process
 
     cli.seed_everything(cfg.trainer.seed)
@@ -112,6 +108,10 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
 @hydra.main(version_base="1.3", config_path="pkg://plm_toolkit.configs", config_name="finetune")
 def hydra_main(cfg: DictConfig) -> float | None:
+    # trainer.max_steps=N alone on the command line counts the run in steps, as transformers' Trainer does.
+    note = steps_over_epochs(cfg, HydraConfig.get().overrides.task)
+    if note:
+        log.info(note)
     return run_command(run, cfg)
 
 
