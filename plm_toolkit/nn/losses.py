@@ -14,8 +14,8 @@ What a step costs besides the matmuls is passes over the (chunk, V) buffer, so t
 softmax kernel (one read, one write a row), one max of the softmax (log Z = max - log max softmax), the one-hot
 subtraction in place. On a CPU the buffers are kept between steps (fresh ones cost their size in page faults) and
 the forward product is written in vocabulary blocks (``_chunk_logits``): GPT-2 small's step went from 1.06x to
-1.38x ``GPT2LMHeadModel``'s speed,
-BERT-Tiny MLM's from 4.1x to 5.9x ``BertForMaskedLM``'s (docs/speed-and-benchmarks.md).
+1.38x ``GPT2LMHeadModel``'s speed, BERT-Tiny MLM's from 4.1x to 5.9x ``BertForMaskedLM``'s
+(docs/speed-and-benchmarks.md).
 
 Label-smoothed cross-entropy (Szegedy et al. 2016, section 7; the Transformer's regularizer, Vaswani et al.
 2017, section 5.4, epsilon_ls = 0.1).
