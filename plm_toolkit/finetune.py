@@ -18,10 +18,12 @@ import logging
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit import cli
 from plm_toolkit.cli import run_command, start_run, write_results
+from plm_toolkit.config.lengths import steps_over_epochs
 from plm_toolkit.config.validate import task_class
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.interop.pretrained import load_backbone
@@ -106,6 +108,10 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
 @hydra.main(version_base="1.3", config_path="pkg://plm_toolkit.configs", config_name="finetune")
 def hydra_main(cfg: DictConfig) -> float | None:
+    # trainer.max_steps=N alone on the command line counts the run in steps, as transformers' Trainer does.
+    note = steps_over_epochs(cfg, HydraConfig.get().overrides.task)
+    if note:
+        log.info(note)
     return run_command(run, cfg)
 
 

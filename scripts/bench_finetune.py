@@ -1,6 +1,6 @@
 """Fine-tuning speed: ``plm-finetune`` against transformers' ``Trainer`` on the same SST-2 examples, side by side.
 
-Both fine-tune the same local Hugging Face checkpoint (all-MiniLM-L6-v2 by default) on the first
+All sides fine-tune the same local Hugging Face checkpoint (all-MiniLM-L6-v2 by default) on the first
 ``--train-samples`` rows of SST-2's train.tsv for ``--epochs`` epochs, batch ``--batch-size``, AdamW at ``--lr``
 with 10% linear warm-up, weight decay 0.01, gradient clipping 1.0, sequences cut at ``--max-seq-len``, and
 evaluate on the whole dev.tsv. Each runs in its own process with the same thread count. Reported: training
@@ -8,10 +8,17 @@ seconds (ours: the loop's ``elapsed_s``, data loading included, evaluation exclu
 ``train_runtime``), seconds per step, dev accuracy. ``ours`` runs plm-finetune's defaults (fused AdamW, batches
 grouped by length); ``--variants`` adds runs with one switch turned back (``ungrouped``, ``for_loop``).
 
+The reference runs at its best as well as at its defaults: ``transformers_grouped`` is the Trainer with its own
+length grouping (``train_sampling_strategy="group_by_length"``; ``group_by_length=True`` before transformers 5),
+``transformers`` the Trainer's default random batches; both use fused AdamW (``optim="adamw_torch_fused"``).
+``--trainer-sides`` picks which of the two run.
+
     bash /work/shared/data/models/fetch-minilm.sh /work/cache/minilm
     python scripts/bench_finetune.py --model /work/cache/minilm --data /work/shared/data/glue/SST-2
 
-Prints one JSON object; ``time_ratio`` is ours over the Trainer's training time. Needs ``transformers``.
+Prints one JSON object; ``time_ratios`` holds ours over each Trainer side's training time (``vs_grouped``: the
+fair comparison; ``vs_default``) and the ``ungrouped`` variant over the default Trainer (``ungrouped_vs_default``:
+both without grouping). Needs ``transformers`` and ``accelerate`` (the ``bench`` extra).
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ VARIANTS = {
     "ungrouped": ["trainer.group_by_length=false"],
     "for_loop": ["hardware.optimizer_implementation=for_loop"],
 }
+# The Trainer's sides: the JSON key -> whether its batches are grouped by length.
+TRAINER_SIDES = {"transformers_grouped": True, "transformers": False}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -43,9 +52,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-seq-len", type=int, default=128)
     parser.add_argument("--threads", type=int, default=0, help="torch threads in each run (0: torch's default)")
     parser.add_argument("--variants", nargs="*", default=[], choices=sorted(set(VARIANTS) - {"ours"}))
-    parser.add_argument("--skip-transformers", action="store_true")
+    parser.add_argument(
+        "--trainer-sides",
+        nargs="*",
+        default=["grouped", "default"],
+        choices=["grouped", "default"],
+        help="the Trainer runs: grouped by length (its best) and with its default random batches",
+    )
+    parser.add_argument("--skip-transformers", action="store_true", help="no Trainer run (as --trainer-sides)")
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--run-transformers", action="store_true", help=argparse.SUPPRESS)  # internal
+    parser.add_argument("--run-transformers", choices=sorted(TRAINER_SIDES), help=argparse.SUPPRESS)  # internal
     return parser.parse_args(argv)
 
 
@@ -88,8 +104,9 @@ def run_ours(args, overrides: list[str], run_dir: Path) -> dict:
     return {"train_seconds": round(seconds, 3), "step_s": round(seconds / steps(args), 4), "accuracy": accuracy}
 
 
-def run_transformers(args) -> dict:
-    """The Trainer in this process (started by ``main`` with ``--run-transformers``)."""
+def run_transformers(args, grouped: bool) -> dict:
+    """The Trainer in this process (started by ``main`` with ``--run-transformers SIDE``), its batches grouped by
+    length or in its default random order."""
     import torch
     import transformers
     from datasets import Dataset
@@ -110,6 +127,11 @@ def run_transformers(args) -> dict:
     # transformers 5 takes the warm-up ratio as a float warmup_steps; 4.x has warmup_ratio.
     fields = transformers.TrainingArguments.__dataclass_fields__
     warmup = {"warmup_ratio": 0.1} if "warmup_ratio" in fields else {"warmup_steps": 0.1}
+    # transformers 5 picks the sampler by name; 4.x has a flag.
+    if "train_sampling_strategy" in fields:
+        sampling = {"train_sampling_strategy": "group_by_length" if grouped else "random"}
+    else:
+        sampling = {"group_by_length": grouped}
     with tempfile.TemporaryDirectory() as out:
         training_args = transformers.TrainingArguments(
             output_dir=out,
@@ -129,6 +151,7 @@ def run_transformers(args) -> dict:
             logging_strategy="no",
             disable_tqdm=True,
             dataloader_num_workers=0,
+            **sampling,
         )
         trainer = transformers.Trainer(
             model=model,
@@ -145,8 +168,31 @@ def run_transformers(args) -> dict:
         "train_seconds": round(seconds, 3),
         "step_s": round(seconds / result.global_step, 4),
         "accuracy": accuracy,
-        "optimizer": training_args.optim,
+        "optimizer": str(getattr(training_args.optim, "value", training_args.optim)),
+        "sampling": sampling,
         "transformers": transformers.__version__,
+    }
+
+
+def trainer_sides(args) -> list[str]:
+    """The JSON keys of the Trainer runs asked for."""
+    if args.skip_transformers:
+        return []
+    asked = {"grouped": "transformers_grouped", "default": "transformers"}
+    return [asked[side] for side in args.trainer_sides]
+
+
+def ratios(result: dict) -> dict:
+    """Ours over each Trainer side's training time, and the ungrouped variant over the ungrouped Trainer."""
+    pairs = {
+        "vs_grouped": ("ours", "transformers_grouped"),
+        "vs_default": ("ours", "transformers"),
+        "ungrouped_vs_default": ("ungrouped", "transformers"),
+    }
+    return {
+        name: round(result[ours]["train_seconds"] / result[theirs]["train_seconds"], 3)
+        for name, (ours, theirs) in pairs.items()
+        if ours in result and theirs in result
     }
 
 
@@ -154,7 +200,7 @@ def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if args.run_transformers:
-        print(json.dumps(run_transformers(args)))
+        print(json.dumps(run_transformers(args, TRAINER_SIDES[args.run_transformers])))
         return {}
     result = {
         "model": args.model,
@@ -170,14 +216,16 @@ def main(argv: list[str] | None = None) -> dict:
         for name in ["ours", *args.variants]:
             result[name] = run_ours(args, VARIANTS[name], Path(tmp) / name)
             print(name, json.dumps(result[name]), file=sys.stderr)
-    if not args.skip_transformers:
-        command = [sys.executable, __file__, *argv, "--run-transformers"]
+    for side in trainer_sides(args):
+        command = [sys.executable, __file__, *argv, "--run-transformers", side]
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # a local folder; nothing may come from a hub
         done = subprocess.run(command, capture_output=True, text=True, env=env)
         if done.returncode != 0:
-            raise SystemExit(f"the Trainer run failed:\n{done.stderr[-3000:]}")
-        result["transformers"] = json.loads(done.stdout.strip().splitlines()[-1])
-        result["time_ratio"] = round(result["ours"]["train_seconds"] / result["transformers"]["train_seconds"], 3)
+            raise SystemExit(f"the Trainer run ({side}) failed:\n{done.stderr[-3000:]}")
+        result[side] = json.loads(done.stdout.strip().splitlines()[-1])
+        print(side, json.dumps(result[side]), file=sys.stderr)
+    if ratios(result):
+        result["time_ratios"] = ratios(result)
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(result, indent=2))
     return result

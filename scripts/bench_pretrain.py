@@ -20,7 +20,10 @@ before them. On CPU, each variant runs a few steps again in a fresh process and 
     python scripts/bench_pretrain.py --model t5 --config small --batch-size 8    # T5 against T5ForConditionalGeneration
 
 Prints one JSON object: per variant tokens/s (median and every round), step time, peak memory, MFU; ``speedup``
-is ``ours`` (plm-train's defaults on this device) over ``transformers``. Needs ``transformers`` (test extra).
+is ``ours`` (plm-train's defaults on this device) over ``transformers``. ``--reference-compile`` adds
+``transformers+compile`` (the reference through ``torch.compile``) and ``speedups_vs_compiled_reference``, the
+compiled variants against it: without it a compiled variant races an eager reference. Needs ``transformers``
+(test extra).
 ``--model gpt2`` runs ``bench_gpt2.py``, ``--model t5`` ``bench_t5.py``.
 """
 
@@ -61,6 +64,23 @@ DEFAULT_VARIANTS = {
 }
 
 
+# The compiled references: runner name -> torch.compile mode; a variant compiled with CUDA graphs races the one
+# with them, any other compiled variant the plain compiled one.
+REFERENCE_COMPILE = {"transformers+compile": "default", "transformers+compile+cudagraphs": "reduce-overhead"}
+
+
+def compiled_speedups(runs: dict, batch_size: int) -> dict[str, float]:
+    """Each compiled variant's tokens/s over the compiled reference's in the same mode (both at their best)."""
+    out = {}
+    for name, entry in runs.items():
+        if "compile" not in name or name.startswith("transformers") or entry["batch_size"] != batch_size:
+            continue
+        reference = runs.get("transformers+compile+cudagraphs" if "cudagraphs" in name else "transformers+compile")
+        if reference:
+            out[name] = round(entry["tokens_per_s"] / reference["tokens_per_s"], 2)
+    return out
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=["bert", "gpt2", "t5"], default="bert")
@@ -78,6 +98,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=None,
         help="also run the best variant and transformers at this batch size (default: 256 on CUDA, none on CPU)",
+    )
+    parser.add_argument(
+        "--reference-compile",
+        action="store_true",
+        help="also run BertForMaskedLM through torch.compile (transformers+compile), the reference for our compiled "
+        "variants (CUDA graphs too where a variant uses them)",
     )
     parser.add_argument("--min-fill", type=float, default=0.8, help="rows hold min-fill..1 x seq-len real tokens")
     parser.add_argument("--variants", nargs="+", choices=sorted(SWITCHES), help="our variants (default per device)")
@@ -133,6 +159,12 @@ def build_runners(args, device, precision, run_dir: Path) -> list:
         )
     torch.manual_seed(args.seed)
     runners.append(TransformersRunner("transformers", config, vocab, device, precision, args.batch_size))
+    if args.reference_compile:
+        graphs = any("cudagraphs" in name for name in variants)
+        for name, mode in REFERENCE_COMPILE.items():
+            if graphs or "cudagraphs" not in name:
+                torch.manual_seed(args.seed)
+                runners.append(TransformersRunner(name, config, vocab, device, precision, args.batch_size, True, mode))
     if args.large_batch:
         best = variants[-1]
         large = args.large_batch
@@ -142,6 +174,11 @@ def build_runners(args, device, precision, run_dir: Path) -> list:
         )
         torch.manual_seed(args.seed)
         runners.append(TransformersRunner(f"transformers@{large}", config, vocab, device, precision, large))
+        if args.reference_compile:
+            torch.manual_seed(args.seed)
+            runners.append(
+                TransformersRunner(f"transformers+compile@{large}", config, vocab, device, precision, large, True)
+            )
     return runners
 
 
@@ -300,10 +337,15 @@ def main(argv: list[str] | None = None) -> dict:
         for name, entry in runs.items()
         if not name.startswith("transformers") and entry["batch_size"] == args.batch_size
     }
+    if "transformers+compile" in runs:
+        result["speedups_vs_compiled_reference"] = compiled_speedups(runs, args.batch_size)
     if args.large_batch:
         best = next(n for n in runs if n.endswith(f"@{args.large_batch}") and not n.startswith("transformers"))
         reference = runs[f"transformers@{args.large_batch}"]["tokens_per_s"]
         result["speedups"][best] = round(runs[best]["tokens_per_s"] / reference, 2)
+        if f"transformers+compile@{args.large_batch}" in runs:
+            compiled = runs[f"transformers+compile@{args.large_batch}"]["tokens_per_s"]
+            result["speedups_vs_compiled_reference"][best] = round(runs[best]["tokens_per_s"] / compiled, 2)
     ours_memory, their_memory = result["ours"].get("peak_memory_mb"), runs["transformers"].get("peak_memory_mb")
     if ours_memory and their_memory:
         result["memory_ratio"] = round(ours_memory / their_memory, 2)

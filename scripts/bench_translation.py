@@ -3,7 +3,7 @@ then its test BLEU and chrF (sacrebleu, beam 4, alpha 0.6, max length source + 5
 baseline (the source sentence as its own translation, which scores well on software messages full of %s, file names
 and option names that stay untranslated).
 
-    python scripts/bench_translation.py --minutes 30                 # the measured run (README, Models)
+    python scripts/bench_translation.py --minutes 30                 # the measured run (docs/speed-and-benchmarks.md)
     python scripts/bench_translation.py --minutes 3 --test-limit 300 # a quick check that it works
 
 Training runs ``plm-train`` (the same ``run`` the command calls) with ``trainer.time_budget`` set to the minutes given.

@@ -113,9 +113,11 @@ class OursRunner:
 
 
 class TransformersRunner:
-    """``transformers.BertForMaskedLM`` (sdpa attention) on the same config, trained through its ``labels``."""
+    """``transformers.BertForMaskedLM`` (sdpa attention) on the same config, trained through its ``labels``;
+    ``compile``: its forward pass through ``torch.compile`` (the reference at its best beside our compiled
+    variants; ``mode`` as ``hardware.compile_mode``)."""
 
-    def __init__(self, name, config, vocab, device, precision, batch_size: int):
+    def __init__(self, name, config, vocab, device, precision, batch_size: int, compile=False, mode="default"):
         import transformers
 
         self.name, self.batch_size, self.device = name, batch_size, device
@@ -130,6 +132,7 @@ class TransformersRunner:
         )
         hf_config._attn_implementation = "sdpa"
         self.model = transformers.BertForMaskedLM(hf_config).to(device).train()
+        self.forward = torch.compile(self.model, mode=mode) if compile else self.model
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
         self.autocast = (
             (lambda: torch.autocast(device.type, dtype=torch.bfloat16))
@@ -144,7 +147,7 @@ class TransformersRunner:
     def step(self, batch: dict[str, torch.Tensor]) -> None:
         batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
         with self.autocast():
-            out = self.model(
+            out = self.forward(
                 input_ids=batch["input_ids"],
                 attention_mask=batch["attention_mask"],
                 token_type_ids=batch["token_type_ids"],

@@ -57,7 +57,7 @@ fi
 if [[ $part == all || $part == bench_graphs ]]; then
   echo "== bench: bert_base, batch 32, compiled with and without CUDA graphs (hardware.compile_mode=reduce-overhead)"
   timeout 500 "$py" scripts/bench_pretrain.py --config base --seq-len 128 --precision bf16 --device cuda \
-    --variants fused+compile fused+compile+cudagraphs --large-batch 0 --warmup 5 --steps 20 --repeats 3 \
+    --variants fused+compile fused+compile+cudagraphs --large-batch 0 --warmup 5 --steps 20 --repeats 3 --reference-compile \
     > "$out/bench_graphs.json" 2> "$out/bench_graphs.log"
   echo "exit $?"
 fi

@@ -17,6 +17,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
 import plm_toolkit.generate  # noqa: F401  (stores plm-generate's schema)
+from plm_toolkit.config.lengths import steps_over_epochs
 from plm_toolkit.config.validate import unknown_keys, validate
 from plm_toolkit.glue import glue_problems
 
@@ -122,6 +123,8 @@ def compose_command(config: str, overrides: list[str]):
         pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
         cfg = compose(config, overrides=overrides, return_hydra_config=True)
+    if config == "finetune":  # as plm-finetune does before validating
+        steps_over_epochs(cfg, cfg.hydra.overrides.task)
     with open_dict(cfg):
         del cfg["hydra"]
     return cfg
@@ -195,7 +198,7 @@ def test_documented_command_composes_and_validates(where, config, args, tmp_path
     ("line", "expected"),
     [
         ("plm-train trainer.max_step=5   # a key that is not there", "max_step"),
-        ("plm-finetune task=sst2 model.checkpoint=PATH trainer.max_steps=3", "trainer.epochs"),
+        ("plm-finetune task=sst2 model.checkpoint=PATH trainer.max_steps=3 trainer.epochs=2", "trainer.epochs"),
         ("plm-train model=bert_huge", "bert_huge"),
         (
             "plm-train -m hydra/launcher=submitit_slurm hydra.launcher.additional_parameters='{requeue: true}'",

@@ -1,6 +1,6 @@
 """Typed schemas of the config groups that are not a model or an objective (those live beside their code).
 
-Every field carries its meaning in the comment above it; README's config reference is generated from the same
+Every field carries its meaning in the comment above it; docs/configuration.md is generated from the same
 words. Hydra rejects unknown keys and wrong types against these classes before ``plm-train`` does any work.
 """
 
@@ -216,7 +216,8 @@ class PhaseConfig:
 @dataclass
 class TrainerConfig:
     # Optimizer steps to train for; null derives them from trainer.epochs. Give exactly one of the two.
-    # plm-finetune: 0 evaluates the starting weights without training (as trainer.epochs=0 does).
+    # plm-finetune: 0 evaluates the starting weights without training (as trainer.epochs=0 does); given on the
+    # command line without trainer.epochs, it sets plm-finetune's default epochs aside (as transformers' Trainer).
     max_steps: int | None = 300
     # Passes over the training examples (after data.max_train_samples; fractions allowed): the run lasts
     # ceil(epochs * examples / global batch) optimizer steps. Needs trainer.max_steps=null. plm-finetune: 0
@@ -232,7 +233,10 @@ class TrainerConfig:
     log_every: int = 10
     # Evaluate on the validation data every N steps (0 disables).
     eval_every: int = 100
-    # Evaluation micro-batches per evaluation (0 = the whole validation set).
+    # Evaluation micro-batches per evaluation (0 = the whole validation set): a fixed random sample of the
+    # validation rows, spread over the whole set and the same at every evaluation (the whole set when it fills no
+    # more batches); stream-order layouts with a memory (Transformer-XL, XLNet, ELMo) read the first windows of
+    # every sub-stream instead, in order. The run's log says which.
     eval_batches: int = 20
     # Save a checkpoint every N steps (0 saves only at the end).
     save_every: int = 100
@@ -284,7 +288,7 @@ class TrainConfig:
 class BackboneSourceConfig:
     # The pretrained backbone: a plm-train checkpoint (checkpoints/step_N, checkpoints/last or a run directory)
     # or a local Hugging Face folder (config.json, weights, tokenizer); a fine-tuned folder's task head starts the
-    # task's head where it computes the same thing (README, Fine-tuning).
+    # task's head where it computes the same thing (docs/fine-tuning.md).
     checkpoint: str = MISSING
     # Dropout of the backbone while fine-tuning (every dropout module); null keeps the checkpoint's.
     dropout: float | None = None

@@ -218,6 +218,49 @@ def micro_batch_loader(
     )
 
 
+# Keys the evaluation sample's generator apart from the epoch permutations' ([seed, epoch]).
+EVAL_SAMPLE_KEY = (0xE7A15A3F, 1)
+
+
+def eval_rows(num_examples: int, batch_size: int, max_batches: int, seed: int) -> Sequence[int]:
+    """The validation rows an evaluation reads, in file order: all of them when ``max_batches`` is 0 or they fill
+    at most ``max_batches`` batches, else a sample of ``max_batches * batch_size`` rows drawn with ``seed`` from the
+    whole set. The sample is the same at every evaluation and after a resume, so an eval curve compares like with
+    like, and it speaks for the whole file rather than its first pages."""
+    if max_batches <= 0 or num_examples <= max_batches * batch_size:
+        return range(num_examples)
+    rng = np.random.default_rng([seed, *EVAL_SAMPLE_KEY])
+    return np.sort(rng.choice(num_examples, max_batches * batch_size, replace=False)).tolist()
+
+
+def eval_stream_rounds(order: StreamOrder, world: int, max_batches: int) -> int:
+    """Batches per process of a stream-order evaluation: the first windows of every sub-stream, at most
+    ``max_batches`` batches in all (0: every window)."""
+    return order.per_stream if max_batches <= 0 else min(order.per_stream, -(-max_batches // world))
+
+
+def eval_scope(num_examples: int, batch_size: int, world: int, max_batches: int, streams: bool) -> str:
+    """One log line saying which validation batches every evaluation scores."""
+    if streams:
+        order = StreamOrder(num_examples, batch_size * world)
+        rounds, total = eval_stream_rounds(order, world, max_batches), order.per_stream * world
+        if rounds == order.per_stream:
+            return f"evaluation: all {total} validation batches, in stream order from an empty memory"
+        return (
+            f"evaluation: {rounds * world} of {total} validation batches: the first {rounds} windows of each of the "
+            f"{order.num_streams} sub-streams (contiguous runs spread over the file, read in stream order from an "
+            "empty memory, which needs contiguous text); trainer.eval_batches=0 scores all"
+        )
+    total = -(-num_examples // batch_size)
+    rows = eval_rows(num_examples, batch_size, max_batches, 0)
+    if len(rows) == num_examples:
+        return f"evaluation: all {total} validation batches ({num_examples} rows)"
+    return (
+        f"evaluation: {max_batches} of {total} validation batches ({len(rows)} of {num_examples} rows), a fixed random "
+        "sample spread over the file, the same at every evaluation; trainer.eval_batches=0 scores all"
+    )
+
+
 def eval_loader(
     examples,
     batch_size: int,
@@ -230,12 +273,12 @@ def eval_loader(
     streams: bool = False,
     backward_half: bool = False,
 ):
-    """Fixed validation batches (same masks at every evaluation), split round-robin over processes; with
-    ``streams`` the windows are dealt out in stream order as in training."""
+    """Fixed validation batches (the same rows and masks at every evaluation: ``eval_rows``), split round-robin
+    over processes; with ``streams`` the windows are dealt out in stream order as in training, from the start of
+    every sub-stream."""
     if streams:
         order = StreamOrder(len(examples), batch_size * world, batch_size, backward_half)
-        rounds = order.per_stream if max_batches <= 0 else min(order.per_stream, -(-max_batches // world))
-        for b in range(rounds):
+        for b in range(eval_stream_rounds(order, world, max_batches)):
             positions = range((b * world + rank) * batch_size, (b * world + rank + 1) * batch_size)
             batch = collate(take_rows(examples, [order(p) for p in positions]))
             if transform is not None:
@@ -243,12 +286,10 @@ def eval_loader(
             batch["stream_start"] = torch.tensor([order.starts(p) for p in positions])  # (B,)
             yield batch
         return
-    total = -(-len(examples) // batch_size)
-    if max_batches > 0:
-        total = min(total, max_batches)
-    for b in range(rank, total, world):
-        lo, hi = b * batch_size, min((b + 1) * batch_size, len(examples))
-        batch = collate(take_rows(examples, range(lo, hi)))
+    rows = eval_rows(len(examples), batch_size, max_batches, seed)
+    for b in range(rank, -(-len(rows) // batch_size), world):
+        chunk = rows[b * batch_size : (b + 1) * batch_size]
+        batch = collate(take_rows(examples, chunk))
         if transform is not None:
-            batch = transform(batch, [mix_seed(seed, p, stream=1) for p in range(lo, hi)])
+            batch = transform(batch, [mix_seed(seed, p, stream=1) for p in chunk])
         yield batch

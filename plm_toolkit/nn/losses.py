@@ -14,7 +14,8 @@ What a step costs besides the matmuls is passes over the (chunk, V) buffer, so t
 softmax kernel (one read, one write a row), one max of the softmax (log Z = max - log max softmax), the one-hot
 subtraction in place. On a CPU the buffers are kept between steps (fresh ones cost their size in page faults) and
 the forward product is written in vocabulary blocks (``_chunk_logits``): GPT-2 small's step went from 1.06x to
-1.38x ``GPT2LMHeadModel``'s speed, BERT-Tiny MLM's from 4.1x to 5.9x ``BertForMaskedLM``'s (README "Benchmarks").
+1.38x ``GPT2LMHeadModel``'s speed, BERT-Tiny MLM's from 4.1x to 5.9x ``BertForMaskedLM``'s
+(docs/speed-and-benchmarks.md).
 
 Label-smoothed cross-entropy (Szegedy et al. 2016, section 7; the Transformer's regularizer, Vaswani et al.
 2017, section 5.4, epsilon_ls = 0.1).
@@ -73,7 +74,7 @@ def _chunk_logits(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
     On a CPU the product is written in blocks of ``CPU_VOCAB_BLOCK`` vocabulary columns: MKL's single (C, V) call
     runs at 58-73 GFLOP/s on one core of the 2-core box against 77-93 in blocks (1024 x 768 by 50,257 and
-    1024 x 128; ``scripts`` figures in README "Benchmarks"), the backward products already at 85-100.
+    1024 x 128; ``scripts`` figures in docs/speed-and-benchmarks.md), the backward products already at 85-100.
     """
     out = _buffer("logits", h.shape[0], weight.shape[0], h.dtype, h.device)
     if out is None:

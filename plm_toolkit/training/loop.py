@@ -20,7 +20,7 @@ from torch import nn
 
 from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.data.collate import PackingTransform
-from plm_toolkit.data.loader import BatchLayout, MicroBatches, eval_loader, micro_batch_loader, mix_seed
+from plm_toolkit.data.loader import BatchLayout, MicroBatches, eval_loader, eval_scope, micro_batch_loader, mix_seed
 from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.errors import TrainingError
 from plm_toolkit.objectives.base import Objective, ObjectiveOutput, normalized_loss
@@ -148,6 +148,11 @@ class Trainer:
     # --- the loop ------------------------------------------------------------------------------------------
     def fit(self) -> dict:
         cfg = self.cfg
+        if self.eval_examples is not None and self.process.is_main:  # which validation batches evaluations score
+            rows = rows_per_batch(self.eval_examples, cfg)
+            log.info(
+                eval_scope(len(self.eval_examples), rows, self.process.world_size, cfg.eval_batches, self.plan.streams)
+            )
         if self.max_steps == 0:  # evaluation only (plm-finetune trainer.epochs=0): nothing trains, nothing is saved
             try:
                 return self.evaluate()

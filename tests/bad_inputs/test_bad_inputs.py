@@ -100,7 +100,7 @@ CASES = [
     Case("head_activation_unknown", "finetune", ("task.head_activation=relu",), "task.head_activation=relu: expected null or one of tanh, gelu"),
     Case("head_bias_not_a_bool", "finetune", ("task.head_bias=maybe",), "task.head_bias=maybe: Value 'maybe' is not a valid bool (type str)"),
     Case("workers_negative", "train", ("data.num_workers=-1",), "data.num_workers=-1: must be 0 (load in the training process) or positive"),
-    Case("steps_and_epochs", "finetune", ("trainer.max_steps=10",), "trainer.max_steps=10 and trainer.epochs=3.0: give exactly one length"),
+    Case("steps_and_epochs", "finetune", ("trainer.max_steps=10", "trainer.epochs=2"), "trainer.max_steps=10 and trainer.epochs=2.0: give exactly one length"),
     Case("run_dir_not_writable", "train", ("hydra.run.dir={files}/blank_corpus.txt/run",), "hydra.run.dir: cannot create or write the run directory ({files}/blank_corpus.txt"),
     Case("bilm_subword_tokenizer", "train", ("data.tokenizer.kind=wordpiece",), "data.tokenizer.kind=wordpiece: objective=bilm predicts whole words; set data.tokenizer.kind=word", base=ELMO),
     # --- pretraining corpora and checkpoints ---------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """scripts/bench_finetune.py fine-tunes one local checkpoint with plm-finetune (and, with accelerate installed, with
-transformers' Trainer) on the same rows and prints both in one JSON object."""
+transformers' Trainer, its batches grouped by length and not) on the same rows and prints every side in one JSON
+object."""
 
 import importlib.util
 import json
@@ -41,15 +42,25 @@ def run(model_dir, data_dir, *extra):
 @pytest.mark.slow
 def test_plm_finetune_side_runs_the_requested_steps_and_variant(setup):
     result = run(*setup, "--skip-transformers", "--variants", "ungrouped")
-    assert result["steps"] == 4 and "transformers" not in result
+    assert result["steps"] == 4 and "transformers" not in result and "time_ratios" not in result
     for name in ("ours", "ungrouped"):
         assert result[name]["train_seconds"] > 0 and 0.0 <= result[name]["accuracy"] <= 1.0
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("accelerate") is None, reason="the Trainer needs accelerate (bench extra)")
-def test_both_sides_and_the_time_ratio(setup):
-    result = run(*setup)
-    ours, theirs = result["ours"], result["transformers"]
-    assert theirs["optimizer"] == "adamw_torch_fused" and theirs["train_seconds"] > 0
-    assert result["time_ratio"] == round(ours["train_seconds"] / theirs["train_seconds"], 3)
+def test_every_side_and_the_time_ratios(setup):
+    result = run(*setup, "--variants", "ungrouped")
+    grouped, default = result["transformers_grouped"], result["transformers"]
+    for side in (grouped, default):
+        assert side["optimizer"] == "adamw_torch_fused" and side["train_seconds"] > 0
+        assert 0.0 <= side["accuracy"] <= 1.0
+    # The Trainer's own length grouping on one side, its default random batches on the other.
+    assert set(grouped["sampling"].values()) & {"group_by_length", True}
+    assert not set(default["sampling"].values()) & {"group_by_length", True}
+    seconds = {name: result[name]["train_seconds"] for name in ("ours", "ungrouped")}
+    assert result["time_ratios"] == {
+        "vs_grouped": round(seconds["ours"] / grouped["train_seconds"], 3),
+        "vs_default": round(seconds["ours"] / default["train_seconds"], 3),
+        "ungrouped_vs_default": round(seconds["ungrouped"] / default["train_seconds"], 3),
+    }
