@@ -13,10 +13,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from plm_toolkit.capabilities import CHARACTERS, SEGMENTS
 from plm_toolkit.data.parallel import resolve
 from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.errors import ConfigError, PlmError
-from plm_toolkit.models.base import CHARACTERS, SEGMENTS
 from plm_toolkit.names import did_you_mean, key_names
 from plm_toolkit.registry import MODELS, OBJECTIVES, TASKS
 
