@@ -83,12 +83,23 @@ class Backbone(nn.Module):
     # Whether the family's language-model output layer has a bias of its own (Transformer-XL's does; GPT's decoder
     # is the input embedding alone): the causal LM objective follows it, so its checkpoints export exactly.
     lm_head_bias: ClassVar[bool] = True
+    # Fields of this family's config that validation range-checks by name, besides the ones every family has
+    # (config/validate.py: model_field_problems): counts that may be 0, counts of at least 1, positive numbers.
+    fields_at_least_zero: ClassVar[frozenset[str]] = frozenset()
+    fields_at_least_one: ClassVar[frozenset[str]] = frozenset()
+    fields_above_zero: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def check_config(cls, config: Any) -> None:
         """Raise ConfigError naming the key for an impossible setting of this family; validation calls it before
         any work (with vocab_size possibly still null), the constructor again."""
         check_heads(config)
+
+    @classmethod
+    def run_problems(cls, cfg: Any) -> list[str]:
+        """What this family refuses in the rest of a plm-train config (``cfg``, the whole composed config), one
+        message each; validation asks before any work. Nothing by default."""
+        return []
 
     @classmethod
     def max_length(cls, config: Any) -> int | None:

@@ -92,6 +92,7 @@ class TransformerXLLayer(nn.Module):
 @MODELS.register("transformer_xl", TransformerXLConfig, paper_objective="clm")
 class TransformerXL(Backbone):
     capabilities = frozenset({CAUSAL, RECURRENT_MEMORY})
+    fields_at_least_zero = frozenset({"mem_len", "eval_mem_len"})
 
     def __init__(self, config: TransformerXLConfig):
         super().__init__()

@@ -148,6 +148,8 @@ class KnowledgeMasking(MaskedLanguageModeling):
     """MLM over knowledge units; the loss, head and metrics are MLM's."""
 
     finds_units = True
+    # hardware.unpad stays with objective=mlm, where packed runs are measured against padded ones.
+    reads_packed_rows = False
 
     def __init__(self, config: KnowledgeMaskingConfig, model, vocab):
         super().__init__(config, model, vocab)

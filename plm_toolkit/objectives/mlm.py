@@ -74,6 +74,7 @@ class MaskedLanguageModeling(Objective):
     metric_denominators = {"mlm_correct": "mlm"}
     # Whether the objective tokenizes its corpus with knowledge units (objective.masking=knowledge needs them).
     finds_units: ClassVar[bool] = False
+    reads_packed_rows = True
 
     def __init__(self, config: MlmConfig, model: nn.Module, vocab: Vocab):
         super().__init__()
