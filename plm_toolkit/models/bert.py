@@ -81,11 +81,6 @@ class BertConfig:
     head_act: HiddenAct | None = None
 
 
-def head_activation(config) -> str:
-    """The masked-LM head's activation: ``head_act``, else ``hidden_act``."""
-    return getattr(config, "head_act", None) or config.hidden_act
-
-
 def encoder_layer(config: BertConfig) -> TransformerLayer:
     """BERT's post-LN encoder layer: each sub-block is ``LayerNorm(x + dropout(sublayer(x)))``."""
     return TransformerLayer(
