@@ -149,7 +149,7 @@ def build_projection(config: BertConfig) -> nn.Linear | None:
     return nn.Linear(width, config.hidden_size) if width != config.hidden_size else None
 
 
-@MODELS.register("bert", BertConfig, paper_objective="mlm_nsp")
+@MODELS.register("bert", BertConfig)
 class Bert(Backbone):
     capabilities = frozenset({BIDIRECTIONAL, SEGMENTS, POOLER})
     # ELECTRA's discriminator has no pooler: its fine-tuning heads read the [CLS] state themselves.

@@ -57,7 +57,7 @@ class ErnieEmbeddings(TokenEmbeddings):
         return super().forward(input_ids, token_type_ids, position_ids, extra=extra)
 
 
-@MODELS.register("ernie", ErnieConfig, paper_objective="knowledge_masking")
+@MODELS.register("ernie", ErnieConfig)
 class Ernie(Bert):
     """``forward(input_ids, attention_mask, token_type_ids, ..., task_type_ids=None)``: BERT's, with task types."""
 

@@ -152,7 +152,7 @@ class T5Stack(nn.Module):
         return self.dropout(self.final_layer_norm(x))
 
 
-@MODELS.register("t5", T5Config, paper_objective="span_corruption")
+@MODELS.register("t5", T5Config)
 class T5(Backbone):
     capabilities = frozenset({ENCODER_DECODER})
     fields_at_least_one = frozenset(

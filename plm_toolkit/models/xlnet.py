@@ -116,7 +116,7 @@ class XLNetLayer(nn.Module):
         return self.feed_forward(h_next), g
 
 
-@MODELS.register("xlnet", XLNetConfig, paper_objective="plm")
+@MODELS.register("xlnet", XLNetConfig)
 class XLNet(Backbone):
     capabilities = frozenset({BIDIRECTIONAL, SEGMENTS, TWO_STREAM, RECURRENT_MEMORY})
     fields_at_least_zero = frozenset({"mem_len"})
