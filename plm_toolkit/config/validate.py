@@ -14,8 +14,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit.capabilities import CHARACTERS, SEGMENTS
+from plm_toolkit.config.resolve import model_class, objective_class, resolve_run, task_class
 from plm_toolkit.data.parallel import resolve
-from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.errors import ConfigError, PlmError
 from plm_toolkit.names import did_you_mean, key_names
 from plm_toolkit.registry import MODELS, OBJECTIVES, TASKS
@@ -23,37 +23,6 @@ from plm_toolkit.registry import MODELS, OBJECTIVES, TASKS
 
 def _value(x) -> str:
     return x.value if hasattr(x, "value") else str(x)
-
-
-def objective_class(name: str) -> type:
-    """The Objective subclass behind a registered name (the builder itself, or named in the entry's info)."""
-    entry = OBJECTIVES.get(name)
-    return entry.info.get("cls", entry.builder)
-
-
-def model_class(name: str) -> type:
-    entry = MODELS.get(name)
-    return entry.info.get("cls", entry.builder)
-
-
-def task_class(name: str) -> type:
-    entry = TASKS.get(name)
-    return entry.info.get("cls", entry.builder)
-
-
-def data_plan(cfg: DictConfig) -> DataPlan:
-    """The objective's data plan for this config (without its batch transform, which needs the vocabulary)."""
-    return objective_class(cfg.objective.name).data_plan(cfg.objective, cfg.data, cfg.model)
-
-
-def data_layout(cfg: DictConfig) -> str:
-    return data_plan(cfg).layout
-
-
-def tokenizer_kind(cfg: DictConfig) -> str:
-    """data.tokenizer.kind with auto resolved to the model preset's vocabulary (model.tokenizer, else wordpiece)."""
-    kind = _value(cfg.data.tokenizer.kind)
-    return _value(cfg.model.get("tokenizer", "wordpiece")) if kind == "auto" else kind
 
 
 def _finite(x) -> bool:
@@ -270,7 +239,7 @@ def problems(cfg: DictConfig) -> list[str]:
     # search never ends for objective.noise_density >= 1).
     if len(out) == checked:
         try:
-            data_plan(cfg)
+            resolve_run(cfg)
         except ConfigError as err:
             out.append(str(err))
     wanted = objective_class(o.name).natural_layout
