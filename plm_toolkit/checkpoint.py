@@ -267,6 +267,15 @@ def list_checkpoints(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[5:]))
 
 
+def plm_checkpoint_dir(path: Path) -> Path | None:
+    """The step directory a plm-train path names (a step_N folder, ``last``, or a run directory), or None."""
+    for candidate in (path, path / "last", path / "checkpoints" / "last"):
+        if (candidate / MODEL_FILE).is_file() and (candidate / CONFIG_FILE).is_file():
+            return candidate.resolve()
+    found = list_checkpoints(path / "checkpoints") or list_checkpoints(path)
+    return found[-1] if found else None
+
+
 def prune(root: Path, keep_last: int) -> None:
     if keep_last <= 0:
         return

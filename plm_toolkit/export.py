@@ -49,7 +49,6 @@ from plm_toolkit.interop.hf_heads import TaskHead
 from plm_toolkit.interop.pretrained import (
     load_plm_checkpoint,
     model_config_of,
-    plm_checkpoint_dir,
     read_config_yaml,
     typed_objective_config,
 )
@@ -149,7 +148,7 @@ def export_checkpoint(source: str | Path, out: str | Path, backbone_only: bool =
     if format not in FORMATS:
         raise ConfigError(f"--format {format}: expected one of {', '.join(FORMATS)}")
     source = Path(source).expanduser()
-    step = plm_checkpoint_dir(source) if source.exists() else None
+    step = ckpt.plm_checkpoint_dir(source) if source.exists() else None
     if step is None:
         raise CheckpointError(
             f"{source}: no plm-train checkpoint here (a run directory, checkpoints/last or a step_N folder holding "

@@ -23,13 +23,14 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit import cli
+from plm_toolkit.checkpoint import plm_checkpoint_dir
 from plm_toolkit.cli import run_command
 from plm_toolkit.config.validate import model_class, training_problems, validate
 from plm_toolkit.errors import ConfigError, TrainingError
 from plm_toolkit.glue_runs import SubRun, load, plan, prepare, prune, record, run_subrun, select, subrun_config, typed
 from plm_toolkit.glue_schedule import Job, failure_line, launch_worker, schedule, visible_gpus
 from plm_toolkit.glue_summary import RESULTS_MD, summarize, write_submission, write_summary
-from plm_toolkit.interop.pretrained import model_config_of, plm_checkpoint_dir
+from plm_toolkit.interop.pretrained import model_config_of
 from plm_toolkit.models.base import ENCODER_DECODER
 from plm_toolkit.tasks.glue_suite import TASKS, GlueTask, check_files, find_tasks
 from plm_toolkit.training.preemption import EXIT_REQUEUE, Preempted

@@ -20,7 +20,7 @@ class Entry(Generic[T]):
     name: str
     config_cls: type
     builder: Callable[..., T]
-    # Extra facts a registry keeps per entry, e.g. a model family's paper objective.
+    # Extra facts a registry keeps per entry, e.g. the class behind a builder that is a function (``cls``).
     info: dict[str, Any] = field(default_factory=dict)
 
 

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from plm_toolkit import checkpoint as ckpt
 from plm_toolkit import cli, registry
 from plm_toolkit.cli import run_command, start_run, write_results
-from plm_toolkit.config.validate import data_plan, tokenizer_kind
+from plm_toolkit.config.resolve import resolve_run, saved_config
 from plm_toolkit.data import prepare_pretraining_data
 from plm_toolkit.data.collate import Collator, Seq2SeqCollator
 from plm_toolkit.data.parallel import prepare_parallel_data
@@ -52,13 +52,13 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     runtime, checkpoint = start_run(cfg, run_dir)
     process = runtime.process
 
-    data_cfg = OmegaConf.merge(cfg.data, {"tokenizer": {"kind": tokenizer_kind(cfg)}})
+    resolved = resolve_run(cfg)
+    data_cfg, plan = resolved.data, resolved.plan
     if checkpoint is not None and (checkpoint.path / ckpt.TOKENIZER_FILE).is_file():
         data_cfg = OmegaConf.merge(data_cfg, {"tokenizer": {"path": str(checkpoint.path / ckpt.TOKENIZER_FILE)}})
     # Rank 0 trains the tokenizer and tokenizes first; the others then read its cache.
     if not process.is_main:
         barrier(process)
-    plan = data_plan(cfg)
     phases = None
     if plan.layout == "parallel":
         data = prepare_parallel_data(data_cfg, cfg.trainer.seed)
@@ -79,11 +79,6 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     plan = plan.with_transform(objective.batch_transform())
     if plan.layout == "parallel":
         objective.attach_references(data.tokenizer, data.references)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    for key in ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id"):
-        if key in resolved["model"]:
-            resolved["model"][key] = getattr(model_config, key)
-    resolved["data"]["tokenizer"]["kind"] = tokenizer_kind(cfg)
     log.info(
         "model=%s (%.2fM parameters) objective=%s device=%s precision=%s processes=%d train examples=%d",
         cfg.model.name,
@@ -99,7 +94,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         run_dir,
         runtime,
         checkpoint,
-        resolved=resolved,
+        resolved=saved_config(cfg, model_config),
         tokenizer_json=data.tokenizer.to_str(),
         model=model,
         objective=objective,

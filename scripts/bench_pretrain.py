@@ -56,7 +56,6 @@ from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.objectives.masking import masking_from_config
 from plm_toolkit.objectives.mlm import MlmConfig
 from plm_toolkit.training.flops import peak_tflops
-from plm_toolkit.training.precision import cpu_supports_bf16
 
 DEFAULT_VARIANTS = {
     "cpu": ["eager", "fused", "fused+unpad"],
@@ -131,6 +130,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.config not in sizes:
         parser.error(f"--config {args.config} is not a {args.model} size; choose from {', '.join(sorted(sizes))}")
     return args
+
+
+def cpu_supports_bf16() -> bool:
+    """True when this CPU has native bf16 matmuls (AVX512-BF16 or AMX); elsewhere bf16 is emulated and slower."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def pick_precision(requested: str, device: torch.device) -> str:

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from plm_toolkit import checkpoint as ckpt
 from plm_toolkit import registry
 from plm_toolkit.config import setup
-from plm_toolkit.config.validate import data_plan
+from plm_toolkit.config.resolve import resolve_run
 from plm_toolkit.data import prepare_pretraining_data
 from plm_toolkit.data.collate import Collator
 from plm_toolkit.data.loader import eval_loader
@@ -30,7 +30,7 @@ from plm_toolkit.objectives.rtd import gumbel_sample, rtd_labels
 def load(checkpoint: Path):
     cfg = OmegaConf.load(checkpoint / ckpt.CONFIG_FILE)
     data_cfg = OmegaConf.merge(cfg.data, {"tokenizer": {"path": str(checkpoint / ckpt.TOKENIZER_FILE)}})
-    data = prepare_pretraining_data(data_cfg, data_plan(cfg), cfg.trainer.seed)
+    data = prepare_pretraining_data(data_cfg, resolve_run(cfg).plan, cfg.trainer.seed)
     model_entry, objective_entry = registry.MODELS.get(cfg.model.name), registry.OBJECTIVES.get(cfg.objective.name)
     model = model_entry.builder(model_entry.config_cls(**OmegaConf.to_container(cfg.model)))
     objective = objective_entry.builder(

@@ -12,51 +12,19 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from plm_toolkit.capabilities import CHARACTERS, SEGMENTS
 from plm_toolkit.config.checks import (
     check_range,
     kernel_problems,
     optimizer_problems,
     phase_problems,
     recipe_problems,
-    value_of,
 )
+from plm_toolkit.config.resolve import model_class, objective_class, resolve_run, task_class
 from plm_toolkit.data.parallel import resolve
-from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.errors import ConfigError, PlmError
-from plm_toolkit.models.base import CHARACTERS, SEGMENTS
 from plm_toolkit.names import did_you_mean, key_names
 from plm_toolkit.registry import MODELS, OBJECTIVES, TASKS
-
-
-def objective_class(name: str) -> type:
-    """The Objective subclass behind a registered name (the builder itself, or named in the entry's info)."""
-    entry = OBJECTIVES.get(name)
-    return entry.info.get("cls", entry.builder)
-
-
-def model_class(name: str) -> type:
-    entry = MODELS.get(name)
-    return entry.info.get("cls", entry.builder)
-
-
-def task_class(name: str) -> type:
-    entry = TASKS.get(name)
-    return entry.info.get("cls", entry.builder)
-
-
-def data_plan(cfg: DictConfig) -> DataPlan:
-    """The objective's data plan for this config (without its batch transform, which needs the vocabulary)."""
-    return objective_class(cfg.objective.name).data_plan(cfg.objective, cfg.data, cfg.model)
-
-
-def data_layout(cfg: DictConfig) -> str:
-    return data_plan(cfg).layout
-
-
-def tokenizer_kind(cfg: DictConfig) -> str:
-    """data.tokenizer.kind with auto resolved to the model preset's vocabulary (model.tokenizer, else wordpiece)."""
-    kind = value_of(cfg.data.tokenizer.kind)
-    return value_of(cfg.model.get("tokenizer", "wordpiece")) if kind == "auto" else kind
 
 
 def evaluation_only(t) -> bool:
@@ -95,28 +63,32 @@ def training_problems(t, opt, d_model_from_backbone: bool = False, zero_length: 
     return out
 
 
-# Model config fields by name, for every family: sizes and counts of at least 1, counts that may be 0. A family's
-# own check_config adds what only it knows (heads that divide the width, ELMo's filters).
-MODEL_AT_LEAST_ZERO = {"type_vocab_size", "task_type_vocab_size", "position_offset", "mem_len", "eval_mem_len"}
-MODEL_AT_LEAST_ZERO.add("num_highway")
-MODEL_AT_LEAST_ONE = {"num_layers", "num_decoder_layers", "num_heads", "max_position_embeddings", "max_characters"}
-MODEL_AT_LEAST_ONE |= {"relative_attention_num_buckets", "relative_attention_max_distance"}
+# Model config fields by name that every family range-checks: counts that may be 0, sizes and counts of at least 1
+# (besides every *_size), positive numbers. A family adds its own fields (``fields_at_least_zero``, ... on its
+# class) and its check_config what only it knows (heads that divide the width, ELMo's filters).
+MODEL_AT_LEAST_ZERO = frozenset({"type_vocab_size", "position_offset"})
+MODEL_AT_LEAST_ONE = frozenset({"num_layers", "num_heads", "max_position_embeddings"})
+MODEL_ABOVE_ZERO = frozenset({"layer_norm_eps"})
 
 
 def model_field_problems(m) -> list[str]:
     """Sizes, counts, dropout probabilities and epsilons of any family's model config (a width of 0 once built a
     model of empty tensors that trained without complaint)."""
+    family = model_class(m["name"]) if m.get("name") in MODELS else None
+    at_least_zero = MODEL_AT_LEAST_ZERO | getattr(family, "fields_at_least_zero", frozenset())
+    at_least_one = MODEL_AT_LEAST_ONE | getattr(family, "fields_at_least_one", frozenset())
+    above_zero = MODEL_ABOVE_ZERO | getattr(family, "fields_above_zero", frozenset())
     out: list[str] = []
     for key, value in m.items():
         if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
-        if isinstance(value, int) and key in MODEL_AT_LEAST_ZERO and value < 0:
+        if isinstance(value, int) and key in at_least_zero and value < 0:
             out.append(f"model.{key}={value}: must be 0 or positive")
-        elif isinstance(value, int) and (key in MODEL_AT_LEAST_ONE or key.endswith("_size")) and value < 1:
+        elif isinstance(value, int) and (key in at_least_one or key.endswith("_size")) and value < 1:
             out.append(f"model.{key}={value}: must be at least 1")
         elif key.endswith("dropout"):
             check_range(out, f"model.{key}", value, 0.0, 1.0, high_open=True)
-        elif key in ("layer_norm_eps", "initializer_factor", "cell_clip", "projection_clip"):
+        elif key in above_zero:
             check_range(out, f"model.{key}", value, 0.0, low_open=True)
         elif key == "initializer_range":
             check_range(out, f"model.{key}", value, 0.0)
@@ -234,7 +206,7 @@ def problems(cfg: DictConfig) -> list[str]:
     plan = None
     if len(out) == checked:
         try:
-            plan = data_plan(cfg)
+            plan = resolve_run(cfg).plan
         except ConfigError as err:
             out.append(str(err))
     wanted = objective_class(o.name).natural_layout
@@ -256,10 +228,7 @@ def problems(cfg: DictConfig) -> list[str]:
             f"{shifted}; lower data.max_seq_len or raise model.max_position_embeddings"
         )
     out += phase_problems(t, plan.layout if plan else "", bool(plan and plan.streams), longest)
-    if m.get("bi_data") and t.batch_size % 2:
-        out.append(
-            f"model.bi_data=true reads half of every batch backwards: trainer.batch_size={t.batch_size} must be even"
-        )
+    out += model_class(m.name).run_problems(cfg)
     if d.max_seq_len < 8:
         out.append(f"data.max_seq_len={d.max_seq_len}: needs at least 8 tokens")
     if d.num_workers < 0:
@@ -288,10 +257,11 @@ def problems(cfg: DictConfig) -> list[str]:
 
     if cfg.hardware.get("unpad"):
         accepts_positions = "position_ids" in inspect.signature(model_class(m.name).forward).parameters
-        if o.name != "mlm" or not accepts_positions:
+        if not objective_class(o.name).reads_packed_rows or not accepts_positions:
+            packed = ", ".join(n for n in OBJECTIVES.names() if objective_class(n).reads_packed_rows)
             out.append(
-                f"hardware.unpad=true packs sequences for objective=mlm on absolute-position models (BERT, RoBERTa, "
-                f"ALBERT, ELECTRA) only; objective={o.name} with model={m.name} keeps padded rows: set "
+                f"hardware.unpad=true packs sequences for objective={packed} on absolute-position models (BERT, "
+                f"RoBERTa, ALBERT, ELECTRA) only; objective={o.name} with model={m.name} keeps padded rows: set "
                 "hardware.unpad=false"
             )
     out += training_problems(t, opt) + hardware_problems(cfg.hardware) + kernel_problems(opt, cfg.hardware)

@@ -223,21 +223,6 @@ def export_hf(
         write_folder(folder / part.subfolder, part.tensors, part.hf_config, tokenizer_file)
 
 
-def import_hf_bert(folder: str | Path) -> HFImport:
-    """Read a Hugging Face BERT folder (``BertModel``, ``BertForPreTraining`` or ``BertForMaskedLM``)."""
-    return import_hf(folder, expect="bert")
-
-
-def export_hf_bert(
-    folder: str | Path,
-    model: torch.nn.Module,
-    objective_state: dict[str, torch.Tensor] | None = None,
-    tokenizer_file: str | Path | None = None,
-) -> None:
-    """Write a BERT ``model`` (and MLM/NSP heads) as a Hugging Face BERT folder; see ``export_hf``."""
-    export_hf(folder, model, objective_state, tokenizer_file)
-
-
 # --- folders ---------------------------------------------------------------------------------------------------
 
 

@@ -42,8 +42,9 @@ from plm_toolkit.interop.hf import (
     some,
 )
 from plm_toolkit.interop.hf_heads import HeadLayout, linear_keys, unmapped
-from plm_toolkit.models.bert import BertConfig, embedding_width, head_activation
+from plm_toolkit.models.bert import BertConfig, embedding_width
 from plm_toolkit.nn.feed_forward import HiddenAct
+from plm_toolkit.nn.heads import head_activation
 from plm_toolkit.registry import MODELS
 
 # Our BertConfig field <- Hugging Face config.json key (every family of the encoder layout has them).

@@ -44,8 +44,9 @@ from plm_toolkit.interop.hf_bert import (
     normalize_names,
 )
 from plm_toolkit.interop.hf_heads import HeadLayout, linear_keys, unmapped
-from plm_toolkit.models.bert import BertConfig, embedding_width, head_activation
+from plm_toolkit.models.bert import BertConfig, embedding_width
 from plm_toolkit.models.electra import ElectraConfig
+from plm_toolkit.nn.heads import head_activation
 from plm_toolkit.objectives.rtd import RtdConfig, generator_config
 
 GENERATOR_FOLDER = "generator"

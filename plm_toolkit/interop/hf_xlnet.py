@@ -33,16 +33,15 @@ export; the released folders may hold only ``spiece.model``, so import does not 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.interop.hf import ADAPTERS, Adapter, ExportPart, HFImport, choice, export_hf, import_hf, some
+from plm_toolkit.interop.hf import ADAPTERS, Adapter, ExportPart, HFImport, choice, some
 from plm_toolkit.interop.hf_heads import HeadLayout, linear_keys, unmapped
-from plm_toolkit.models.xlnet import XLNet, XLNetConfig
+from plm_toolkit.models.xlnet import XLNetConfig
 
 _ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "relu": "relu"}
 _ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
@@ -263,43 +262,3 @@ class XLNetAdapter(Adapter):
             "tie_word_embeddings": True,
         }
         return [ExportPart("", tensors, hf_config)]
-
-
-@dataclass
-class HFXLNetImport:
-    # Our config, read from config.json.
-    model_config: XLNetConfig
-    # Weights for ``XLNet(model_config).load_state_dict``.
-    model_state: dict[str, torch.Tensor]
-    # The ``plm`` objective's LM-head bias (``{"bias": ...}``); empty for an XLNetModel folder.
-    objective_state: dict[str, torch.Tensor]
-    # tokenizer.json when the folder has one (the released folders may hold only spiece.model).
-    tokenizer_file: Path | None
-    # The checkpoint's reuse_len, for objective.reuse_len (None when unset).
-    reuse_len: int | None
-
-
-def import_hf_xlnet(folder: str | Path) -> HFXLNetImport:
-    """Read a Hugging Face XLNet folder; ``CheckpointError`` naming the file and key on anything unusable."""
-    imported = import_hf(folder, expect="xlnet")
-    tokenizer = (
-        imported.tokenizer_file if imported.tokenizer_file and imported.tokenizer_file.suffix == ".json" else None
-    )
-    return HFXLNetImport(
-        imported.model_config,
-        imported.model_state,
-        imported.objective_state,
-        tokenizer,
-        imported.objective_overrides.get("reuse_len"),
-    )
-
-
-def export_hf_xlnet(
-    folder: str | Path,
-    model: XLNet,
-    objective_state: dict[str, torch.Tensor] | None = None,
-    tokenizer_file: str | Path | None = None,
-    reuse_len: int | None = None,
-) -> None:
-    """Write ``model`` as an ``XLNetModel`` folder, or with the ``plm`` objective's head as ``XLNetLMHeadModel``."""
-    export_hf(folder, model, objective_state, tokenizer_file, {"reuse_len": reuse_len})

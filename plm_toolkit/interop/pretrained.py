@@ -108,15 +108,6 @@ def register_format(fmt: CheckpointFormat) -> None:
     FORMATS.append(fmt)
 
 
-def plm_checkpoint_dir(path: Path) -> Path | None:
-    """The step directory a plm-train path names (a step_N folder, ``last``, or a run directory), or None."""
-    for candidate in (path, path / "last", path / "checkpoints" / "last"):
-        if (candidate / ckpt.MODEL_FILE).is_file() and (candidate / ckpt.CONFIG_FILE).is_file():
-            return candidate.resolve()
-    found = ckpt.list_checkpoints(path / "checkpoints") or ckpt.list_checkpoints(path)
-    return found[-1] if found else None
-
-
 def model_config_of(checkpoint_dir: Path):
     """The typed backbone config saved in a checkpoint's config.yaml."""
     load_all()
@@ -202,7 +193,7 @@ def load_backbone(path: str | Path, dropout: float | None = None, with_task_head
     if not path.exists():
         raise CheckpointError(f"model.checkpoint={path}: no such file or directory")
     load_all()  # the families' adapters register their formats
-    step_dir = plm_checkpoint_dir(path)
+    step_dir = ckpt.plm_checkpoint_dir(path)
     tokenizer, imported = None, None
     other = next((fmt for fmt in FORMATS if fmt.detect(path)), None)
     if step_dir is not None:
@@ -253,7 +244,7 @@ def load_language_model(path: str | Path) -> LoadedLanguageModel:
     path = Path(path).expanduser()
     if not path.exists():
         raise CheckpointError(f"checkpoint={path}: no such file or directory")
-    step_dir = plm_checkpoint_dir(path)
+    step_dir = ckpt.plm_checkpoint_dir(path)
     if step_dir is not None:
         model, tokenizer_file = load_plm_checkpoint(step_dir)
         saved = read_config_yaml(step_dir / ckpt.CONFIG_FILE)

@@ -65,7 +65,7 @@ def shared_encoder(config: AlbertConfig) -> BertEncoder:
     return encoder
 
 
-@MODELS.register("albert", AlbertConfig, paper_objective="mlm_sop")
+@MODELS.register("albert", AlbertConfig)
 class Albert(Bert):
     """Bert's forward over a shared encoder; ``embeddings_project`` is HF's ``embedding_hidden_mapping_in``."""
 

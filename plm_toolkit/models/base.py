@@ -12,20 +12,21 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+# The capabilities live on the ground floor (validation reads them without importing a family); importable
+# from here too, where the families and objectives name them.
+from plm_toolkit.capabilities import (  # noqa: F401
+    BIDIRECTIONAL,
+    CAUSAL,
+    CHARACTERS,
+    ENCODER_DECODER,
+    GENERATIVE,
+    POOLER,
+    RECURRENT_MEMORY,
+    SEGMENTS,
+    TWO_STREAM,
+)
 from plm_toolkit.decoding import EncoderDecoderDecoder
 from plm_toolkit.errors import ConfigError
-
-# The capabilities an objective or task may ask of a backbone (validation matches them before anything is built).
-BIDIRECTIONAL = "bidirectional"  # every position sees the whole sequence (MLM, RTD, NSP)
-CAUSAL = "causal"  # position t sees only positions <= t (causal LM)
-SEGMENTS = "segments"  # takes token_type_ids for sentence A / B
-POOLER = "pooler"  # returns a pooled summary vector (NSP, sequence classification)
-TWO_STREAM = "two_stream"  # content + query streams (XLNet's permutation LM)
-ENCODER_DECODER = "encoder_decoder"  # separate encoder and decoder stacks (T5, Transformer)
-RECURRENT_MEMORY = "recurrent_memory"  # state carried from one batch to the next (Transformer-XL, XLNet, ELMo)
-CHARACTERS = "characters"  # reads each word as character ids (``char_ids``, data/characters.py) instead of token ids
-# A family with either can continue a text (plm-generate) through ``Backbone.decoder``.
-GENERATIVE = frozenset({CAUSAL, ENCODER_DECODER})
 
 
 @dataclass
@@ -82,12 +83,23 @@ class Backbone(nn.Module):
     # Whether the family's language-model output layer has a bias of its own (Transformer-XL's does; GPT's decoder
     # is the input embedding alone): the causal LM objective follows it, so its checkpoints export exactly.
     lm_head_bias: ClassVar[bool] = True
+    # Fields of this family's config that validation range-checks by name, besides the ones every family has
+    # (config/validate.py: model_field_problems): counts that may be 0, counts of at least 1, positive numbers.
+    fields_at_least_zero: ClassVar[frozenset[str]] = frozenset()
+    fields_at_least_one: ClassVar[frozenset[str]] = frozenset()
+    fields_above_zero: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def check_config(cls, config: Any) -> None:
         """Raise ConfigError naming the key for an impossible setting of this family; validation calls it before
         any work (with vocab_size possibly still null), the constructor again."""
         check_heads(config)
+
+    @classmethod
+    def run_problems(cls, cfg: Any) -> list[str]:
+        """What this family refuses in the rest of a plm-train config (``cfg``, the whole composed config), one
+        message each; validation asks before any work. Nothing by default."""
+        return []
 
     @classmethod
     def max_length(cls, config: Any) -> int | None:

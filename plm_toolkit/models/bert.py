@@ -81,11 +81,6 @@ class BertConfig:
     head_act: HiddenAct | None = None
 
 
-def head_activation(config) -> str:
-    """The masked-LM head's activation: ``head_act``, else ``hidden_act``."""
-    return getattr(config, "head_act", None) or config.hidden_act
-
-
 def encoder_layer(config: BertConfig) -> TransformerLayer:
     """BERT's post-LN encoder layer: each sub-block is ``LayerNorm(x + dropout(sublayer(x)))``."""
     return TransformerLayer(
@@ -154,7 +149,7 @@ def build_projection(config: BertConfig) -> nn.Linear | None:
     return nn.Linear(width, config.hidden_size) if width != config.hidden_size else None
 
 
-@MODELS.register("bert", BertConfig, paper_objective="mlm_nsp")
+@MODELS.register("bert", BertConfig)
 class Bert(Backbone):
     capabilities = frozenset({BIDIRECTIONAL, SEGMENTS, POOLER})
     # ELECTRA's discriminator has no pooler: its fine-tuning heads read the [CLS] state themselves.

@@ -23,7 +23,7 @@ class ElectraConfig(BertConfig):
     head_act: HiddenAct | None = HiddenAct.gelu
 
 
-@MODELS.register("electra", ElectraConfig, paper_objective="rtd")
+@MODELS.register("electra", ElectraConfig)
 class Electra(Bert):
     """No pooler: ELECTRA's classification heads read the first position's hidden state themselves."""
 

@@ -151,11 +151,14 @@ def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
 
 
-@MODELS.register("elmo", ElmoConfig, paper_objective="bilm")
+@MODELS.register("elmo", ElmoConfig)
 class Elmo(Backbone):
     # Bidirectional as a whole (a task sees both directions; each alone is causal); reads characters; carries its
     # LSTM states from one batch to the next.
     capabilities = frozenset({BIDIRECTIONAL, CHARACTERS, RECURRENT_MEMORY})
+    fields_at_least_zero = frozenset({"num_highway"})
+    fields_at_least_one = frozenset({"max_characters"})
+    fields_above_zero = frozenset({"cell_clip", "projection_clip"})
 
     def __init__(self, config: ElmoConfig):
         super().__init__()

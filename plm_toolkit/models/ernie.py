@@ -57,9 +57,11 @@ class ErnieEmbeddings(TokenEmbeddings):
         return super().forward(input_ids, token_type_ids, position_ids, extra=extra)
 
 
-@MODELS.register("ernie", ErnieConfig, paper_objective="knowledge_masking")
+@MODELS.register("ernie", ErnieConfig)
 class Ernie(Bert):
     """``forward(input_ids, attention_mask, token_type_ids, ..., task_type_ids=None)``: BERT's, with task types."""
+
+    fields_at_least_zero = frozenset({"task_type_vocab_size"})
 
     @classmethod
     def check_config(cls, config: ErnieConfig) -> None:

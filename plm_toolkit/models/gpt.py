@@ -89,8 +89,8 @@ class GPT2Config(GPTConfig):
     scaled_residual_init: bool = True
 
 
-@MODELS.register("gpt", GPTConfig, paper_objective="clm")
-@MODELS.register("gpt2", GPT2Config, paper_objective="clm")
+@MODELS.register("gpt", GPTConfig)
+@MODELS.register("gpt2", GPT2Config)
 class GPT(Backbone):
     capabilities = frozenset({CAUSAL})
     # A causal model has seen the whole sequence only at its last token: sentence-level heads read it there.

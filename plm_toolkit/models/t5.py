@@ -152,9 +152,13 @@ class T5Stack(nn.Module):
         return self.dropout(self.final_layer_norm(x))
 
 
-@MODELS.register("t5", T5Config, paper_objective="span_corruption")
+@MODELS.register("t5", T5Config)
 class T5(Backbone):
     capabilities = frozenset({ENCODER_DECODER})
+    fields_at_least_one = frozenset(
+        {"num_decoder_layers", "relative_attention_num_buckets", "relative_attention_max_distance"}
+    )
+    fields_above_zero = frozenset({"initializer_factor"})
 
     def __init__(self, config: T5Config):
         super().__init__()

@@ -98,9 +98,10 @@ def layer_stack(config: TransformerConfig, count: int, cross_attention: bool) ->
     )
 
 
-@MODELS.register("transformer", TransformerConfig, paper_objective="translation")
+@MODELS.register("transformer", TransformerConfig)
 class Transformer(Backbone):
     capabilities = frozenset({ENCODER_DECODER})
+    fields_at_least_one = frozenset({"num_decoder_layers"})
 
     def __init__(self, config: TransformerConfig):
         super().__init__()

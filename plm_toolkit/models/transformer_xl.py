@@ -89,9 +89,10 @@ class TransformerXLLayer(nn.Module):
         return self.feed_forward(self.attention(hidden, memory, positions, may_attend))
 
 
-@MODELS.register("transformer_xl", TransformerXLConfig, paper_objective="clm")
+@MODELS.register("transformer_xl", TransformerXLConfig)
 class TransformerXL(Backbone):
     capabilities = frozenset({CAUSAL, RECURRENT_MEMORY})
+    fields_at_least_zero = frozenset({"mem_len", "eval_mem_len"})
 
     def __init__(self, config: TransformerXLConfig):
         super().__init__()

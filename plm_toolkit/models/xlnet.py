@@ -116,9 +116,10 @@ class XLNetLayer(nn.Module):
         return self.feed_forward(h_next), g
 
 
-@MODELS.register("xlnet", XLNetConfig, paper_objective="plm")
+@MODELS.register("xlnet", XLNetConfig)
 class XLNet(Backbone):
     capabilities = frozenset({BIDIRECTIONAL, SEGMENTS, TWO_STREAM, RECURRENT_MEMORY})
+    fields_at_least_zero = frozenset({"mem_len"})
     # XLNet's layout ends with <cls> (A <sep> B <sep> <cls>): sentence-level heads read the last real token.
     summary_position = "last"
 
@@ -135,6 +136,16 @@ class XLNet(Backbone):
         self.dropout = nn.Dropout(config.hidden_dropout)
         self.apply(self._init_weights)
         nn.init.normal_(self.mask_embedding, std=config.initializer_range)
+
+    @classmethod
+    def run_problems(cls, cfg) -> list[str]:
+        """bi_data reads half of every batch backwards: the batch must split in two."""
+        if cfg.model.get("bi_data") and cfg.trainer.batch_size % 2:
+            return [
+                f"model.bi_data=true reads half of every batch backwards: trainer.batch_size={cfg.trainer.batch_size} "
+                "must be even"
+            ]
+        return []
 
     def _init_weights(self, module: nn.Module) -> None:
         std = self.config.initializer_range

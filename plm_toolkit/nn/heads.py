@@ -28,6 +28,24 @@ def activation(name: str):
     return _ACTIVATIONS[key]
 
 
+def head_activation(config) -> str:
+    """The masked-LM head's activation in a model config: ``head_act``, else ``hidden_act``."""
+    return getattr(config, "head_act", None) or config.hidden_act
+
+
+def masked_lm_head(config) -> MaskedLMHead:
+    """BERT's masked-LM head for a model config: its width, vocabulary, head activation, LayerNorm epsilon,
+    initializer range and, with a factorized embedding (ALBERT, ELECTRA's generator), the width E it decodes from."""
+    return MaskedLMHead(
+        config.hidden_size,
+        config.vocab_size,
+        head_activation(config),
+        config.layer_norm_eps,
+        initializer_range=getattr(config, "initializer_range", 0.02),
+        embedding_size=getattr(config, "embedding_size", None),
+    )
+
+
 class MaskedLMHead(nn.Module):
     """BERT's masked-LM head: dense -> activation -> LayerNorm -> decoder tied to the input embedding.
 

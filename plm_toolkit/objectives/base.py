@@ -52,6 +52,8 @@ class Objective(nn.Module):
     # Loss components that are per-token language-model cross-entropies: evaluation reports exp(loss) of each as
     # eval_<name>_perplexity (a sentence-level loss such as NSP's has no perplexity).
     perplexity_components: ClassVar[frozenset[str]] = frozenset()
+    # Whether the loss reads packed rows (hardware.unpad, data/collate.py's pack_rows): per-token losses only.
+    reads_packed_rows: ClassVar[bool] = False
 
     @classmethod
     def check_config(cls, config) -> None:

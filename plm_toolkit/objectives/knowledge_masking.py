@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.config.schema import choices
 from plm_toolkit.data.corpus import choice
 from plm_toolkit.data.plan import DataPlan
@@ -43,6 +44,7 @@ BasicUnit = choices("BasicUnit", "word", "token")
 WordSegmenter = choices("WordSegmenter", "regex", "jieba")
 LexiconCase = choices("LexiconCase", "exact", "ignore")
 STAGES = ("basic", "phrase", "entity")
+TAGGER_KEY = "objective.entity_tagger"
 
 
 @dataclass
@@ -81,6 +83,30 @@ class KnowledgeMaskingConfig(MlmConfig):
     collocation_threshold: float = 100.0
     # Collocation phrases: passes over the corpus (pass k joins pairs of earlier joins: up to 2^k words); 0: none.
     collocation_passes: int = 2
+
+
+def ner_checkpoint(path: str | Path) -> tuple[Path, list[str]]:
+    """(checkpoint folder, label names) of the task=ner checkpoint that ``objective.entity_tagger`` names
+    (``tasks/entity_tagger.py`` tags with it); CheckpointError naming the key otherwise."""
+    given = Path(path).expanduser()
+    if not given.exists():
+        raise CheckpointError(f"{TAGGER_KEY}={given}: no such file or directory")
+    folder = ckpt.plm_checkpoint_dir(given)
+    if folder is None:
+        raise CheckpointError(
+            f"{TAGGER_KEY}={given}: not a plm-finetune checkpoint ({ckpt.MODEL_FILE} + {ckpt.CONFIG_FILE}); "
+            "expected the run or checkpoint folder of plm-finetune task=ner"
+        )
+    task = OmegaConf.load(folder / ckpt.CONFIG_FILE).get("task")
+    if task is None or task.get("name") != "ner":
+        what = "a pretraining checkpoint (no task)" if task is None else f"a task={task.get('name')} checkpoint"
+        raise CheckpointError(
+            f"{TAGGER_KEY}={given} is {what}; expected a named-entity tagger from plm-finetune task=ner"
+        )
+    labels = [str(label) for label in task.get("labels") or []]
+    if not any(label[:2] in ("B-", "I-") for label in labels):
+        raise CheckpointError(f"{TAGGER_KEY}={given}: its task.labels {labels} hold no B-/I- tags; expected BIO labels")
+    return folder, labels
 
 
 def stage_starts(config) -> tuple[int, int]:
@@ -122,6 +148,8 @@ class KnowledgeMasking(MaskedLanguageModeling):
     """MLM over knowledge units; the loss, head and metrics are MLM's."""
 
     finds_units = True
+    # hardware.unpad stays with objective=mlm, where packed runs are measured against padded ones.
+    reads_packed_rows = False
 
     def __init__(self, config: KnowledgeMaskingConfig, model, vocab):
         super().__init__(config, model, vocab)
@@ -162,8 +190,6 @@ class KnowledgeMasking(MaskedLanguageModeling):
             if path and not Path(path).expanduser().is_file():
                 raise ConfigError(f"objective.{key}={path}: no such file; expected UTF-8 text, one entry per line")
         if config.entity_tagger:
-            from plm_toolkit.tasks.entity_tagger import ner_checkpoint
-
             try:
                 ner_checkpoint(config.entity_tagger)
             except CheckpointError as err:

@@ -18,8 +18,7 @@ from torch import nn
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import BIDIRECTIONAL, Representations
-from plm_toolkit.models.bert import head_activation
-from plm_toolkit.nn.heads import MaskedLMHead
+from plm_toolkit.nn.heads import masked_lm_head
 from plm_toolkit.nn.losses import linear_cross_entropy
 from plm_toolkit.objectives.base import BatchTransform, Objective, ObjectiveOutput
 from plm_toolkit.objectives.masking import IGNORE_INDEX, MaskingUnit, check_masking_config, masking_from_config
@@ -74,19 +73,11 @@ class MaskedLanguageModeling(Objective):
     metric_denominators = {"mlm_correct": "mlm"}
     # Whether the objective tokenizes its corpus with knowledge units (objective.masking=knowledge needs them).
     finds_units: ClassVar[bool] = False
+    reads_packed_rows = True
 
     def __init__(self, config: MlmConfig, model: nn.Module, vocab: Vocab):
         super().__init__()
-        model_config = model.config
-        self.head = MaskedLMHead(
-            model_config.hidden_size,
-            model_config.vocab_size,
-            head_activation(model_config),
-            model_config.layer_norm_eps,
-            initializer_range=getattr(model_config, "initializer_range", 0.02),
-            # A factorized embedding (ALBERT) decodes from its width E, not from H.
-            embedding_size=getattr(model_config, "embedding_size", None),
-        )
+        self.head = masked_lm_head(model.config)
         self.masking = masking_from_config(config, vocab)
 
     @classmethod

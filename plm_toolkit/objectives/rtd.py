@@ -30,10 +30,10 @@ from torch import nn
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import BIDIRECTIONAL
-from plm_toolkit.models.bert import BertConfig, BertEncoder, embedding_width, head_activation
+from plm_toolkit.models.bert import BertConfig, BertEncoder, embedding_width
 from plm_toolkit.nn.attention import padding_mask
 from plm_toolkit.nn.embeddings import TokenEmbeddings
-from plm_toolkit.nn.heads import MaskedLMHead, activation
+from plm_toolkit.nn.heads import activation, masked_lm_head
 from plm_toolkit.nn.init import init_weights
 from plm_toolkit.objectives.base import BatchTransform, Objective, ObjectiveOutput
 from plm_toolkit.objectives.masking import IGNORE_INDEX, MaskingUnit, check_masking_config, masking_from_config
@@ -122,14 +122,7 @@ class Generator(nn.Module):
         width = embedding_width(config)
         self.embeddings_project = nn.Linear(width, config.hidden_size) if width != config.hidden_size else None
         self.encoder = BertEncoder(config)
-        self.head = MaskedLMHead(
-            config.hidden_size,
-            config.vocab_size,
-            head_activation(config),
-            config.layer_norm_eps,
-            config.initializer_range,
-            embedding_size=width,
-        )
+        self.head = masked_lm_head(config)
         self.apply(lambda m: init_weights(m, config.initializer_range))
 
     def forward(self, embedded: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:

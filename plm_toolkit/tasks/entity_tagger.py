@@ -13,40 +13,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 from torch import nn
 
 from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.data.unit_corpus import TaggedSources
 from plm_toolkit.errors import CheckpointError
+from plm_toolkit.objectives.knowledge_masking import TAGGER_KEY as KEY
+from plm_toolkit.objectives.knowledge_masking import ner_checkpoint
 
-KEY = "objective.entity_tagger"
 # The task head's parameters in objective.safetensors (tasks/ner.py: self.head = LinearHead, its .linear).
 _HEAD = "head.linear"
-
-
-def ner_checkpoint(path: str | Path) -> tuple[Path, list[str]]:
-    """(checkpoint folder, label names) of a task=ner checkpoint; CheckpointError naming the key otherwise."""
-    from plm_toolkit.interop.pretrained import plm_checkpoint_dir
-
-    given = Path(path).expanduser()
-    if not given.exists():
-        raise CheckpointError(f"{KEY}={given}: no such file or directory")
-    folder = plm_checkpoint_dir(given)
-    if folder is None:
-        raise CheckpointError(
-            f"{KEY}={given}: not a plm-finetune checkpoint ({ckpt.MODEL_FILE} + {ckpt.CONFIG_FILE}); expected the "
-            "run or checkpoint folder of plm-finetune task=ner"
-        )
-    task = OmegaConf.load(folder / ckpt.CONFIG_FILE).get("task")
-    if task is None or task.get("name") != "ner":
-        what = "a pretraining checkpoint (no task)" if task is None else f"a task={task.get('name')} checkpoint"
-        raise CheckpointError(f"{KEY}={given} is {what}; expected a named-entity tagger from plm-finetune task=ner")
-    labels = [str(label) for label in task.get("labels") or []]
-    if not any(label[:2] in ("B-", "I-") for label in labels):
-        raise CheckpointError(f"{KEY}={given}: its task.labels {labels} hold no B-/I- tags; expected BIO labels")
-    return folder, labels
 
 
 class EntityTagger:

@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from plm_toolkit.config.validate import data_plan
+from plm_toolkit.config.resolve import resolve_run
 from plm_toolkit.data import PretrainingData, prepare_pretraining_data
 from plm_toolkit.data.loader import MicroBatches, micro_batch_loader
 
@@ -50,7 +50,7 @@ def prepare_phases(cfg, data_cfg, seed: int, with_sources=lambda plan: plan) -> 
     out = []
     for phase, (start, end) in zip(phases, bounds, strict=True):
         length = {"data": {"max_seq_len": phase.max_seq_len}}
-        plan = data_plan(OmegaConf.merge(cfg, length))
+        plan = resolve_run(OmegaConf.merge(cfg, length)).plan
         data = prepare_pretraining_data(OmegaConf.merge(data_cfg, length["data"]), with_sources(plan), seed)
         out.append(TrainingPhase(start, end, phase.batch_size or cfg.trainer.batch_size, data))
     return out

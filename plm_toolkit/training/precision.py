@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -18,15 +17,6 @@ from plm_toolkit.training.distributed import ProcessInfo, launched_world_size
 
 def _value(x) -> str:
     return x.value if hasattr(x, "value") else str(x)
-
-
-def cpu_supports_bf16() -> bool:
-    """True when this CPU has native bf16 matmuls (AVX512-BF16 or AMX); elsewhere bf16 is emulated and slower."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 @dataclass(frozen=True)

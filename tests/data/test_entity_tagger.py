@@ -15,7 +15,8 @@ from plm_toolkit.data.corpus import read_documents
 from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.data.unit_corpus import TaggedSources, UnitFinder, tokenize_with_units
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.tasks.entity_tagger import EntityTagger, ner_checkpoint, with_entity_tagger
+from plm_toolkit.objectives.knowledge_masking import ner_checkpoint
+from plm_toolkit.tasks.entity_tagger import EntityTagger, with_entity_tagger
 from tests.data.test_units import data_config, sources
 from tests.tasks.conftest import QUIET, save_tiny_checkpoint, tiny_tokenizer
 

@@ -5,6 +5,7 @@ from plm_toolkit.errors import ConfigError
 from plm_toolkit.models.base import BIDIRECTIONAL, POOLER, SEGMENTS
 from plm_toolkit.models.bert import Bert, BertConfig
 from plm_toolkit.registry import MODELS
+from tests.config.test_compose import composed
 
 # Odd sizes so that no two dimensions can be confused.
 VOCAB, HIDDEN, INTERMEDIATE, LAYERS, HEADS, POSITIONS = 99, 32, 37, 2, 4, 40
@@ -30,7 +31,7 @@ def model() -> Bert:
 def test_registered_with_paper_objective():
     entry = MODELS.get("bert")
     assert entry.builder is Bert and entry.config_cls is BertConfig
-    assert entry.info["paper_objective"] == "mlm_nsp"
+    assert composed("model=bert_base").objective.name == "mlm_nsp"
     assert {BIDIRECTIONAL, SEGMENTS, POOLER} <= Bert.capabilities
 
 

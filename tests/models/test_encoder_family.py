@@ -7,7 +7,7 @@ from plm_toolkit.models.albert import Albert, AlbertConfig
 from plm_toolkit.models.base import POOLER
 from plm_toolkit.models.bert import Bert, BertConfig
 from plm_toolkit.models.electra import Electra, ElectraConfig
-from plm_toolkit.registry import MODELS
+from tests.config.test_compose import composed
 
 VOCAB, HIDDEN, INTERMEDIATE, LAYERS, HEADS, EMBEDDING, POSITIONS = 99, 36, 37, 3, 3, 17, 40
 
@@ -71,8 +71,8 @@ def test_electra_has_no_pooler_and_projects_a_narrow_embedding():
     assert model.embeddings.word_embeddings.weight.shape == (VOCAB, EMBEDDING)
     out = model(torch.randint(1, VOCAB, (2, 7)))
     assert out.pooled is None and out.hidden.shape == (2, 7, HIDDEN)
-    assert MODELS.get("electra").info["paper_objective"] == "rtd"
-    assert MODELS.get("albert").info["paper_objective"] == "mlm_sop"
+    assert composed("model=electra_base").objective.name == "rtd"
+    assert composed("model=albert_base").objective.name == "mlm_sop"
 
 
 def test_roberta_position_offset_shifts_the_table():

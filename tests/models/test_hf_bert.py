@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.interop.hf import export_hf_bert, import_hf_bert
+from plm_toolkit.interop.hf import export_hf, import_hf
 from plm_toolkit.models.bert import Bert
 from plm_toolkit.objectives.mlm_nsp import MlmNsp, MlmNspConfig
 
@@ -80,7 +80,7 @@ def pretraining_folder(tmp_path):
 
 def test_backbone_and_heads_match_bert_for_pretraining(pretraining_folder):
     reference = transformers.BertForPreTraining.from_pretrained(pretraining_folder).eval()
-    imported = import_hf_bert(pretraining_folder)
+    imported = import_hf(pretraining_folder, expect="bert")
     model = load_ours(imported)
     objective = MlmNsp(MlmNspConfig(), model, Vocab(VOCAB, 0, 1, 2, 3, 4)).eval()
     objective.load_state_dict(imported.objective_state)  # strict: the layouts agree key for key
@@ -102,7 +102,7 @@ def test_backbone_and_heads_match_bert_for_pretraining(pretraining_folder):
 @pytest.mark.parametrize("hidden_act", ["gelu", "gelu_new", "relu"])
 def test_bert_model_without_prefix_matches(tmp_path, hidden_act):
     reference = randomized(transformers.BertModel(hf_config(hidden_act=hidden_act)))
-    imported = import_hf_bert(save_hf(reference, tmp_path))
+    imported = import_hf(save_hf(reference, tmp_path), expect="bert")
     assert imported.objective_state == {}
     ids, mask, types = batch()
     with torch.no_grad():
@@ -117,7 +117,7 @@ def test_bert_model_without_prefix_matches(tmp_path, hidden_act):
 def test_masked_lm_checkpoint_gets_a_fresh_pooler(tmp_path):
     folder = save_hf(randomized(transformers.BertForMaskedLM(hf_config())), tmp_path)
     with pytest.warns(UserWarning, match="no pooler"):
-        imported = import_hf_bert(folder)
+        imported = import_hf(folder, expect="bert")
     assert imported.initialized_keys == ["pooler.dense.weight", "pooler.dense.bias"]
     assert sorted(imported.objective_state) == [
         "mlm.head.bias",
@@ -130,10 +130,10 @@ def test_masked_lm_checkpoint_gets_a_fresh_pooler(tmp_path):
 
 
 def test_round_trip_is_lossless_and_transformers_loads_the_export(pretraining_folder, tmp_path):
-    first = import_hf_bert(pretraining_folder)
+    first = import_hf(pretraining_folder, expect="bert")
     model = load_ours(first)
-    export_hf_bert(tmp_path / "out", model, first.objective_state, first.tokenizer_file)
-    second = import_hf_bert(tmp_path / "out")
+    export_hf(tmp_path / "out", model, first.objective_state, first.tokenizer_file)
+    second = import_hf(tmp_path / "out", expect="bert")
     assert second.model_config == first.model_config
     for ours, theirs in ((first.model_state, second.model_state), (first.objective_state, second.objective_state)):
         assert ours.keys() == theirs.keys()
@@ -153,18 +153,18 @@ def test_round_trip_is_lossless_and_transformers_loads_the_export(pretraining_fo
 
 
 def test_export_of_a_backbone_with_plain_mlm_head_layout(pretraining_folder, tmp_path):
-    imported = import_hf_bert(pretraining_folder)
+    imported = import_hf(pretraining_folder, expect="bert")
     plain_mlm = {k.removeprefix("mlm."): v for k, v in imported.objective_state.items() if k.startswith("mlm.")}
-    export_hf_bert(tmp_path / "mlm", load_ours(imported), plain_mlm)
+    export_hf(tmp_path / "mlm", load_ours(imported), plain_mlm)
     assert json.loads((tmp_path / "mlm" / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
     _, info = transformers.BertForMaskedLM.from_pretrained(tmp_path / "mlm", output_loading_info=True)
     assert not info["missing_keys"]
 
-    export_hf_bert(tmp_path / "plain", load_ours(imported))
+    export_hf(tmp_path / "plain", load_ours(imported))
     _, info = transformers.BertModel.from_pretrained(tmp_path / "plain", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     with pytest.raises(CheckpointError, match="generator"):
-        export_hf_bert(tmp_path / "bad", load_ours(imported), {"generator.weight": torch.zeros(1)})
+        export_hf(tmp_path / "bad", load_ours(imported), {"generator.weight": torch.zeros(1)})
 
 
 def test_pytorch_bin_with_tf_era_names_matches_safetensors(pretraining_folder, tmp_path):
@@ -180,7 +180,7 @@ def test_pytorch_bin_with_tf_era_names_matches_safetensors(pretraining_folder, t
     torch.save(state, folder / "pytorch_model.bin")
     shutil.copy(pretraining_folder / "config.json", folder)
     write_vocab(folder)
-    from_bin, from_safetensors = import_hf_bert(folder), import_hf_bert(pretraining_folder)
+    from_bin, from_safetensors = import_hf(folder, expect="bert"), import_hf(pretraining_folder, expect="bert")
     for key, value in from_safetensors.model_state.items():
         assert torch.equal(from_bin.model_state[key], value), key
     for key, value in from_safetensors.objective_state.items():
@@ -193,37 +193,37 @@ def test_errors_name_the_file_and_key(pretraining_folder):
 
     save_file({**state, "classifier.weight": torch.zeros(2, HIDDEN)}, weights, metadata={"format": "pt"})
     with pytest.raises(CheckpointError, match="unexpected key.*classifier.weight"):
-        import_hf_bert(pretraining_folder)
+        import_hf(pretraining_folder, expect="bert")
 
     smaller = {k: v for k, v in state.items() if k != "bert.encoder.layer.1.output.dense.bias"}
     save_file(smaller, weights, metadata={"format": "pt"})
     with pytest.raises(CheckpointError, match="missing key.*encoder.layer.1.output.dense.bias"):
-        import_hf_bert(pretraining_folder)
+        import_hf(pretraining_folder, expect="bert")
 
     save_file(state, weights, metadata={"format": "pt"})
     config = json.loads((pretraining_folder / "config.json").read_text())
     (pretraining_folder / "config.json").write_text(json.dumps(config | {"intermediate_size": 38}))
     with pytest.raises(CheckpointError, match="intermediate.dense.weight has shape"):
-        import_hf_bert(pretraining_folder)
+        import_hf(pretraining_folder, expect="bert")
 
     weights.write_bytes(b"not a safetensors file at all")
     with pytest.raises(CheckpointError, match="model.safetensors"):
-        import_hf_bert(pretraining_folder)
+        import_hf(pretraining_folder, expect="bert")
 
     weights.unlink()
     with pytest.raises(CheckpointError, match="no model.safetensors or pytorch_model.bin"):
-        import_hf_bert(pretraining_folder)
+        import_hf(pretraining_folder, expect="bert")
 
     (pretraining_folder / "config.json").unlink()
     with pytest.raises(CheckpointError, match="config.json"):
-        import_hf_bert(pretraining_folder)
+        import_hf(pretraining_folder, expect="bert")
 
 
 def test_truncated_safetensors_is_a_checkpoint_error(pretraining_folder):
     weights = pretraining_folder / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-100])
     with pytest.raises(CheckpointError, match=str(weights)):
-        import_hf_bert(pretraining_folder)
+        import_hf(pretraining_folder, expect="bert")
 
 
 @pytest.fixture
@@ -259,7 +259,7 @@ def test_real_checkpoint_minilm_matches_transformers(minilm):
     types = torch.tensor([e.type_ids for e in encodings])
     assert mask.min() == 0  # the batch really is padded
 
-    imported = import_hf_bert(minilm)
+    imported = import_hf(minilm, expect="bert")
     assert imported.tokenizer_file.name == "tokenizer.json"
     reference = transformers.BertModel.from_pretrained(minilm).eval()
     with torch.no_grad():

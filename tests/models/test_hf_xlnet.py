@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import CheckpointError
-from plm_toolkit.interop.hf_xlnet import export_hf_xlnet, import_hf_xlnet
+from plm_toolkit.interop.hf import export_hf, import_hf
 from plm_toolkit.models.xlnet import XLNet
 from plm_toolkit.objectives.plm import PermutationTransform, PlmConfig
 
@@ -55,9 +55,9 @@ def plm_batch(batch_size=2, seq_len=16, seed=0):
 @pytest.mark.parametrize(("bi_data", "clamp_len"), [(False, -1), (True, 5)])
 def test_logits_and_memories_match_transformers(tmp_path, bi_data, clamp_len):
     ref, folder = make_reference(tmp_path, bi_data=bi_data, clamp_len=clamp_len)
-    imported = import_hf_xlnet(folder)
+    imported = import_hf(folder, expect="xlnet")
     assert imported.model_config.bi_data == bi_data and imported.model_config.clamp_len == clamp_len
-    assert imported.reuse_len == 8 and imported.model_config.head_size == 12
+    assert imported.objective_overrides.get("reuse_len") == 8 and imported.model_config.head_size == 12
     model = XLNet(imported.model_config).eval()
     model.load_state_dict(imported.model_state)
     batch = plm_batch()
@@ -97,10 +97,10 @@ def test_logits_and_memories_match_transformers(tmp_path, bi_data, clamp_len):
 
 def test_export_round_trips_through_transformers(reference, tmp_path):
     ref, folder = reference
-    imported = import_hf_xlnet(folder)
+    imported = import_hf(folder, expect="xlnet")
     model = XLNet(imported.model_config).eval()
     model.load_state_dict(imported.model_state)
-    export_hf_xlnet(tmp_path / "out", model, imported.objective_state, reuse_len=8)
+    export_hf(tmp_path / "out", model, imported.objective_state, None, {"reuse_len": 8})
     again = transformers.XLNetLMHeadModel.from_pretrained(tmp_path / "out").eval()
     batch = plm_batch(seed=3)
     inputs = {k: batch[k] for k in ("input_ids", "token_type_ids", "target_mapping")}
@@ -117,4 +117,4 @@ def test_import_names_the_bad_file(tmp_path, reference):
     _, folder = reference
     (folder / "config.json").write_text('{"model_type": "bert"}')
     with pytest.raises(CheckpointError, match="config.json: model_type"):
-        import_hf_xlnet(folder)
+        import_hf(folder, expect="xlnet")

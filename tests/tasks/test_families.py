@@ -14,6 +14,7 @@ from torch import nn
 from plm_toolkit import checkpoint as ckpt
 from plm_toolkit import registry
 from plm_toolkit.finetune import run
+from plm_toolkit.interop.hf import export_hf
 from plm_toolkit.interop.pretrained import load_backbone
 from tests.training.conftest import read_metrics
 
@@ -66,14 +67,7 @@ def test_hugging_face_folder_of_every_family_loads_as_a_backbone(family, tiny_ch
         save_family_checkpoint(tmp_path / "pretrained", family, Tokenizer.from_file(str(tokenizer_file)))
     )
     folder = tmp_path / "hf"
-    if family == "xlnet":
-        from plm_toolkit.interop.hf_xlnet import export_hf_xlnet
-
-        export_hf_xlnet(folder, plm.model, tokenizer_file=tokenizer_file)
-    else:
-        from plm_toolkit.interop.hf import export_hf
-
-        export_hf(folder, plm.model, tokenizer_file=tokenizer_file)
+    export_hf(folder, plm.model, tokenizer_file=tokenizer_file)
     loaded = load_backbone(folder)
     expected_type = "roberta" if family == "roberta" else FAMILIES[family][0]
     assert loaded.kind == f"hf:{expected_type}"

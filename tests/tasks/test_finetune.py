@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from plm_toolkit.config.validate import validate
 from plm_toolkit.errors import CheckpointError, ConfigError
 from plm_toolkit.finetune import run
-from plm_toolkit.interop.hf import export_hf_bert
+from plm_toolkit.interop.hf import export_hf
 from plm_toolkit.interop.pretrained import load_backbone
 from tests.training.conftest import read_metrics
 
@@ -158,7 +158,7 @@ def test_resume_continues_exactly(finetune_config, tmp_path):
 def test_hugging_face_folder_and_finetuned_checkpoint_load_as_backbones(tiny_checkpoint, finetune_config, tmp_path):
     plm = load_backbone(tiny_checkpoint)
     hf = tmp_path / "hf"
-    export_hf_bert(hf, plm.model, tokenizer_file=tiny_checkpoint / "tokenizer.json")
+    export_hf(hf, plm.model, tokenizer_file=tiny_checkpoint / "tokenizer.json")
     loaded = load_backbone(hf)
     assert loaded.kind == "hf:bert"
     ours, theirs = plm.model.state_dict(), loaded.model.state_dict()

@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from plm_toolkit import registry
-from plm_toolkit.config.validate import data_layout
+from plm_toolkit.config.resolve import resolve_run
 from plm_toolkit.data import prepare_pretraining_data
 from plm_toolkit.data.collate import Collator
 from plm_toolkit.data.loader import BatchLayout, MicroBatches
@@ -50,7 +50,7 @@ def test_thirty_steps_loss_falls(make_config, tmp_path):
 
 
 def build_trainer(cfg, run_dir):
-    data = prepare_pretraining_data(cfg.data, data_layout(cfg), cfg.trainer.seed)
+    data = prepare_pretraining_data(cfg.data, resolve_run(cfg).plan.layout, cfg.trainer.seed)
     torch.manual_seed(0)
     model, _ = build_model(cfg.model, data.vocab.size)
     objective = registry.OBJECTIVES.get(cfg.objective.name).builder(

@@ -6,7 +6,7 @@ import json
 import pytest
 from hydra import compose, initialize_config_module
 
-from plm_toolkit.config.validate import data_plan, tokenizer_kind
+from plm_toolkit.config.resolve import resolve_run, tokenizer_kind
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.finetune import run as finetune
 from plm_toolkit.train import run
@@ -24,10 +24,10 @@ def gpt_config(make_config):
 
 
 def test_windows_are_shuffled_for_gpt_and_read_in_order_for_transformer_xl(gpt_config, make_config):
-    plan = data_plan(gpt_config())
+    plan = resolve_run(gpt_config()).plan
     assert (plan.layout, plan.order, plan.window, plan.stride) == ("streams", "shuffled", 33, 32)
     assert tokenizer_kind(gpt_config()) == "gpt2_bpe"
-    assert data_plan(make_config("model=transformer_xl", "data.max_seq_len=32", tiny=False)).order == "stream"
+    assert resolve_run(make_config("model=transformer_xl", "data.max_seq_len=32", tiny=False)).plan.order == "stream"
 
 
 @pytest.mark.slow

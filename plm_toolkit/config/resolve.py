@@ -1,0 +1,70 @@
+"""A plm-train config resolved in one step, which validation and the run both take: the choices ``auto`` leaves
+open, the objective's data plan, and the config saved with every checkpoint.
+
+The objective answers twice, by necessity: as a class for its data plan (layout, window, order, where knowledge
+units come from), which the data needs before anything is built, and as a module for its batch transform, which
+needs the vocabulary; the run joins the two (``plan.with_transform(objective.batch_transform())``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from plm_toolkit.data.corpus import choice
+from plm_toolkit.data.plan import DataPlan
+from plm_toolkit.registry import MODELS, OBJECTIVES, TASKS
+
+# The model config's vocabulary facts that the tokenizer decides when the preset leaves them null.
+VOCABULARY_KEYS = ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id")
+
+
+def objective_class(name: str) -> type:
+    """The Objective subclass behind a registered name (the builder itself, or named in the entry's info)."""
+    entry = OBJECTIVES.get(name)
+    return entry.info.get("cls", entry.builder)
+
+
+def model_class(name: str) -> type:
+    entry = MODELS.get(name)
+    return entry.info.get("cls", entry.builder)
+
+
+def task_class(name: str) -> type:
+    entry = TASKS.get(name)
+    return entry.info.get("cls", entry.builder)
+
+
+def tokenizer_kind(cfg: DictConfig) -> str:
+    """data.tokenizer.kind with auto resolved to the model preset's vocabulary (model.tokenizer, else wordpiece)."""
+    kind = choice(cfg.data.tokenizer.kind)
+    return choice(cfg.model.get("tokenizer", "wordpiece")) if kind == "auto" else kind
+
+
+@dataclass(frozen=True)
+class ResolvedRun:
+    # The data group with data.tokenizer.kind resolved.
+    data: DictConfig
+    # The objective's data plan, without its batch transform.
+    plan: DataPlan
+
+
+def resolve_run(cfg: DictConfig) -> ResolvedRun:
+    """The data group and the objective's data plan of a plm-train config; ConfigError when the objective cannot
+    read the data as configured (validation reports it with the other problems)."""
+    data = OmegaConf.merge(cfg.data, {"tokenizer": {"kind": tokenizer_kind(cfg)}})
+    plan = objective_class(cfg.objective.name).data_plan(cfg.objective, cfg.data, cfg.model)
+    return ResolvedRun(data, plan)
+
+
+def saved_config(cfg: DictConfig, model_config: Any) -> dict:
+    """The config saved with every checkpoint: interpolations resolved, data.tokenizer.kind chosen, and the
+    vocabulary size and token ids the model was built with (``model_config``) where the preset left them null."""
+    saved = OmegaConf.to_container(cfg, resolve=True)
+    for key in VOCABULARY_KEYS:
+        if key in saved["model"]:
+            saved["model"][key] = getattr(model_config, key)
+    saved["data"]["tokenizer"]["kind"] = tokenizer_kind(cfg)
+    return saved
