@@ -38,6 +38,9 @@ END_OF_TEXT = "<|endoftext|>"
 GPT2_SPECIAL_TOKENS = (END_OF_TEXT,)
 # The marker byte-level BPE puts at the start of a piece that follows a space (a byte-level "Ġ").
 _BYTE_LEVEL_SPACE = "\u0120"
+# The characters byte-level BPE writes for the bytes that are not printable Latin-1 (controls, the space as "Ġ", the
+# newline as "Ċ", DEL, 0x80-0xA0, the soft hyphen): in a text a user writes, only as rare letters.
+BYTE_STAND_INS = range(0x100, 0x144)
 # The roles a vocab.txt (a BERT WordPiece vocabulary) must fill: its template and MLM need every one.
 _BERT_ROLES = ("pad_id", "unk_id", "cls_id", "sep_id", "mask_id")
 TOKENIZER_FILE = "tokenizer.json"
