@@ -20,6 +20,7 @@ from plm_toolkit.data.corpus import resource_path
 from plm_toolkit.data.tokenizer import load_or_train_tokenizer, vocab_from_tokenizer
 from plm_toolkit.export import main
 from plm_toolkit.interop.hf import ADAPTERS
+from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.checkpoint_head import export_pad_id
 from tests.tasks.test_export_heads import AUTO, EXPORTABLE, FAMILIES, NO_BIAS, fine_tuned, scores
 from tests.training.conftest import generate_config
@@ -170,6 +171,9 @@ def test_a_pretrained_export_tokenizes_pads_and_encodes_as_the_run(pretrained, f
     assert settings.get("model_max_length") == type(model).max_length(model.config)
     if family == "t5":
         assert {"<extra_id_0>", "<extra_id_99>"} <= set(theirs.all_special_tokens)  # the sentinels
+    if causal:  # plm-finetune model.checkpoint=<export> reads it back with the run's template (GPT-2's)
+        again = load_backbone(folder).tokenizer
+        assert [again.encode(*pair).ids for pair in PAIRS] == [tokenizer.encode(*pair).ids for pair in PAIRS]
     if causal or family == "t5":
         return  # generation below
     padded = theirs(PAIRS, padding=True, return_tensors="pt")
