@@ -13,6 +13,9 @@ reuse_len) comes from the checkpoint's config.yaml; an export that could not loa
 transformers does not have (Transformer-XL) are refused with the list of those it has. ``--format bilm-tf`` writes an
 ELMo as bilm-tf's options.json + weights.hdf5 (+ vocab.txt), what plm-embed, allennlp and bilm-tf read.
 
+Beside tokenizer.json, tokenizer_config.json and config.json's special-token ids let transformers' AutoTokenizer and
+the Auto model give the run's ids, padding and generation (``interop/hf_tokenizer.py``, docs/interop-tokenizers.md).
+
 A fine-tuned checkpoint exports as the transformers task class whose head computes what the task's does
 (...ForSequenceClassification, ...ForTokenClassification, ...ForQuestionAnswering: ``tasks/checkpoint_head.py`` reads
 the head, ``interop/hf_heads.py`` runs the family's import layouts backwards), with the task's labels as config.json's

@@ -17,7 +17,7 @@ from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.data.word_vocabulary import train_word_tokenizer
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.export import MANIFEST_FILE, export_checkpoint, main
-from plm_toolkit.interop import elmo_bilm_tf, hf
+from plm_toolkit.interop import elmo_bilm_tf, hf_tokenizer
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.models.bert import Bert, BertConfig
 from plm_toolkit.models.elmo import Elmo, ElmoConfig
@@ -120,7 +120,7 @@ def test_an_interrupted_export_leaves_the_folder_as_it_was(bert_checkpoint, tmp_
         assert folder.name.startswith(".tmp-") and (folder / "model.safetensors").is_file()  # midway
         raise interruption
 
-    monkeypatch.setattr(hf, "_write_tokenizer_config", fail)
+    monkeypatch.setattr(hf_tokenizer.ExportedTokenizer, "write", fail)
     with pytest.raises(type(interruption)):
         export_checkpoint(bert_checkpoint, out, backbone_only=True)
     assert tree_digest(tmp_path) == before
@@ -146,7 +146,7 @@ def test_a_later_export_replaces_an_earlier_one_whole(bert_checkpoint, elmo_chec
     out = tmp_path / "out"
     export_checkpoint(elmo_checkpoint, out, format="bilm-tf")
     export_checkpoint(bert_checkpoint, out, backbone_only=True)
-    files = ["config.json", "model.safetensors", "tokenizer.json"]  # nothing left of the ELMo
+    files = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]  # nothing of the ELMo
     assert sorted(os.listdir(out)) == sorted([*files, MANIFEST_FILE])
     assert json.loads((out / MANIFEST_FILE).read_text())["files"] == files
     assert json.loads((out / "config.json").read_text())["architectures"] == ["BertModel"]

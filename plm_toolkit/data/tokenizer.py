@@ -38,6 +38,9 @@ END_OF_TEXT = "<|endoftext|>"
 GPT2_SPECIAL_TOKENS = (END_OF_TEXT,)
 # The marker byte-level BPE puts at the start of a piece that follows a space (a byte-level "Ġ").
 _BYTE_LEVEL_SPACE = "\u0120"
+# The characters byte-level BPE writes for the bytes that are not printable Latin-1 (controls, the space as "Ġ", the
+# newline as "Ċ", DEL, 0x80-0xA0, the soft hyphen): in a text a user writes, only as rare letters.
+BYTE_STAND_INS = range(0x100, 0x144)
 # The roles a vocab.txt (a BERT WordPiece vocabulary) must fill: its template and MLM need every one.
 _BERT_ROLES = ("pad_id", "unk_id", "cls_id", "sep_id", "mask_id")
 TOKENIZER_FILE = "tokenizer.json"
@@ -66,7 +69,8 @@ def load_tokenizer(path: str | Path, lowercase: bool = True) -> Tokenizer:
 
     A vocab.txt becomes a BERT tokenizer with lower-casing set by `lowercase` (and must hold BERT's five special
     tokens); a vocab.json a RoBERTa one, or a GPT-2 one when it holds <|endoftext|> instead of <s> and </s>; a
-    tokenizer.json keeps its own pipeline. Raises DataError naming the file when it is missing or does not load.
+    tokenizer.json keeps its own pipeline, but for GPT-2's vocabulary without a template, which gets GPT-2's (as its
+    vocab.json does). Raises DataError naming the file when it is missing or does not load.
     """
     path = Path(os.path.expanduser(str(path)))
     if path.is_dir():
@@ -86,6 +90,10 @@ def load_tokenizer(path: str | Path, lowercase: bool = True) -> Tokenizer:
         except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exceptions
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise DataError(f"tokenizer file {path} does not load ({first}); expected a tokenizer.json") from e
+        if _gpt2_vocabulary(tokenizer) and _adds_nothing(tokenizer):
+            # GPT-2's tokenizer.json, or the export of a GPT language model (interop/hf_tokenizer.py), encodes a text
+            # alone; fine-tuning wraps it in GPT-2's template, as it does the same vocabulary's vocab.json.
+            _add_gpt2_specials(tokenizer)
     else:
         tokenizer = bert_tokenizer(models.WordPiece(read_vocab_txt(path), unk_token="[UNK]"), lowercase)
         vocab = vocab_from_tokenizer(tokenizer)
@@ -125,6 +133,18 @@ def _load_bpe_files(vocab_path: Path) -> Tokenizer:
         # GPT-2's files: its tokenizer adds no space before a text (GPT2Tokenizer's add_prefix_space=False).
         return gpt2_tokenizer(model, add_prefix_space=False)
     return byte_level_tokenizer(model)
+
+
+def _gpt2_vocabulary(tokenizer: Tokenizer) -> bool:
+    """Whether ``tokenizer`` is a BPE with GPT-2's one special token, <|endoftext|>, and none of RoBERTa's."""
+    bpe = isinstance(tokenizer.model, models.BPE)
+    return bpe and tokenizer.token_to_id(END_OF_TEXT) is not None and tokenizer.token_to_id("<s>") is None
+
+
+def _adds_nothing(tokenizer: Tokenizer) -> bool:
+    """Whether the template of ``tokenizer`` (its post-processor) wraps a text or a pair in no special token."""
+    encodings = (tokenizer.encode("a", "b"), tokenizer.encode("a", "b", add_special_tokens=False))
+    return encodings[0].ids == encodings[1].ids
 
 
 def byte_level_tokenizer(model: models.Model, add_prefix_space: bool = True) -> Tokenizer:

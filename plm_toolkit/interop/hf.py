@@ -15,7 +15,6 @@ config describes. Nothing here imports ``transformers`` or names a family.
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -23,16 +22,15 @@ from typing import Any, ClassVar
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
-from tokenizers import Tokenizer
 
 from plm_toolkit.atomic import save_safetensors
 from plm_toolkit.catalog import load_all
 from plm_toolkit.checkpoint import read_torch_weights
-from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.interop.config_check import check_model_config
 from plm_toolkit.interop.hf_heads import HeadLayout, TaskHead, take_task_head, task_head_export
+from plm_toolkit.interop.hf_tokenizer import ExportedTokenizer, TokenizerLayout, export_tokenizer, special_ids
 from plm_toolkit.registry import MODELS, OBJECTIVES
 
 CONFIG_FILE = "config.json"
@@ -99,6 +97,8 @@ class Adapter:
     prefix: ClassVar[str] = ""
     # The pooler's keys, ours -> theirs (unprefixed); a task class stores it only where its head reads it.
     pooler: ClassVar[dict[str, str]] = {}
+    # What the export's tokenizer files say (``hf_tokenizer.py``).
+    tokenizer: ClassVar[TokenizerLayout] = TokenizerLayout()
 
     def exports(self, config: Any) -> bool:
         """Whether this adapter writes a model of ``config`` (by default: every model of its family)."""
@@ -106,6 +106,10 @@ class Adapter:
 
     def config_from_hf(self, hf: dict, path: Path) -> Any:
         raise NotImplementedError
+
+    def tokenizer_layout(self, task_head: TaskHead | None) -> TokenizerLayout:
+        """What the tokenizer of an export (of the task class holding ``task_head``, if any) says."""
+        return self.tokenizer
 
     def task_heads(self, hf: dict) -> dict[str, HeadLayout]:
         """The task heads transformers writes for this family: architecture name -> layout (``hf_heads.py``)."""
@@ -209,8 +213,9 @@ def export_hf(
     pretraining class they make up (``BertForPreTraining``, ``GPT2LMHeadModel``, ...); with a task head the task
     class whose layout holds it (``BertForSequenceClassification``, ...: ``hf_heads.task_head_export``).
     ``objective_config`` is the objective config the run used, for what the weights do not show (ELECTRA's
-    generator heads, XLNet's reuse_len). The tokenizer file is copied beside the weights (byte-level BPE also as
-    vocab.json + merges.txt). Writes into ``folder`` as it is; plm-export writes atomically.
+    generator heads, XLNet's reuse_len). The tokenizer goes beside the weights with what transformers needs to read
+    it as the run did, and its special-token ids into config.json (``hf_tokenizer.py``). Writes into ``folder`` as
+    it is; plm-export writes atomically.
     """
     load_all()
     folder = Path(folder)
@@ -219,8 +224,14 @@ def export_hf(
         parts = [ExportPart("", *task_head_export(adapter, model, task_head))]
     else:
         parts = adapter.export(model, dict(objective_state or {}), objective_config)
+    layout = adapter.tokenizer_layout(task_head)
+    max_length = type(model).max_length(model.config)
     for part in parts:
-        write_folder(folder / part.subfolder, part.tensors, part.hf_config, tokenizer_file)
+        tokenizer = None
+        if tokenizer_file is not None:
+            tokenizer = export_tokenizer(tokenizer_file, layout, part.hf_config, max_length)
+        ids = tokenizer.ids if tokenizer is not None else special_ids(layout, part.hf_config, None)
+        write_folder(folder / part.subfolder, part.tensors, part.hf_config | ids, tokenizer)
 
 
 # --- folders ---------------------------------------------------------------------------------------------------
@@ -253,56 +264,16 @@ def read_weights(folder: Path) -> tuple[Path, dict[str, torch.Tensor]]:
     raise CheckpointError(f"{folder}: no {SAFETENSORS_FILE} or {TORCH_FILE} found{sharded}; expected one of them")
 
 
-def write_folder(folder: Path, tensors: dict[str, torch.Tensor], hf_config: dict, tokenizer: str | Path | None) -> None:
+def write_folder(
+    folder: Path, tensors: dict[str, torch.Tensor], hf_config: dict, tokenizer: ExportedTokenizer | None
+) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     # safetensors refuses views and shared storage: give every tensor its own contiguous CPU copy.
     tensors = {key: value.detach().to("cpu", copy=True).contiguous() for key, value in tensors.items()}
     save_safetensors(tensors, folder / SAFETENSORS_FILE, metadata={"format": "pt"})
     (folder / CONFIG_FILE).write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
-    if tokenizer is None:
-        return
-    tokenizer = Path(tokenizer)
-    files = [tokenizer]
-    if tokenizer.name == "vocab.json":  # a byte-level BPE vocabulary needs its merges
-        files.append(tokenizer.with_name("merges.txt"))
-    for source in files:
-        if source.resolve() != (folder / source.name).resolve():
-            shutil.copyfile(source, folder / source.name)
-    if tokenizer.name == "tokenizer.json":
-        _write_tokenizer_config(tokenizer, folder)
-
-
-def _write_tokenizer_config(tokenizer_json: Path, folder: Path) -> None:
-    """A tokenizer_config.json beside a tokenizer.json, so that transformers' AutoTokenizer tokenizes exactly as
-    the run did: transformers' tokenizer classes otherwise impose their own default pipeline.
-
-    A byte-level BPE is also written as vocab.json + merges.txt (what transformers' slow GPT-2 and RoBERTa tokenizers
-    read), its config keeping add_prefix_space and naming its special tokens. A unigram vocabulary (T5's, XLNet's)
-    is loaded as the tokenizer.json it is (``PreTrainedTokenizerFast``): transformers' T5 and XLNet classes rebuild
-    their own normalization and pre-tokenization around its pieces; T5's sentinels are named as extra special
-    tokens."""
-    try:
-        tokenizer = Tokenizer.from_file(str(tokenizer_json))
-    except Exception:  # noqa: BLE001 - not ours to judge here; the tokenizer.json is copied as it is
-        return
-    vocab = vocab_from_tokenizer(tokenizer)
-    roles = {"bos_token": vocab.bos_id, "eos_token": vocab.eos_id, "unk_token": vocab.unk_id, "pad_token": vocab.pad_id}
-    roles |= {"cls_token": vocab.cls_id, "sep_token": vocab.sep_id, "mask_token": vocab.mask_id}
-    config: dict[str, Any] = {name: tokenizer.id_to_token(i) for name, i in roles.items() if i is not None}
-    kind = type(tokenizer.model).__name__
-    if kind == "Unigram":
-        config["tokenizer_class"] = "PreTrainedTokenizerFast"
-        if vocab.sentinel_ids:
-            config["additional_special_tokens"] = [tokenizer.id_to_token(i) for i in vocab.sentinel_ids]
-    elif kind == "BPE" and not (folder / "vocab.json").exists():
-        tokenizer.model.save(str(folder))
-        settings = json.loads(tokenizer.to_str()).get("pre_tokenizer") or {}
-        if settings.get("type") != "ByteLevel":
-            return
-        config["add_prefix_space"] = bool(settings.get("add_prefix_space", False))
-    else:
-        return
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    if tokenizer is not None:
+        tokenizer.write(folder)
 
 
 def tokenizer_file(folder: Path, required: bool = True) -> Path | None:

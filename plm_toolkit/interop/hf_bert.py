@@ -42,6 +42,7 @@ from plm_toolkit.interop.hf import (
     some,
 )
 from plm_toolkit.interop.hf_heads import HeadLayout, linear_keys, unmapped
+from plm_toolkit.interop.hf_tokenizer import WITHOUT_TOKEN_TYPES, TokenizerLayout
 from plm_toolkit.models.bert import BertConfig, embedding_width
 from plm_toolkit.nn.feed_forward import HiddenAct
 from plm_toolkit.nn.heads import head_activation
@@ -304,6 +305,8 @@ class RobertaAdapter(EncoderAdapter):
     decoder = "lm_head.decoder.weight"
     redundant = ("embeddings.position_ids", "lm_head.decoder.weight", "lm_head.decoder.bias")
     architectures = {frozenset(): "RobertaModel", frozenset({"head"}): "RobertaForMaskedLM"}
+    # One token type: transformers' RoBERTa tokenizer returns none.
+    tokenizer = TokenizerLayout(model_input_names=WITHOUT_TOKEN_TYPES)
     # RobertaClassificationHead: out_proj(dropout(tanh(dense(dropout(h[<s>]))))); its tanh dense layer over the
     # first token is exactly our pooler, so it becomes the pooler (its checkpoint has none) and out_proj our linear.
     task_layouts = encoder_task_heads(

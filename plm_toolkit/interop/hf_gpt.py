@@ -49,7 +49,8 @@ from plm_toolkit.interop.hf import (
     some,
     take,
 )
-from plm_toolkit.interop.hf_heads import HeadLayout, linear_keys, unmapped
+from plm_toolkit.interop.hf_heads import HeadLayout, TaskHead, linear_keys, unmapped
+from plm_toolkit.interop.hf_tokenizer import WITHOUT_TOKEN_TYPES, TokenizerLayout
 from plm_toolkit.models.gpt import GPT2Config, GPTConfig
 
 _LINEAR = {
@@ -99,6 +100,15 @@ class GPTFamilyAdapter(Adapter):
 
     def task_heads(self, hf: dict) -> dict[str, HeadLayout]:
         return self.task_layouts
+
+    def tokenizer_layout(self, task_head: TaskHead | None) -> TokenizerLayout:
+        """A language model's export encodes a prompt alone and pads it on the left, as plm-generate does (and
+        transformers' GPT tokenizers, which add no special tokens); a task class's keeps the run's template (GPT-2's
+        ``A <|endoftext|>``: the head reads that last token) and its right padding. Neither returns token_type_ids,
+        which transformers' GPT models would add as token embeddings."""
+        if task_head is None:
+            return TokenizerLayout(padding_side="left", model_input_names=WITHOUT_TOKEN_TYPES, template=False)
+        return TokenizerLayout(model_input_names=WITHOUT_TOKEN_TYPES)
 
     def names(self, config: GPTConfig) -> dict[str, str]:
         """Our keys -> theirs for everything but the fused q, k, v (without the ``transformer.`` prefix)."""
@@ -237,8 +247,6 @@ class GPT2Adapter(GPTFamilyAdapter):
             "n_inner": config.intermediate_size,
             "activation_function": _GPT2_ACT_TO_HF[choice(config.hidden_act)],
             "scale_attn_weights": True,
-            "bos_token_id": None,
-            "eos_token_id": None,
         }
 
 

@@ -35,6 +35,7 @@ import torch
 
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.interop.hf import ADAPTERS, Adapter, ExportPart, HFImport, choice, config_values, take
+from plm_toolkit.interop.hf_tokenizer import WITHOUT_TOKEN_TYPES, TokenizerLayout
 from plm_toolkit.models.t5 import T5Config
 
 _FEED_FORWARD_FROM_HF = {"relu": "relu", "gated-gelu": "gated_gelu"}
@@ -98,6 +99,8 @@ class T5Adapter(Adapter):
     objective = "span_corruption"
     # The released folders hold spiece.model; tokenizer.json only where someone saved one.
     tokenizer_required = False
+    # T5Config holds no bos_token_id (the decoder starts from decoder_start_token_id, the pad token).
+    tokenizer = TokenizerLayout(model_input_names=WITHOUT_TOKEN_TYPES, config_roles=("pad", "eos"))
 
     def config_from_hf(self, hf: dict, path: Path) -> T5Config:
         proj = hf.get("feed_forward_proj", "relu")
@@ -170,5 +173,5 @@ def config_to_hf(config: T5Config) -> dict:
         "is_encoder_decoder": True,
         "pad_token_id": config.pad_token_id,
         "decoder_start_token_id": config.pad_token_id,
-        "eos_token_id": 1,  # </s> in T5's vocabulary and in a trained t5_unigram one
+        "eos_token_id": 1,  # </s> in T5's vocabulary and a trained t5_unigram one; an exported tokenizer's wins
     }

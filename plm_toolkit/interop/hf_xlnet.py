@@ -41,6 +41,7 @@ import torch
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.interop.hf import ADAPTERS, Adapter, ExportPart, HFImport, choice, some
 from plm_toolkit.interop.hf_heads import HeadLayout, linear_keys, unmapped
+from plm_toolkit.interop.hf_tokenizer import TokenizerLayout
 from plm_toolkit.models.xlnet import XLNetConfig
 
 _ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "relu": "relu"}
@@ -121,6 +122,9 @@ class XLNetAdapter(Adapter):
     objective = "plm"
     tokenizer_required = False
     prefix = "transformer."
+    # Left, as transformers' XLNet tokenizer pads: its sequence summary reads the last position. Positions are
+    # relative and padding is masked, so the run's right-padded rows score the same.
+    tokenizer = TokenizerLayout(padding_side="left")
 
     def config_from_hf(self, hf: dict, path: Path) -> XLNetConfig:
         if hf.get("attn_type", "bi") != "bi" or hf.get("same_length", False):

@@ -26,6 +26,7 @@ from torch import nn
 
 from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.config.validate import task_class
+from plm_toolkit.data.tokenizer import BYTE_STAND_INS
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.interop.hf import some
@@ -156,12 +157,21 @@ def head_record(task: nn.Module) -> dict:
 def export_pad_id(vocab: Vocab) -> int:
     """The id that pads an export's inputs for a class that reads the last token other than config.json's
     pad_token_id (GPT's sequence classifiers): the tokenizer's pad token; without one (GPT-2's byte-level BPE, where
-    plm-finetune pads with <|endoftext|>, the token that ends every text and that the head reads) the first id with
-    no special role, so that the last real token is never taken for padding."""
+    plm-finetune pads with <|endoftext|>, the token that ends every text and that the head reads) an id with no
+    special role, so that the last real token is never taken for padding. transformers makes the exported pad token
+    a special token, which it finds in raw text before anything else: of those ids, the piece a text is least likely
+    to spell, the one with the most characters that stand for unprintable bytes (``BYTE_STAND_INS``: "ĠâĢ", a space
+    and the start of a dash, rather than "!"), then the longest, then the lowest id."""
     if vocab.pad_id is not None:
         return vocab.pad_id
     special = set(vocab.special_ids)
-    return next(i for i in range(vocab.size) if i not in special)
+    candidates = [i for i in range(vocab.size) if i not in special]
+    tokens = vocab.tokens if len(vocab.tokens) == vocab.size else ("",) * vocab.size
+
+    def unlikely(i: int) -> tuple[int, int, int]:
+        return sum(ord(c) in BYTE_STAND_INS for c in tokens[i]), len(tokens[i]), -i
+
+    return max(candidates, key=unlikely)
 
 
 def finetuned_head(step: Path, saved: DictConfig, model: nn.Module, vocab: Vocab | None = None) -> TaskHead | None:

@@ -241,7 +241,8 @@ def test_task_head_activation_builds_the_dense_head_that_electra_exports_with(tm
 def test_a_gpt2_run_padded_with_end_of_text_exports_a_pad_id_that_finds_the_same_last_token(tmp_path):
     """GPT-2's byte-level BPE has no pad token: plm-finetune pads with <|endoftext|>, which also ends every text and
     is what the head reads. transformers' classifier reads the last token that is not pad_token_id, so the export
-    names another id there; inputs padded with it score as the run's padded batch does."""
+    names another id there, which its tokenizer pads with; inputs padded with it score as the run's padded batch
+    does."""
     from tokenizers import models, pre_tokenizers, trainers
 
     from plm_toolkit.data.tokenizer import END_OF_TEXT, _add_gpt2_specials, byte_level_tokenizer
@@ -256,7 +257,14 @@ def test_a_gpt2_run_padded_with_end_of_text_exports_a_pad_id_that_finds_the_same
     assert main([str(tmp_path / "run"), str(tmp_path / "hf")]) == 0
     theirs = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "hf").eval()
     end = gpt2_bpe.token_to_id(END_OF_TEXT)
-    assert theirs.config.pad_token_id == (1 if end == 0 else 0) != end
+    pad = theirs.config.pad_token_id
+
+    # transformers makes the pad token special and finds it in raw text: a piece no text spells, not "!" (id 1).
+    def unlikely(piece: str) -> tuple[int, int]:  # characters for unprintable bytes ("Ġ" a space), then length
+        return sum(0x100 <= ord(c) < 0x144 for c in piece), len(piece)
+
+    assert pad != end and unlikely(gpt2_bpe.id_to_token(pad)) == max(map(unlikely, gpt2_bpe.get_vocab())) > (1, 1)
+    assert transformers.AutoTokenizer.from_pretrained(tmp_path / "hf").pad_token_id == pad
     texts = ["a gripping , funny film", "dull", "it is neither good nor bad , just long"]
     rows = [{"input_ids": e.ids, "token_type_ids": e.type_ids} for e in gpt2_bpe.encode_batch(texts)]
     ours = task.collator()(rows)  # padded with <|endoftext|>
