@@ -217,7 +217,8 @@ def build_kb() -> tuple[list[tuple[str, str, str]], dict[str, list[str]]]:
         if code not in territories or zone.startswith("Etc/"):
             continue
         city = f"city/{zone}"
-        name(city, get_timezone_location(zone, locale="en", return_city=True))
+        # The city, without the region that CLDR puts before some ("Indiana/Indianapolis", "Argentina/Salta").
+        name(city, get_timezone_location(zone, locale="en", return_city=True).split("/")[-1])
         add(city, "city.territory", f"territory/{code}")
         add(f"territory/{code}", "territory.city", city)
         metazone = get_global("meta_zones").get(zone)
