@@ -80,7 +80,8 @@ class KbqaConfig:
     max_candidates: int = 20
     # Relations kept per question (most probable first) for the joint choice of entity and relation.
     relation_top_k: int = 20
-    # Exponent of the entity's name score in the joint score entity_score ** w * P(relation | question).
+    # Exponent w of the entity's name score in the joint score entity_score ** w * P(relation), the relation's
+    # probability given the masked question.
     entity_weight: float = 1.0
 
 
