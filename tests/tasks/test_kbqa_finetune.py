@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
+from tokenizers import Tokenizer
 
 from plm_toolkit.finetune import run
 from plm_toolkit.tasks.kbqa_data import gold_answers, read_questions
 from plm_toolkit.tasks.kbqa_kb import read_kb
 
 from .conftest import QUIET, save_tiny_checkpoint, tiny_tokenizer
+from .test_families import save_family_checkpoint
 
 DATA = Path(__file__).parent / "files" / "kbqa"
 KB = [f"task.kb_triples={DATA / 'kb_triples.tsv'}", f"task.kb_names={DATA / 'kb_names.tsv'}"]
@@ -76,3 +78,26 @@ def test_kbqa_beats_the_most_frequent_relation_on_unseen_entities(kbqa_checkpoin
     train = [r for r in records if "lr" in r]
     assert train[-1]["mention_loss"] < train[0]["mention_loss"] - 0.2
     assert train[-1]["relation_loss"] < train[0]["relation_loss"] - 0.3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backbone", ["xlnet", "roberta", "bert_features"])
+def test_kbqa_runs_on_other_encoders_and_in_features_mode(backbone, kbqa_checkpoint, tmp_path):
+    """XLNet (its summary is the last token, its special tokens come last), RoBERTa (<mask>, one token type) and a
+    frozen BERT under a task encoder (finetune.mode=features) go through the same two heads and decoding."""
+    checkpoint, extra = kbqa_checkpoint, []
+    if backbone == "bert_features":
+        extra = ["finetune.mode=features", "finetune.encoder_hidden_size=16"]
+    else:
+        tokenizer = Tokenizer.from_file(str(kbqa_checkpoint / "tokenizer.json"))
+        checkpoint = save_family_checkpoint(tmp_path / "pretrained", backbone, tokenizer)
+    overrides = [f"model.checkpoint={checkpoint}", *QUIET, "task=kbqa", *KB, *extra]
+    overrides += [f"data.train_file={DATA / 'train.jsonl'}", f"data.validation_file={DATA / 'test.jsonl'}"]
+    overrides += ["data.max_train_samples=64", "data.max_eval_samples=24", "trainer.max_steps=4"]
+    with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
+        cfg = compose("finetune", overrides=overrides)
+    run(cfg, tmp_path / "run")
+    results = json.loads((tmp_path / "run" / "eval_results.json").read_text())
+    assert results["questions"] == 24 and all(0.0 <= results[k] <= 1.0 for k in results if k != "questions")
+    predictions = (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()
+    assert len(predictions) == 24 and all(json.loads(p)["mention"] for p in predictions)
