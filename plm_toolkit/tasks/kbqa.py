@@ -34,6 +34,7 @@ import json
 import logging
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +46,7 @@ from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.objectives.base import ObjectiveOutput
 from plm_toolkit.registry import TASKS
-from plm_toolkit.tasks.base import IGNORE, Task, TaskData, _is_file, limit, summary_vector
+from plm_toolkit.tasks.base import IGNORE, Task, TaskData, limit, summary_vector
 from plm_toolkit.tasks.heads import LinearHead
 from plm_toolkit.tasks.kbqa_data import FORMATS, build_features, check_training, gold_answers, read_questions
 from plm_toolkit.tasks.kbqa_kb import KnowledgeBase, NameIndex, read_kb
@@ -123,11 +124,12 @@ def choose(
 def predicted_mention(probability: torch.Tensor, word_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Stage 1's decision from the tagger's P(inside) (B, T) and ``word_ids`` (B, T; 0 off the question): the run of
     tagged tokens that holds the most probable token (that token alone when none is tagged), widened to whole words.
-    Returns the tokens to mask (B, T) and the first and last word (B, 2; 0-based)."""
+    Returns the tokens to mask (B, T) and the first and last word (B, 2; 0-based; first > last for a row without
+    question tokens)."""
     on_question = word_ids > 0
     best = probability.masked_fill(~on_question, -1.0).argmax(dim=1, keepdim=True)  # (B, 1)
     inside = (probability > 0.5) & on_question
-    inside.scatter_(1, best, True)
+    inside.scatter_(1, best, on_question.gather(1, best))
     # Runs of consecutive tagged tokens get one id each; keep the run of the most probable token.
     starts = inside & ~F.pad(inside[:, :-1], (1, 0), value=False)
     run = starts.long().cumsum(dim=1)  # (B, T)
@@ -165,7 +167,8 @@ class KnowledgeBaseQA(Task):
     def file_problems(cls, config, data_cfg) -> list[str]:
         out = super().file_problems(config, data_cfg)
         keys = ("kb_triples", "kb_names")
-        return out + [f"task.{k}: {config[k]} is not a file" for k in keys if config[k] and not _is_file(config[k])]
+        missing = [k for k in keys if config[k] and not Path(config[k]).expanduser().is_file()]
+        return out + [f"task.{k}: {config[k]} is not a file" for k in missing]
 
     @classmethod
     def prepare_data(cls, config: KbqaConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab, characters: int = 0):
@@ -285,8 +288,9 @@ class KnowledgeBaseQA(Task):
         ):
             item = encoded[index]
             question = item.question
-            start, end = item.word_spans[span[0]][0], item.word_spans[span[1]][1]
-            mention = question.text[start:end]
+            mention = ""
+            if 0 <= span[0] <= span[1] < len(item.word_spans):
+                mention = question.text[item.word_spans[span[0]][0] : item.word_spans[span[1]][1]]
             candidates = self.names.candidates(mention, self.config.fuzzy_threshold, self.config.max_candidates)
             relation_scores = {self.labels[i]: math.exp(p) for i, p in zip(ids, log_probs, strict=True)}
             choice = choose(candidates, relation_scores, kb, self.config.entity_weight)

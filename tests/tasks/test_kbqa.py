@@ -180,6 +180,9 @@ def test_predicted_mention_keeps_the_run_of_the_best_token_and_widens_it_to_word
     assert span.tolist() == [[3, 4], [4, 4]]
     assert mask[0].tolist() == [False] * 5 + [True, True, True, False]  # "new zea ##land", not "coun"
     assert mask[1].tolist() == [False] * 6 + [True, True, False]  # the whole word of "##land"
+    # A row without question tokens (only special ones) masks nothing and names no word.
+    mask, span = predicted_mention(torch.tensor([[0.9, 0.8]]), torch.tensor([[0, 0]]))
+    assert not mask.any() and span[0, 0] > span[0, 1]
 
 
 def test_heads_shapes_loss_and_masked_relation_pass(kb, tiny_checkpoint, tmp_path):
