@@ -276,3 +276,17 @@ def test_metrics_hand_computed(kb):
     assert metrics["candidate_recall"] == pytest.approx(1 / 3)
     assert predictions[1]["entity"] == "territory/NL" and predictions[1]["answers"] == ["language/nl"]
     assert predictions[3]["entity"] is None and predictions[3]["answers"] == []
+
+
+def test_masking_replaces_the_mention_tokens_and_their_characters():
+    from types import SimpleNamespace
+
+    from plm_toolkit.data.characters import word_character_ids
+    from plm_toolkit.tasks.kbqa import MASK_WORD
+
+    batch = {"input_ids": torch.tensor([[2, 7, 8, 3]]), "char_ids": torch.arange(4 * 6).reshape(1, 4, 6)}
+    mask = torch.tensor([[False, True, True, False]])
+    out = KnowledgeBaseQA.masked(SimpleNamespace(mask_id=5), batch, mask)
+    assert out["input_ids"].tolist() == [[2, 5, 5, 3]]
+    assert out["char_ids"][0, 1].tolist() == out["char_ids"][0, 2].tolist() == word_character_ids(MASK_WORD, 6)
+    assert torch.equal(out["char_ids"][0, [0, 3]], batch["char_ids"][0, [0, 3]])

@@ -16,6 +16,7 @@ from plm_toolkit.tasks.kbqa_kb import read_kb
 
 from .conftest import QUIET, save_tiny_checkpoint, tiny_tokenizer
 from .test_families import save_family_checkpoint
+from .test_features import tiny_elmo_folder  # noqa: F401  (a fixture)
 
 DATA = Path(__file__).parent / "files" / "kbqa"
 KB = [f"task.kb_triples={DATA / 'kb_triples.tsv'}", f"task.kb_names={DATA / 'kb_names.tsv'}"]
@@ -81,13 +82,16 @@ def test_kbqa_beats_the_most_frequent_relation_on_unseen_entities(kbqa_checkpoin
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backbone", ["xlnet", "roberta", "bert_features"])
-def test_kbqa_runs_on_other_encoders_and_in_features_mode(backbone, kbqa_checkpoint, tmp_path):
-    """XLNet (its summary is the last token, its special tokens come last), RoBERTa (<mask>, one token type) and a
-    frozen BERT under a task encoder (finetune.mode=features) go through the same two heads and decoding."""
+@pytest.mark.parametrize("backbone", ["xlnet", "roberta", "bert_features", "elmo"])
+def test_kbqa_runs_on_other_encoders_and_in_features_mode(backbone, kbqa_checkpoint, request, tmp_path):
+    """XLNet (its summary is the last token, its special tokens come last), RoBERTa (<mask>, one token type), a
+    frozen BERT under a task encoder (finetune.mode=features) and ELMo (characters: the mention's become those of
+    [MASK]) go through the same two heads and decoding."""
     checkpoint, extra = kbqa_checkpoint, []
     if backbone == "bert_features":
         extra = ["finetune.mode=features", "finetune.encoder_hidden_size=16"]
+    elif backbone == "elmo":
+        checkpoint = request.getfixturevalue("tiny_elmo_folder")
     else:
         tokenizer = Tokenizer.from_file(str(kbqa_checkpoint / "tokenizer.json"))
         checkpoint = save_family_checkpoint(tmp_path / "pretrained", backbone, tokenizer)
