@@ -48,7 +48,7 @@ from plm_toolkit.objectives.base import ObjectiveOutput
 from plm_toolkit.registry import TASKS
 from plm_toolkit.tasks.base import IGNORE, Task, TaskData, limit, summary_vector
 from plm_toolkit.tasks.heads import LinearHead
-from plm_toolkit.tasks.kbqa_data import FORMATS, build_features, check_training, gold_answers, read_questions
+from plm_toolkit.tasks.kbqa_data import FORMATS, build_features, check_training, count_unanswerable, read_questions
 from plm_toolkit.tasks.kbqa_kb import KnowledgeBase, NameIndex, read_kb
 from plm_toolkit.tasks.kbqa_metrics import kbqa_scores
 
@@ -199,24 +199,7 @@ class KnowledgeBaseQA(Task):
                 "evaluation questions",
             )
             validation, encoded, _ = build_features(questions, kb, *options, with_index=True, characters=characters)
-            outside = [q for q in questions if q.subject and q.subject not in kb]
-            if outside:
-                log.warning(
-                    "%s: %d question(s) whose gold subject is not in the knowledge base count as wrong (first: "
-                    "line %d)",
-                    data_cfg.validation_file,
-                    len(outside),
-                    outside[0].line,
-                )
-            unanswerable = [q for q in questions if not gold_answers(q, kb)]
-            if unanswerable:
-                log.warning(
-                    "%s: %d question(s) have no answers and no (subject, relation) in the knowledge base to take them "
-                    "from; they count as wrong (first: line %d)",
-                    data_cfg.validation_file,
-                    len(unanswerable),
-                    unanswerable[0].line,
-                )
+            count_unanswerable(questions, kb, data_cfg.validation_file)
             info = {"kb": kb, "encoded": encoded}
         return TaskData(train, validation, eval_info=info, labels=relations)
 

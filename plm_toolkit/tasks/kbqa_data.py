@@ -120,6 +120,28 @@ def check_training(questions: list[Question], kb: KnowledgeBase, relations: list
             raise DataError(f"{path}:{q.line}: relation {q.relation!r} is not among the knowledge base's relations")
 
 
+def count_unanswerable(questions: list[Question], kb: KnowledgeBase, path) -> None:
+    """Warn, with a count and the first line, about evaluation questions that count as wrong whatever is predicted:
+    those whose gold subject the knowledge base lacks, and those with no answers to check against."""
+    outside = [q for q in questions if q.subject and q.subject not in kb]
+    if outside:
+        log.warning(
+            "%s: %d question(s) whose gold subject is not in the knowledge base count as wrong (first: line %d)",
+            path,
+            len(outside),
+            outside[0].line,
+        )
+    unanswerable = [q for q in questions if not gold_answers(q, kb)]
+    if unanswerable:
+        log.warning(
+            "%s: %d question(s) have no answers and no (subject, relation) in the knowledge base to take them from; "
+            "they count as wrong (first: line %d)",
+            path,
+            len(unanswerable),
+            unanswerable[0].line,
+        )
+
+
 @dataclass
 class Encoded:
     """What decoding needs of one evaluation question beyond its tensors."""

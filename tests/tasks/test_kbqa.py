@@ -290,3 +290,21 @@ def test_masking_replaces_the_mention_tokens_and_their_characters():
     assert out["input_ids"].tolist() == [[2, 5, 5, 3]]
     assert out["char_ids"][0, 1].tolist() == out["char_ids"][0, 2].tolist() == word_character_ids(MASK_WORD, 6)
     assert torch.equal(out["char_ids"][0, [0, 3]], batch["char_ids"][0, [0, 3]])
+
+
+def test_evaluation_questions_that_cannot_be_right_are_counted(kb, caplog):
+    from plm_toolkit.tasks.kbqa_data import count_unanswerable
+
+    questions = [
+        Question(1, "a", "territory/DE", "currency"),
+        Question(2, "b", "territory/XX", "currency", ["currency/XXX"]),
+        Question(5, "c"),  # neither answers nor a subject to take them from
+        Question(7, "d", "territory/YY", "currency"),
+    ]
+    with caplog.at_level(logging.WARNING, logger="plm_toolkit"):
+        count_unanswerable(questions, kb, "dev.jsonl")
+    assert (
+        "dev.jsonl: 2 question(s) whose gold subject is not in the knowledge base count as wrong (first: line 2)"
+        in (caplog.text)
+    )
+    assert "dev.jsonl: 2 question(s) have no answers" in caplog.text and "(first: line 5)" in caplog.text
