@@ -150,6 +150,8 @@ RELATIONS: dict[str, tuple[str, list[str]]] = {
 ALIAS_LOCALES = ("fr", "de", "es")
 # Territory codes that are groupings or placeholders, not places (CLDR's EU, UN, ZZ ...).
 NOT_PLACES = {"EU", "EZ", "UN", "ZZ", "QO", "XA", "XB"}
+# Language codes that are placeholders, not languages ("Unknown language", "No linguistic content", ...).
+NOT_LANGUAGES = {"und", "zxx", "mul", "mis"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -196,7 +198,11 @@ def build_kb() -> tuple[list[tuple[str, str, str]], dict[str, list[str]]]:
     for code in territories:
         entity = f"territory/{code}"
         name(entity, en.territories[code])
-        spoken = {lang: info for lang, info in languages.get(code, {}).items() if lang in en.languages}
+        spoken = {
+            lang: info
+            for lang, info in languages.get(code, {}).items()
+            if lang in en.languages and lang not in NOT_LANGUAGES
+        }
         official = [
             lang for lang, info in spoken.items() if info["official_status"] in ("official", "de_facto_official")
         ]
@@ -227,7 +233,7 @@ def build_kb() -> tuple[list[tuple[str, str, str]], dict[str, list[str]]]:
             name(f"timezone/{metazone}", get_timezone_name(zone, "long", "generic", locale="en"))
             name(f"timezone/{metazone}", get_timezone_name(zone, "long", "standard", locale="en"))
     likely = get_global("likely_subtags")
-    for lang in sorted(lang for lang in en.languages if "_" not in lang):
+    for lang in sorted(lang for lang in en.languages if "_" not in lang and lang not in NOT_LANGUAGES):
         parts = likely.get(lang, "").split("_")
         if len(parts) != 3 or parts[1] not in en.scripts or parts[2] not in territories:
             continue

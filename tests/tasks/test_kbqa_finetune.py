@@ -46,13 +46,13 @@ def most_frequent_relation_accuracy() -> float:
 def test_kbqa_beats_the_most_frequent_relation_on_unseen_entities(kbqa_checkpoint, tmp_path):
     overrides = [f"model.checkpoint={kbqa_checkpoint}", *QUIET, "task=kbqa", *KB]
     overrides += [f"data.train_file={DATA / 'train.jsonl'}", f"data.validation_file={DATA / 'test.jsonl'}"]
-    overrides += ["trainer.max_steps=300", "trainer.batch_size=16", "optimizer.lr=3e-3", "trainer.log_every=50"]
+    overrides += ["trainer.max_steps=400", "trainer.batch_size=16", "optimizer.lr=3e-3", "trainer.log_every=50"]
     with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
         cfg = compose("finetune", overrides=overrides)
     final = run(cfg, tmp_path)
     results = json.loads((tmp_path / "eval_results.json").read_text())
     baseline = most_frequent_relation_accuracy()
-    assert 0.45 < baseline < 0.65  # what the shipped set gives; the model must do better
+    assert 0.45 < baseline < 0.7  # what the shipped set gives; the model must do better
     assert results["answer_accuracy"] > baseline + 0.05, (results, baseline)
     assert final["eval_answer_accuracy"] == results["answer_accuracy"]
     for key in ("mention_f1", "entity_accuracy", "relation_accuracy", "candidate_recall", "answer_f1"):
