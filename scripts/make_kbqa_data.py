@@ -8,13 +8,13 @@ display names with aliases from other locales (the endonym "Deutschland", "Allem
 time zone's standard name. Ids are CLDR's codes with their kind (``territory/DE``, ``language/de``,
 ``currency/EUR``, ``script/Latn``, ``city/Europe/Paris``, ``timezone/Europe_Central``, ``symbol/€``).
 
-Questions are written from templates (several wordings per relation, the last kept for the test split only, so that
-the test asks some questions in words the model never saw) naming the subject by its English name or an alias,
-sometimes lowercased, without its accents, or with one letter dropped, as people type. The split is by subject:
-validation and test questions ask about entities that no training question asks about.
+Questions are written from templates (five or so wordings per relation) naming the subject by its English name or
+an alias, sometimes lowercased, without its accents, or with one letter dropped, as people type. The split is by
+subject: validation and test questions ask about entities that no training question asks about; validation in the
+training's wordings, test in the two wordings of each relation that neither shows.
 
     python scripts/make_kbqa_data.py --out /tmp/kbqa                        # the whole set
-    python scripts/make_kbqa_data.py --out DIR --subjects 40 --wordings 1   # a small one (the shipped test copy)
+    python scripts/make_kbqa_data.py --out DIR --subjects 30 --split 60,20,20   # the small copy the tests ship
 
 Writes ``kb_triples.tsv`` (subject<TAB>relation<TAB>object), ``kb_names.tsv`` (id<TAB>name), ``train.jsonl``,
 ``validation.jsonl`` and ``test.jsonl`` (``{"question", "subject", "relation", "answers"}``) and prints their sizes
@@ -31,8 +31,8 @@ import unicodedata
 from collections import defaultdict
 from pathlib import Path
 
-# relation -> (kind of its subjects, wordings); "{}" stands for the subject's name. The last wording of each is asked
-# in the test split only.
+# relation -> (kind of its subjects, wordings); "{}" stands for the subject's name. The last HELD_OUT wordings of each
+# are asked in the test split only; training and validation ask the others.
 RELATIONS: dict[str, tuple[str, list[str]]] = {
     "territory.currency": (
         "territory",
@@ -43,6 +43,7 @@ RELATIONS: dict[str, tuple[str, list[str]]] = {
             "What money does {} use?",
             "{} uses which currency?",
             "If I travel to {}, what currency should I bring?",
+            "What do shops in {} take as money?",
         ],
     ),
     "territory.official_language": (
@@ -54,6 +55,7 @@ RELATIONS: dict[str, tuple[str, list[str]]] = {
             "Name an official language of {}.",
             "The government of {} uses which official language?",
             "In {}, which language is recognised as official?",
+            "What language are the laws of {} written in?",
         ],
     ),
     "territory.spoken_language": (
@@ -65,6 +67,7 @@ RELATIONS: dict[str, tuple[str, list[str]]] = {
             "Name a language spoken in {}.",
             "What is a common language among the people of {}?",
             "What languages would you hear in {}?",
+            "What is the mother tongue of many people in {}?",
         ],
     ),
     "territory.city": (
@@ -75,6 +78,7 @@ RELATIONS: dict[str, tuple[str, list[str]]] = {
             "What is a city located in {}?",
             "Give me a city of {}.",
             "What cities can be found in {}?",
+            "Which town lies in {}?",
         ],
     ),
     "currency.territory": (
@@ -85,6 +89,7 @@ RELATIONS: dict[str, tuple[str, list[str]]] = {
             "In which country can you pay with the {}?",
             "The {} is the currency of which country?",
             "What places have the {} as their money?",
+            "Where would I spend the {}?",
         ],
     ),
     "currency.symbol": (
@@ -94,6 +99,7 @@ RELATIONS: dict[str, tuple[str, list[str]]] = {
             "How is the {} written as a symbol?",
             "Which sign stands for the {}?",
             "What symbol represents the {}?",
+            "What sign do price tags use for the {}?",
         ],
     ),
     "language.script": (
@@ -104,6 +110,7 @@ RELATIONS: dict[str, tuple[str, list[str]]] = {
             "{} is written in what alphabet?",
             "What script do people use to write {}?",
             "In which script would you write {}?",
+            "What letters are used for {}?",
         ],
     ),
     "language.territory": (
@@ -114,6 +121,7 @@ RELATIONS: dict[str, tuple[str, list[str]]] = {
             "In what country do most speakers of {} live?",
             "{} is the language of which country?",
             "What is the home country of the {} language?",
+            "Where do people speak {}?",
         ],
     ),
     "script.language": (
@@ -123,6 +131,7 @@ RELATIONS: dict[str, tuple[str, list[str]]] = {
             "Name a language that uses the {} script.",
             "What language uses {} writing?",
             "Which language can be written with {}?",
+            "What is written with the {} letters?",
         ],
     ),
     "city.territory": (
@@ -133,6 +142,7 @@ RELATIONS: dict[str, tuple[str, list[str]]] = {
             "{} is located in which country?",
             "What country is {} a city of?",
             "The city of {} belongs to which country?",
+            "Where is {}?",
         ],
     ),
     "city.timezone": (
@@ -143,9 +153,11 @@ RELATIONS: dict[str, tuple[str, list[str]]] = {
             "What is the time zone of {}?",
             "What time zone do clocks in {} follow?",
             "{} keeps time in which time zone?",
+            "What time is it in {} called?",
         ],
     ),
 }
+HELD_OUT = 2
 # Locales whose names become aliases of every territory (besides the territory's own official language).
 ALIAS_LOCALES = ("fr", "de", "es")
 # Territory codes that are groupings or placeholders, not places (CLDR's EU, UN, ZZ ...).
@@ -284,9 +296,9 @@ def spelling(rng: random.Random, aliases: list[str]) -> str:
     return name
 
 
-def questions(triples, names, subjects: list[str], rng: random.Random, wordings: int, test: bool) -> list[dict]:
-    """The questions about ``subjects``: ``wordings`` per (subject, relation), from the training wordings unless
-    ``test`` (then from all of them, the held-out one included)."""
+def questions(triples, names, subjects: list[str], rng: random.Random, wordings: int, held_out: bool) -> list[dict]:
+    """The questions about ``subjects``: ``wordings`` per (subject, relation), from the training wordings, or from
+    the held-out ones."""
     answers: dict[tuple[str, str], list[str]] = defaultdict(list)
     for subject, relation, obj in triples:
         answers[subject, relation].append(obj)
@@ -296,7 +308,7 @@ def questions(triples, names, subjects: list[str], rng: random.Random, wordings:
             objects = answers.get((subject, relation))
             if not objects:
                 continue
-            pool = templates if test else templates[:-1]
+            pool = templates[-HELD_OUT:] if held_out else templates[:-HELD_OUT]
             for template in rng.sample(pool, min(wordings, len(pool))):
                 question = template.format(spelling(rng, names[subject]))
                 question = question[0].upper() + question[1:]
@@ -345,7 +357,7 @@ def main(argv: list[str] | None = None) -> dict:
     (args.out / "kb_names.tsv").write_text("".join(rows), encoding="utf-8")
     sizes = {"triples": len(triples), "entities_with_names": len(names), "cldr": babel.core.get_global("cldr")}
     for split, part in splits.items():
-        rows = questions(triples, names, part, rng, args.wordings, test=split == "test")
+        rows = questions(triples, names, part, rng, args.wordings, held_out=split == "test")
         write_jsonl(args.out / f"{split}.jsonl", rows)
         sizes[f"{split}_questions"] = len(rows)
         sizes[f"{split}_subjects"] = len(part)
