@@ -54,7 +54,8 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
             (tmp / "test.jsonl").write_text("\n".join(test) + "\n", encoding="utf-8")
         places = {"files": str(FILES), "tmp": str(tmp), "run": str(tmp / "run"), "checkpoint": str(checkpoint)}
         done = subprocess.run(command_line(case, places), cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
-        return case.name, {"done": done, "places": places}
+        left = sorted(p.name for p in tmp.iterdir() if p.name not in ("run", "names.tsv", "test.jsonl"))
+        return case.name, {"done": done, "places": places, "left": left}
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(pool.map(one, [*CASES, WARNED]))
@@ -70,6 +71,7 @@ def test_kbqa_bad_input_gets_one_line(case, outcomes):
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), output
     assert case.expected.format(**places) in lines[0], output
+    assert outcomes[case.name]["left"] == [], f"left in the case's directory: {outcomes[case.name]['left']}"
 
 
 @pytest.mark.slow
