@@ -155,6 +155,9 @@ def with_stand_ins(cfg, root: Path, elided: bool = False):
             for key in ("train_file", "validation_file"):
                 if cfg.data[key] or (elided and key == "train_file"):
                     cfg.data[key] = stand_in(root, cfg.data[key] or "train", langs)
+            for key in ("kb_triples", "kb_names"):  # task=kbqa's knowledge base
+                if cfg.task.get(key) or (elided and key in cfg.task):
+                    cfg.task[key] = stand_in(root, cfg.task[key] or key)
             return cfg
         langs = tuple(cfg.data[k] for k in ("source_lang", "target_lang") if k in cfg.data)
         for key in ("train_files", "validation_files"):

@@ -59,6 +59,8 @@ def test_every_option_composes_and_validates(group, option, tmp_path):
         for lang in ("en", "de"):  # task=translation reads a prefix of two language files
             (tmp_path / f"train.{lang}").write_text("")
         user = [f"model.checkpoint={tmp_path}", f"data.train_file={tmp_path / 'train'}"]
+        if option == "kbqa":  # a knowledge base too
+            user += [f"task.kb_triples={tmp_path / 'train'}", f"task.kb_names={tmp_path / 'train'}"]
         cfg = composed(f"{group}={option}", *user, config_name="finetune")
         OmegaConf.to_container(cfg, resolve=True)
         assert problems_of(cfg) == []
