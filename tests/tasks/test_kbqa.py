@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.errors import DataError
-from plm_toolkit.models.pretrained import load_backbone
+from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.base import IGNORE, summary_vector
 from plm_toolkit.tasks.kbqa import KbqaConfig, KnowledgeBaseQA, choose, predicted_mention
 from plm_toolkit.tasks.kbqa_data import Encoded, Question, build_features, gold_answers, read_questions
