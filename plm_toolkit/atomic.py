@@ -13,6 +13,7 @@ removes once that process is gone.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -99,10 +100,18 @@ def atomic_folder(final: str | Path) -> Iterator[Path]:
 def save_safetensors(tensors: dict, path: str | Path, metadata: dict[str, str] | None = None) -> None:
     """``safetensors.torch.save_file``, then the permissions any other new file gets (0666 less the umask):
     safetensors 0.8 creates its files 0600, which left checkpoints and exports unreadable to the rest of a team on a
-    shared cluster."""
+    shared cluster. A failed write (a full disk, a file-size limit) is an OSError naming ``path`` and the cause."""
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
-    save_file(tensors, str(path), metadata=metadata)
+    try:
+        save_file(tensors, str(path), metadata=metadata)
+    except SafetensorError as err:
+        # safetensors reports the system's error inside its own text: "I/O error: File too large (os error 27)".
+        code = re.search(r"os error (\d+)", str(err))
+        if code is None:
+            raise
+        raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(path)) from err
     mask = os.umask(0)
     os.umask(mask)
     os.chmod(path, 0o666 & ~mask)
@@ -117,3 +126,43 @@ def write_text(path: str | Path, text: str) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+class _WriteRecorder:
+    """A binary file that keeps the OSError of a failed write: torch.save turns it into a RuntimeError without the
+    cause ("unexpected pos 704 vs 598")."""
+
+    def __init__(self, file):
+        self.file, self.error = file, None
+
+    def write(self, data) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.file.flush()
+        except OSError as err:
+            self.error = err
+            raise
+
+
+def save_torch(value, path: str | Path) -> None:
+    """``torch.save(value, path)``; a failed write (a full disk, a file-size limit) is an OSError naming ``path`` and
+    the cause."""
+    import torch
+
+    try:
+        with open(path, "wb") as file:
+            recorder = _WriteRecorder(file)
+            try:
+                torch.save(value, recorder)
+            except RuntimeError:
+                if recorder.error is None:
+                    raise
+                raise recorder.error from None
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(path)) from None

@@ -71,6 +71,7 @@ def average_weights(files: list[Path]) -> dict[str, torch.Tensor]:
 def average_checkpoints(run_dir: str | Path, count: int, out_dir: str | Path) -> Path:
     """Write the average of ``run_dir``'s last ``count`` checkpoints to ``out_dir``; returns it."""
     run_dir, out_dir = Path(run_dir).expanduser(), Path(out_dir).expanduser()
+    ckpt.refuse_inside_checkpoints(out_dir)
     if out_dir.exists() and not (out_dir / "averaged.json").is_file():
         raise CheckpointError(f"{out_dir} exists and is not an averaged checkpoint; give a new folder")
     chosen = last_checkpoints(run_dir, count)

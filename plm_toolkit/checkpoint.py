@@ -22,6 +22,8 @@ import random
 import re
 import shutil
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
-from plm_toolkit.atomic import TMP_PREFIX, fsync, save_safetensors, swap_in, sync_folder
+from plm_toolkit.atomic import TMP_PREFIX, fsync, save_safetensors, save_torch, swap_in, sync_folder
 from plm_toolkit.errors import CheckpointError
 
 MODEL_FILE = "model.safetensors"
@@ -191,9 +193,10 @@ class Checkpoint:
         """The optimizer step it was saved at, read from the training state: a copied or renamed folder keeps it."""
         return int(self.trainer_state()["step"])
 
-    def trainer_state(self) -> dict:
+    def trainer_state(self, mmap: bool = False) -> dict:
+        """The training state; ``mmap``: its tensors mapped, not read (to look at its plain values only)."""
         try:
-            return torch.load(self.path / STATE_FILE, map_location="cpu", weights_only=True)
+            return torch.load(self.path / STATE_FILE, map_location="cpu", weights_only=True, mmap=mmap)
         except Exception as err:  # corrupt, truncated or holding pickled objects
             reason = torch_reason(err)
             raise CheckpointError(f"{self.path / STATE_FILE}: not a readable training state ({reason})") from None
@@ -221,7 +224,7 @@ def write_common_files(tmp: Path, trainer_state: dict, config_yaml: str, tokeniz
     (tmp / CONFIG_FILE).write_text(config_yaml)
     if tokenizer_json is not None:
         (tmp / TOKENIZER_FILE).write_text(tokenizer_json)
-    torch.save(trainer_state, tmp / STATE_FILE)
+    save_torch(trainer_state, tmp / STATE_FILE)
 
 
 def publish(root: Path, tmp: Path, step: int, keep_last: int) -> Path:
@@ -252,11 +255,37 @@ def save_checkpoint(
 ) -> Path:
     """Write ``checkpoints/step_<step>`` atomically, point ``last`` at it and prune old ones."""
     root = run_dir / "checkpoints"
-    tmp = temporary_directory(root, step)
-    save_weights(model, tmp / MODEL_FILE)
-    save_weights(objective, tmp / OBJECTIVE_FILE)
-    write_common_files(tmp, trainer_state, config_yaml, tokenizer_json)
-    return publish(root, tmp, step, keep_last)
+    with failed_save(root, step) as tmp:
+        save_weights(model, tmp / MODEL_FILE)
+        save_weights(objective, tmp / OBJECTIVE_FILE)
+        write_common_files(tmp, trainer_state, config_yaml, tokenizer_json)
+        return publish(root, tmp, step, keep_last)
+
+
+@contextmanager
+def failed_save(root: Path, step: int, tag: int | None = None) -> Iterator[Path]:
+    """The temporary folder of checkpoint ``step`` (``temporary_directory``). A write that fails in the block (a full
+    disk, a file-size limit) removes it and stops the run with one line naming the folder and the cause; ``last``
+    still points to the previous checkpoint, which nothing touched."""
+    try:
+        tmp = temporary_directory(root, step, tag)
+    except OSError as err:
+        raise _save_error(root, step, err) from None
+    try:
+        yield tmp
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _save_error(root, step, err) from None
+
+
+def _save_error(root: Path, step: int, err: OSError) -> CheckpointError:
+    where = f" writing {Path(err.filename).name}" if err.filename else ""
+    last = root / "last"
+    kept = f"{last} still points to {os.readlink(last)}" if last.is_symlink() else "no earlier checkpoint exists"
+    return CheckpointError(
+        f"{root}: could not save checkpoint step_{step} ({err.strerror or err}{where}); the half-written copy is "
+        f"removed and {kept}: free space (or raise the file-size limit) and rerun the command to resume"
+    )
 
 
 def list_checkpoints(root: Path) -> list[Path]:
@@ -294,6 +323,19 @@ def clean_temporary(run_dir: Path) -> None:
                 p.unlink()
             else:
                 shutil.rmtree(p, ignore_errors=True)
+
+
+def refuse_inside_checkpoints(out: Path) -> None:
+    """Refuse to write ``out`` inside a run's ``checkpoints/`` folder (``checkpoints/last/hf`` included): the run's
+    next save prunes old steps (trainer.keep_last) and would delete it with them."""
+    resolved = Path(out).expanduser().resolve()
+    for folder in (resolved, *resolved.parents):
+        if folder.name == "checkpoints" and list_checkpoints(folder):
+            raise CheckpointError(
+                f"{out}: inside the run's checkpoints folder {folder}, whose old steps each save prunes "
+                f"(trainer.keep_last), deleting what else they hold; give a folder outside it, such as "
+                f"{folder.parent / resolved.name}"
+            )
 
 
 def find_checkpoint(resume: str, run_dir: Path) -> Checkpoint | None:

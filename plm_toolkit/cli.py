@@ -7,6 +7,7 @@ import importlib.util
 import json
 import logging
 import random
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,15 +22,18 @@ from plm_toolkit import failures
 from plm_toolkit.config import setup
 from plm_toolkit.config.validate import evaluation_only, validate
 from plm_toolkit.errors import ConfigError, DataError
+from plm_toolkit.run_lock import lock_run_directory, release
 from plm_toolkit.training.distributed import (
     adopt_submitit_environment,
     destroy_process_group,
     init_process_group,
+    launched_rank,
     launched_world_size,
 )
 from plm_toolkit.training.loop import Trainer
 from plm_toolkit.training.precision import Runtime, resolve_runtime
 from plm_toolkit.training.preemption import EXIT_REQUEUE, Preempted
+from plm_toolkit.training.resume import starting_checkpoint
 
 log = logging.getLogger("plm_toolkit")
 
@@ -51,7 +55,8 @@ def require_launcher_plugin(argv: list[str]) -> None:
 
 def start_run(cfg: DictConfig, run_dir: Path) -> tuple[Runtime, ckpt.Checkpoint | None]:
     """Validate, choose the device and precision, join the process group under torchrun, clear half-written
-    checkpoints and find the one ``trainer.resume`` names: the first steps of every run."""
+    checkpoints and find the one ``trainer.resume`` names, refusing one whose config changed what is trained
+    (``training/resume.py``): the first steps of every run, before any data work."""
     validate(cfg)
     adopt_submitit_environment()
     runtime = resolve_runtime(cfg.hardware)
@@ -59,7 +64,7 @@ def start_run(cfg: DictConfig, run_dir: Path) -> tuple[Runtime, ckpt.Checkpoint 
         runtime = resolve_runtime(cfg.hardware, init_process_group(runtime.backend))
     if runtime.process.is_main:
         ckpt.clean_temporary(run_dir)
-    return runtime, ckpt.find_checkpoint(str(cfg.trainer.resume), run_dir)
+    return runtime, starting_checkpoint(cfg, run_dir, runtime.process.is_main)
 
 
 def seed_everything(seed: int) -> None:
@@ -93,9 +98,14 @@ def fit(
         config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
         tokenizer_json=tokenizer_json,
         num_workers=cfg.data.num_workers,
+        data_keys=("data.train_files", "data.validation_files")
+        if "train_files" in cfg.data
+        else ("data.train_file", "data.validation_file"),
     )
     if checkpoint is not None:
         trainer.restore(checkpoint)
+    else:  # a fresh start: rows an earlier attempt logged before it saved anything are not this run's
+        trainer.metrics.truncate_after(0)
     examples = len(trainer.train_examples)
     if trainer.max_steps == 0:
         log.info("evaluation only (no training steps): the starting weights are evaluated, no checkpoint is written")
@@ -153,10 +163,14 @@ def run_command(run: Callable[[DictConfig, Path], dict], cfg: DictConfig) -> flo
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     finished = False
     try:
+        adopt_submitit_environment()  # a submitit task's rank, before the lock
+        if "trainer" in cfg and launched_rank() == 0:  # the process that writes a run's checkpoints holds its folder
+            lock_run_directory(run_dir)
         final = run(cfg, run_dir)
         finished = True
     except Preempted as stopped:
-        log.warning("%s; exiting with status %d so that the job is requeued", stopped, EXIT_REQUEUE)
+        how = "rerun the same command to resume" if stopped.signum == signal.SIGINT else "so that the job is requeued"
+        log.warning("%s; exiting with status %d: %s (trainer.resume=auto)", stopped, EXIT_REQUEUE, how)
         sys.exit(EXIT_REQUEUE)
     except Exception as err:
         if not failures.report(err):
@@ -165,6 +179,7 @@ def run_command(run: Callable[[DictConfig, Path], dict], cfg: DictConfig) -> flo
         return None
     finally:
         destroy_process_group(wait_for_peers=finished)
+        release(run_dir)
     return final.get("eval_loss", final.get("loss"))
 
 

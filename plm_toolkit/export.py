@@ -160,6 +160,7 @@ def export_checkpoint(source: str | Path, out: str | Path, backbone_only: bool =
     out = Path(os.path.abspath(Path(out).expanduser()))
     if out.is_symlink():  # replace the folder it points to, not the link
         out = out.resolve()
+    ckpt.refuse_inside_checkpoints(out)
     check_out_dir(out)
     check_family(format, model_config_of(step))
     model, tokenizer_file = load_plm_checkpoint(step)

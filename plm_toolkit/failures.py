@@ -177,11 +177,20 @@ def guard(main: Callable[[], object]) -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         main()
+    except KeyboardInterrupt as err:  # Ctrl-C outside training (which saves first), or a second one
+        interrupted(err)
     except Exception as err:
         if not report(err):
             raise
     if _failed:
         sys.exit(1)
+
+
+def interrupted(err: KeyboardInterrupt) -> NoReturn:
+    """Ctrl-C: one line instead of Python's traceback, and the status a shell gives a process SIGINT stopped."""
+    line = str(err) or "interrupted (Ctrl-C)"
+    print(f"error: {line}", file=sys.stderr, flush=True)
+    sys.exit(130)
 
 
 class ArgumentParser(argparse.ArgumentParser):

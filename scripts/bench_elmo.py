@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from plm_toolkit.training.logging import METRICS_FILE, read_metrics
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 
@@ -64,10 +66,6 @@ def last(records: list[dict], key: str) -> dict:
     return found[-1] if found else {}
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
 def pretrain(args, commands: list[str]) -> dict:
     run_dir = args.out / "elmo_wikitext2"
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -97,7 +95,7 @@ def pretrain(args, commands: list[str]) -> dict:
         ],
         commands,
     )
-    records = read_metrics(run_dir)
+    records = read_metrics(run_dir / METRICS_FILE)
     final = last(records, "eval_bilm_loss")
     return {
         "run_dir": str(run_dir),

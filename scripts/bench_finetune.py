@@ -31,6 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from plm_toolkit.training.logging import METRICS_FILE, read_metrics
+
 # Our variants: plm-finetune overrides that turn one speed switch back.
 VARIANTS = {
     "ours": [],
@@ -97,7 +99,7 @@ def run_ours(args, overrides: list[str], run_dir: Path) -> dict:
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"plm-finetune failed:\n{(done.stdout + done.stderr)[-3000:]}")
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = read_metrics(run_dir / METRICS_FILE)
     train = [r for r in records if "lr" in r]
     seconds = train[-1]["elapsed_s"]
     accuracy = json.loads((run_dir / "eval_results.json").read_text())["accuracy"]

@@ -13,7 +13,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "plm_toolkit"
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Import nothing of ours but each other: exceptions, atomic writes, the registries and their loader, the
     # capability names, did-you-mean, the checkpoint folder format; "" is plm_toolkit/__init__.py, corpora/ data.
-    ("ground", ("", "errors", "atomic", "registry", "catalog", "capabilities", "names", "checkpoint", "corpora")),
+    (
+        "ground",
+        ("", "errors", "atomic", "registry", "catalog", "capabilities", "names", "checkpoint", "run_lock", "corpora"),
+    ),
     # Readers, tokenizers, layouts and the loader; no torch modules.
     ("data", ("data",)),
     # The typed configs (Hydra's ConfigStore) and the generic validation, which calls the registered families' and

@@ -1,3 +1,5 @@
+from omegaconf import OmegaConf
+
 from plm_toolkit.config.schema import (
     DataConfig,
     HardwareConfig,
@@ -17,12 +19,16 @@ def setup() -> None:
     from plm_toolkit.config.glue import register_glue_schema
     from plm_toolkit.config.help import register_help_resolver
     from plm_toolkit.data.corpus import register_resolvers
+    from plm_toolkit.run_lock import launch_tag
 
     register_schemas()
     register_glue_schema()
     load_all()
     register_resolvers()
     register_help_resolver()
+    if not OmegaConf.has_resolver("plm_launch_tag"):
+        # Cached, as Hydra's ${now:}: a sweep's jobs resolve their directories to the one the launcher made.
+        OmegaConf.register_new_resolver("plm_launch_tag", launch_tag, use_cache=True)
 
 
 __all__ = [

@@ -33,6 +33,7 @@ OptimizerImplementation = choices("OptimizerImplementation", "auto", "fused", "f
 Backend = choices("Backend", "auto", "nccl", "gloo")
 FinetuneMode = choices("FinetuneMode", "full", "features")
 EmbedLayers = choices("EmbedLayers", "all", "top", "average")
+ResumeChanges = choices("ResumeChanges", "refuse", "accept")
 
 
 @dataclass
@@ -243,7 +244,17 @@ class TrainerConfig:
     # Keep the newest N checkpoints (0 keeps all).
     keep_last: int = 2
     # none; auto (newest checkpoint in the run directory, or a fresh start); or a checkpoint/run directory path.
+    # none in a run directory that holds checkpoints is refused: see trainer.overwrite.
     resume: str = "auto"
+    # true: start afresh in a run directory that holds an earlier run's checkpoints, replacing that run: its
+    # checkpoints/, metrics.jsonl, eval_results.json and tensorboard/ are deleted before step 1 (trainer.resume must
+    # then be auto or none). false: such a directory is resumed (trainer.resume=auto) or refused (none).
+    overwrite: bool = False
+    # A resume compares the run's config with the checkpoint's config.yaml. Length, evaluation, logging and saving
+    # cadence, evaluation data, data workers and cache, and hardware may change; a change to what is trained
+    # (model, objective, training data, tokenizer, optimizer and schedule, seed, global batch) is refused naming the
+    # keys (refuse), or applied from the resumed step on (accept). Another model family is always refused.
+    resume_changes: ResumeChanges = ResumeChanges.refuse
     # Wall-clock budget of the training steps, in hours (null: none). The learning-rate schedule then runs over
     # the budget instead of max_steps (as cramming does), and the run saves and stops on the last step that fits
     # (or at max_steps, whichever comes first).

@@ -5,11 +5,32 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
 log = logging.getLogger("plm_toolkit")
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The records of a metrics.jsonl. A line that is not a JSON object (the torn last line of a run killed in the
+    middle of an append) is dropped with a warning naming the file and the line, instead of stopping every reader."""
+    records = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            log.warning("%s:%d: not a complete metrics record (a write cut short?); dropped", path, number)
+            continue
+        records.append(record)
+    return records
 
 
 class MetricsWriter:
@@ -17,7 +38,7 @@ class MetricsWriter:
 
     def __init__(self, run_dir: Path, tensorboard: bool, enabled: bool = True):
         self.enabled = enabled
-        self.path = run_dir / "metrics.jsonl"
+        self.path = run_dir / METRICS_FILE
         if enabled:
             run_dir.mkdir(parents=True, exist_ok=True)
         self.tb = None
@@ -41,11 +62,20 @@ class MetricsWriter:
                     self.tb.add_scalar(key, value, step)
 
     def truncate_after(self, step: int) -> None:
-        """On resume, drop records past the checkpoint so the file reads as one uninterrupted run."""
+        """On resume, drop records past the checkpoint (on a fresh start, step 0: all of them) so the file reads as
+        one uninterrupted run; a torn line goes too."""
         if not (self.enabled and self.path.exists()):
             return
-        kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        kept = [record for record in read_metrics(self.path) if record["step"] <= step]
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text("".join(json.dumps(record) + "\n" for record in kept))
+        tmp.replace(self.path)
+
+    def has_evaluation(self, step: int) -> bool:
+        """Whether the file holds an evaluation record of ``step``."""
+        if not self.path.exists():
+            return False
+        return any(r["step"] == step and any(k.startswith("eval_") for k in r) for r in read_metrics(self.path))
 
     def close(self) -> None:
         if self.tb is not None:
@@ -53,22 +83,49 @@ class MetricsWriter:
 
 
 class ProgressBar:
-    """Steps done of the run with tqdm's rate and ETA, and the epoch (of ``epochs`` when the run counts in them)."""
+    """Steps done of the run with tqdm's rate and ETA, and the epoch (of ``epochs`` when the run counts in them).
 
-    def __init__(self, total: int, initial: int, epochs: float | None, enabled: bool):
-        self.bar = tqdm(total=total, initial=initial, disable=not enabled, dynamic_ncols=True, desc="train steps")
+    Under a time budget (``budget_used``: the share of trainer.time_budget spent) the bar counts that share or the
+    share of the steps done, whichever is further along, in thousandths: its percentage and ETA are then those of
+    whichever ends the run first, not of a trainer.max_steps the budget never lets it reach."""
+
+    SCALE = 1000
+
+    def __init__(
+        self,
+        total: int,
+        initial: int,
+        epochs: float | None,
+        enabled: bool,
+        budget_used: Callable[[], float] | None = None,
+    ):
+        self.total, self.step, self.budget_used = total, initial, budget_used
+        if budget_used is None:
+            self.bar = tqdm(total=total, initial=initial, disable=not enabled, dynamic_ncols=True, desc="train steps")
+        else:
+            self.bar = tqdm(
+                total=self.SCALE,
+                initial=self._share(),
+                disable=not enabled,
+                dynamic_ncols=True,
+                desc="train (time budget)",
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}{postfix}]",
+            )
         self.epochs = epochs
 
-    def update(self, n: int = 1) -> None:
-        self.bar.update(n)
+    def _share(self) -> int:
+        share = max(self.step / max(self.total, 1), self.budget_used())
+        return min(round(share * self.SCALE), self.SCALE)
 
-    def show(self, record: dict, budget_used: float | None = None) -> None:
-        """``budget_used``: the share of trainer.time_budget spent, shown where a budget rather than the step count
-        (the bar's total) ends the run."""
+    def update(self, n: int = 1) -> None:
+        self.step += n
+        self.bar.update(n if self.budget_used is None else self._share() - self.bar.n)
+
+    def show(self, record: dict) -> None:
         epoch = f"{record['epoch']:.2f}" + (f"/{self.epochs:g}" if self.epochs else "")
         extra = {"mfu": f"{record['mfu']:.1%}"} if "mfu" in record else {}
-        if budget_used is not None:
-            extra["budget"] = f"{budget_used:.0%}"
+        if self.budget_used is not None:
+            extra = {"step": str(record["step"]), "budget": f"{self.budget_used():.0%}", **extra}
         self.bar.set_postfix(
             epoch=epoch,
             loss=f"{record['loss']:.4f}",

@@ -20,10 +20,11 @@ from torch import nn
 
 from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.data.collate import PackingTransform
-from plm_toolkit.data.loader import BatchLayout, MicroBatches, eval_loader, eval_scope, micro_batch_loader, mix_seed
+from plm_toolkit.data.loader import BatchLayout, eval_loader, eval_scope, mix_seed
 from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.errors import TrainingError
 from plm_toolkit.objectives.base import Objective, ObjectiveOutput, normalized_loss
+from plm_toolkit.training.batches import check_streams, train_loader
 from plm_toolkit.training.distributed import all_gather_objects, all_reduce_max, barrier, in_lockstep
 from plm_toolkit.training.flops import ModelFlops, peak_tflops
 from plm_toolkit.training.logging import MetricsWriter, ProgressBar
@@ -32,6 +33,7 @@ from plm_toolkit.training.parallel import prepare_module
 from plm_toolkit.training.phases import TrainingPhase, phased_micro_batches
 from plm_toolkit.training.precision import LossScaler, Runtime
 from plm_toolkit.training.preemption import Preempted, StopSignals, TrainingClock
+from plm_toolkit.training.resume import check_length, finish_resumed
 from plm_toolkit.training.state import restore_state, save_state
 from plm_toolkit.training.window import StepStats, Window, reduce_window, settle
 
@@ -87,8 +89,12 @@ class Trainer:
         num_workers: int = 0,
         plan: DataPlan | None = None,
         phases: list[TrainingPhase] | None = None,
+        data_keys: tuple[str, str] = ("data.train_files", "data.validation_files"),
     ):
         self.cfg, self.runtime, self.run_dir = trainer_cfg, runtime, run_dir
+        self.optimizer_cfg = optimizer_cfg
+        # The config keys of the training and the validation data, for messages.
+        self.data_keys = data_keys
         self.process = runtime.process
         self.module = PretrainingModule(model, objective).to(runtime.device)
         self.objective = objective
@@ -131,8 +137,9 @@ class Trainer:
     def restore(self, checkpoint: ckpt.Checkpoint) -> None:
         state = restore_state(self, checkpoint)
         self.step, self.samples_seen = int(state["step"]), int(state["samples_seen"])
-        self.clock.restart(float(state.get("elapsed_seconds", 0.0)))
+        self.clock.restart(float(state.get("elapsed_seconds", 0.0)), float(state.get("step_seconds", 0.0)))
         self.last_checkpoint, self.saved_step = checkpoint.path, self.step
+        check_length(self.cfg, self.max_steps, self.step, checkpoint)
         self.metrics.truncate_after(self.step)
         log.info("resumed from %s at step %d (%d examples seen)", checkpoint.path, self.step, self.samples_seen)
 
@@ -153,52 +160,44 @@ class Trainer:
             log.info(
                 eval_scope(len(self.eval_examples), rows, self.process.world_size, cfg.eval_batches, self.plan.streams)
             )
-        if self.max_steps == 0:  # evaluation only (plm-finetune trainer.epochs=0): nothing trains, nothing is saved
-            try:
-                return self.evaluate()
-            finally:
-                self.metrics.close()
-        lengths = None
-        if cfg.group_by_length:
-            lengths = _lengths(self.train_examples)
-        pin_memory = self.runtime.device.type == "cuda"
-        batches = (
-            phased_micro_batches(self, pin_memory)
-            if self.phases
-            else iter(
-                micro_batch_loader(
-                    MicroBatches(
-                        self.train_examples,
-                        self.layout,
-                        self.samples_seen,
-                        self.collate,
-                        self.transform,
-                        cfg.seed,
-                        static_copies=self.plan.static_copies,
-                        streams=self.plan.streams,
-                        backward_half=self.plan.backward_half,
-                        group_lengths=lengths,
-                        first_step=self.step if getattr(self.transform, "takes_step", False) else None,
-                    ),
-                    num_workers=self.num_workers,
-                    pin_memory=pin_memory,
-                )
-            )
-        )
-        bar = ProgressBar(self.max_steps, self.step, cfg.epochs, enabled=cfg.progress_bar and self.process.is_main)
         try:
-            record = self._run(batches, bar)
+            if self.max_steps == 0:  # evaluation only (plm-finetune trainer.epochs=0): nothing trains or is saved
+                return self.evaluate()
+            if self.step >= self.max_steps or (self.clock.budgeted and self.clock.next_step_overruns()):
+                return finish_resumed(self)
+            check_streams(self.train_examples, self.layout.batch_size, self.process, self.data_keys[0], self.plan)
+            if self._evaluates():
+                check_streams(self.eval_examples, self.cfg.batch_size, self.process, self.data_keys[1], self.plan)
+                # Whatever else evaluation cannot read fails now, not after the steps before its first turn.
+                next(iter(self._eval_batches(self.process.world_size, self.process.rank, 1)), None)
+            bar = ProgressBar(
+                self.max_steps,
+                self.step,
+                self.cfg.epochs,
+                enabled=self.cfg.progress_bar and self.process.is_main,
+                budget_used=self.clock.fraction if self.clock.budgeted else None,
+            )
+            try:
+                pin_memory = self.runtime.device.type == "cuda"
+                loader = phased_micro_batches(self, pin_memory) if self.phases else train_loader(self)
+                return self._run(loader, bar)
+            finally:
+                bar.close()
         finally:
-            bar.close()
             self.metrics.close()
-        return record
 
-    def _run(self, batches, bar: ProgressBar) -> dict:
+    def _evaluates(self) -> bool:
+        return self.eval_examples is not None and bool(self.cfg.eval_every)
+
+    def _run(self, loader, bar: ProgressBar) -> dict:
         cfg = self.cfg
         self.window, self.tick = Window.empty(), time.perf_counter()
         record: dict = {}
         stop = None
         with StopSignals() as signals:
+            # The loader's workers start here, inside StopSignals: they inherit its handlers, so Ctrl-C (which the
+            # terminal sends to them too) leaves them running until the step ends and the checkpoint is written.
+            batches = iter(loader)
             self.clock.restart(self.clock.elapsed)
             while self.step < self.max_steps and stop is None:
                 micro = [next(batches) for _ in range(cfg.grad_accum_steps)]
@@ -219,14 +218,25 @@ class Trainer:
                 if stop == "budget":
                     log.info("trainer.time_budget reached after %.0f s at step %d", self.clock.elapsed, self.step)
                 elif cfg.eval_every and self.step % cfg.eval_every == 0 and self.step != self.max_steps:
-                    self.evaluate(bar)
+                    self._evaluate_or_save(bar)
                 if cfg.save_every and self.step % cfg.save_every == 0 and self.step != self.max_steps and not stop:
                     self.save()
-        if self.eval_examples is not None and cfg.eval_every:
-            record.update(self.evaluate(bar))
-        if self.saved_step != self.step:
-            self.save(final=True)
+            # Inside StopSignals still: a signal during the final evaluation or save waits for them.
+            if self._evaluates():
+                record.update(self._evaluate_or_save(bar, final=True))
+            if self.saved_step != self.step:
+                self.save(final=True)
         return record
+
+    def _evaluate_or_save(self, bar: ProgressBar, final: bool = False) -> dict:
+        """Evaluate; should it fail, this step's checkpoint is written first, so evaluation never costs a save."""
+        try:
+            return self.evaluate(bar)
+        except Exception:
+            if self.saved_step != self.step:
+                log.error("evaluation failed at step %d; saving the step's checkpoint before stopping", self.step)
+                self.save(final)
+            raise
 
     def _stop_reason(self, signals: StopSignals) -> str | None:
         """'signal' or 'budget' once any process has a reason to stop after this step (all agree), else None."""
@@ -263,7 +273,7 @@ class Trainer:
         if self.peak:
             record["mfu"] = window.flops / elapsed / (self.peak * 1e12 * self.process.world_size)
         self.metrics.write(record)
-        bar.show(record, self.clock.fraction() if self.clock.budgeted else None)
+        bar.show(record)
         self.window, self.tick = Window.empty(), time.perf_counter()
         return record
 
@@ -382,17 +392,3 @@ class Trainer:
             streams=self.plan.streams,
             backward_half=self.plan.backward_half,
         )
-
-
-def _column(examples, name: str):
-    """One column of a list of dicts or of a ``datasets.Dataset``."""
-    return examples[name] if hasattr(examples, "column_names") else [e[name] for e in examples]
-
-
-def _lengths(examples) -> list[int]:
-    """Each example's padded width, for trainer.group_by_length: its input, or the longer side of a sentence pair."""
-    first = examples[0]
-    if "input_ids" in first:
-        return [len(ids) for ids in _column(examples, "input_ids")]
-    pairs = zip(_column(examples, "source_ids"), _column(examples, "target_ids"), strict=True)
-    return [max(len(s), len(t)) for s, t in pairs]

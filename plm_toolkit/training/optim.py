@@ -187,3 +187,26 @@ def build_scheduler(
     optimizer: torch.optim.Optimizer, cfg, max_steps: int, time_based: bool = False
 ) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(optimizer, schedule_factor(cfg, max_steps, time_based))
+
+
+def apply_config(optimizer: torch.optim.Optimizer, scheduler, module: nn.Module, cfg, max_steps: int) -> int:
+    """After a resume, the run's config decides the optimizer from here on, not the checkpoint's: the groups' weight
+    decay, betas, eps and momentum, the peak rate and the schedule (a run extended with a larger trainer.max_steps
+    decays to its new end, as if it had been started with that length, instead of training on at the old end's
+    floor). With an unchanged config every value is the one restored. Returns the schedule's total steps before."""
+    factor = scheduler.lr_lambdas[0]  # LambdaLR holds one object for every group
+    before = factor.total_steps
+    progress = factor.progress
+    factor.__dict__.update(vars(schedule_factor(cfg, max_steps, factor.time_based)))
+    factor.progress = progress  # the share of the time budget at the last step
+    for group, planned in zip(optimizer.param_groups, parameter_groups(module, cfg.weight_decay), strict=True):
+        group["weight_decay"] = planned["weight_decay"]
+        for key, value in (("betas", tuple(cfg.betas)), ("eps", cfg.eps), ("momentum", cfg.momentum)):
+            if key in group:
+                group[key] = value
+        group["initial_lr"] = cfg.lr
+    scheduler.base_lrs = [cfg.lr for _ in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        group["lr"] = cfg.lr * factor(scheduler.last_epoch)  # what LambdaLR computes
+    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+    return before

@@ -6,11 +6,19 @@ in, writes a checkpoint and stops: the process exits with ``EXIT_REQUEUE`` (75, 
 again"), which a batch script turns into ``scontrol requeue``. Where a handler was installed before ours (submitit's,
 which requeues the job itself), it runs after the checkpoint instead. ``trainer.resume=auto`` then continues the run
 exactly.
+
+Ctrl-C (SIGINT) during training does the same: the step ends, the checkpoint is written, the command exits with
+``EXIT_REQUEUE`` and says how to resume. A second Ctrl-C stops at once, without saving (``Interrupted``, exit status
+130, one line); under torchrun, whose agent forwards Ctrl-C to the workers as a second SIGINT and kills them after a
+grace period, a second SIGINT waits for the checkpoint as SIGTERM does. Once a signal has stopped a run, the handlers
+stay installed until the process exits, so the further SIGTERMs SLURM sends cannot kill it (status 143) while it
+saves.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -23,6 +31,10 @@ EXIT_REQUEUE = 75
 monotonic: Callable[[], float] = time.monotonic
 
 
+# Exit status of a run stopped at once by a second Ctrl-C, as a shell reports a process killed by SIGINT.
+EXIT_INTERRUPTED = 130
+
+
 class Preempted(Exception):
     """Raised after the checkpoint of a signalled run is written; the command exits with EXIT_REQUEUE."""
 
@@ -31,15 +43,24 @@ class Preempted(Exception):
         self.signum = signum
 
 
+class Interrupted(KeyboardInterrupt):
+    """A second Ctrl-C: the run stops at once without saving; the command prints its one line and exits 130."""
+
+
 class StopSignals:
-    """While active, SIGTERM and SIGUSR1 (and SIGUSR2 where submitit handles it) only set ``received``."""
+    """While active, SIGTERM, SIGINT and SIGUSR1 (and SIGUSR2 where submitit handles it) only set ``received``; a
+    second SIGINT raises ``Interrupted`` (outside torchrun). Leaving the block by an exception once a signal came
+    ignores all but SIGINT from then on."""
 
     def __init__(self) -> None:
         self.received: int | None = None
         self.previous: dict[int, object] = {}
+        self.pid = os.getpid()
+        # torchrun's agent sends the workers a SIGINT of its own after the terminal's: not a second Ctrl-C.
+        self.second_interrupt_stops = "TORCHELASTIC_RUN_ID" not in os.environ
 
     def _signals(self) -> list[int]:
-        wanted = [signal.SIGTERM, signal.SIGUSR1]
+        wanted = [signal.SIGTERM, signal.SIGINT, signal.SIGUSR1]
         if callable(signal.getsignal(signal.SIGUSR2)):  # submitit's preemption handler
             wanted.append(signal.SIGUSR2)
         return wanted
@@ -50,15 +71,32 @@ class StopSignals:
                 self.previous[signum] = signal.signal(signum, self._handle)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is not None and self.received is not None:
+            # The process is on its way out (with the requeue status): further signals must not kill it. Ignored at
+            # the system's level, since Python puts back the default handlers of its own ones as it shuts down.
+            for signum in self.previous:
+                if signum != signal.SIGINT:  # a second Ctrl-C still stops at once
+                    signal.signal(signum, signal.SIG_IGN)
+            return
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
         self.previous = {}
 
     def _handle(self, signum: int, frame) -> None:
+        if os.getpid() != self.pid:  # a data-loader worker forked inside the block: the training process decides
+            return
+        name = signal.Signals(signum).name
         if self.received is None:
-            log.warning("received %s: finishing this step, then saving a checkpoint", signal.Signals(signum).name)
-        self.received = signum
+            again = " (Ctrl-C again stops at once, without saving)" if signum == signal.SIGINT else ""
+            log.warning("received %s: finishing this step, then saving a checkpoint%s", name, again)
+            self.received = signum
+        elif signum == signal.SIGINT and self.second_interrupt_stops:
+            again = "again" if self.received == signal.SIGINT else f"after {signal.Signals(self.received).name}"
+            raise Interrupted(
+                f"interrupted {again} (Ctrl-C): stopped at once; a checkpoint being written is not kept: rerun the "
+                "command to resume from the newest complete one (trainer.resume=auto)"
+            )
 
     def hand_over(self) -> None:
         """Run the handler that owned the received signal before us (submitit's requeue), if it was Python's."""
@@ -80,8 +118,11 @@ class TrainingClock:
     def budgeted(self) -> bool:
         return self.budget is not None
 
-    def restart(self, elapsed: float) -> None:
+    def restart(self, elapsed: float, last_step: float | None = None) -> None:
+        """Count on from ``elapsed`` seconds; ``last_step``: the length of the step before (from a checkpoint)."""
         self.elapsed, self._last = elapsed, monotonic()
+        if last_step is not None:
+            self._last_step = last_step
 
     def tick(self) -> None:
         """Account the time since the previous tick (one optimizer step, with its logging and saving)."""
@@ -89,6 +130,12 @@ class TrainingClock:
         self._last_step = now - self._last
         self.elapsed += self._last_step
         self._last = now
+
+    @property
+    def step_seconds(self) -> float:
+        """The length of the last step, saved with a checkpoint so that a resumed budget run knows whether one more
+        step fits."""
+        return self._last_step
 
     def fraction(self) -> float:
         """Share of the budget used, in [0, 1] (0 without a budget)."""

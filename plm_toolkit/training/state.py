@@ -8,10 +8,14 @@ training time and the objective's carried memories in ``trainer_state.pt``.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.training.distributed import all_gather_objects, broadcast_object
+from plm_toolkit.training.optim import apply_config
+
+log = logging.getLogger("plm_toolkit")
 
 
 def save_state(trainer, final: bool) -> Path:
@@ -26,6 +30,7 @@ def save_state(trainer, final: bool) -> Path:
         "rng": ckpt.rng_state(),
         "world_size": process.world_size,
         "elapsed_seconds": trainer.clock.elapsed,
+        "step_seconds": trainer.clock.step_seconds,
         # What the objective carries between batches (segment memories), per rank: resuming continues exactly.
         "objective_state": {f"rank{r}.{k}": v for r, part in enumerate(carried) for k, v in part.items()},
     }
@@ -70,6 +75,20 @@ def restore_state(trainer, checkpoint: ckpt.Checkpoint) -> dict:
     except (KeyError, ValueError, RuntimeError) as err:
         raise ckpt.CheckpointError(f"{path / ckpt.STATE_FILE}: training state does not fit this run ({err})") from err
     ckpt.set_rng_state(state["rng"])
+    before = apply_config(
+        trainer.optimizer, trainer.scheduler, trainer.module, trainer.optimizer_cfg, trainer.max_steps
+    )
+    factor = trainer.scheduler.lr_lambdas[0]
+    if before != factor.total_steps and factor.kind in ("linear", "cosine") and trainer.process.is_main:
+        log.info(
+            "learning-rate schedule: its %s decay now ends at step %d, not %d, as if the run had been started with "
+            "this length; lr at step %d: %.3g",
+            factor.kind,
+            factor.total_steps,
+            before,
+            int(state["step"]) + 1,
+            trainer.optimizer.param_groups[0]["lr"],
+        )
     own = f"rank{trainer.process.rank}."  # each rank carries the memories of its own rows
     carried = state.get("objective_state", {})
     trainer.objective.load_carried_state({k.removeprefix(own): v for k, v in carried.items() if k.startswith(own)})

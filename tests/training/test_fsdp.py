@@ -148,7 +148,13 @@ def test_missing_shard_and_other_model_config_are_named(fsdp_runs, make_config, 
     with pytest.raises(CheckpointError, match=r"__1_0\.distcp missing \(written by rank\(s\) 1 of 2\)"):
         run(cfg, tmp_path / "a")
     whole = fsdp_runs / "two" / "checkpoints" / "step_3"
-    cfg = make_config(*common_args_overrides(), "model.intermediate_size=41", f"trainer.resume={whole}")
+    # Accepted as a change of recipe, so that it reaches the shards (a changed model.* is refused before)
+    cfg = make_config(
+        *common_args_overrides(),
+        "model.intermediate_size=41",
+        "trainer.resume_changes=accept",
+        f"trainer.resume={whole}",
+    )
     with pytest.raises(CheckpointError, match=r"different model config .*intermediate.* vs expected \(41, 36\)"):
         run(cfg, tmp_path / "b")
 

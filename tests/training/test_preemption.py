@@ -124,12 +124,24 @@ def test_time_budget_must_be_positive(make_config, tmp_path):
         run(make_config("trainer.time_budget=0"), tmp_path)
 
 
-def test_progress_bar_shows_the_share_of_the_time_budget_used():
+def test_progress_bar_under_a_time_budget_counts_the_budget_and_its_eta():
+    # A budget ends this run long before its 1,000,000 steps. Resumed at 25% of the budget and at 99% an hour later,
+    # the bar shows 99% and the 1% left at that pace: 48 seconds (it showed 0% and a 473-hour ETA, from the steps).
     from plm_toolkit.training.logging import ProgressBar
 
-    record = {"epoch": 0.5, "loss": 1.0, "lr": 1e-3, "tokens_per_s": 10.0}
-    bar = ProgressBar(1_000_000, 0, None, enabled=False)
-    bar.show(record, budget_used=0.25)
-    assert "budget=25%" in bar.bar.postfix
-    bar.show(record)
-    assert "budget" not in bar.bar.postfix
+    used = [0.25]
+    bar = ProgressBar(1_000_000, 0, None, enabled=True, budget_used=lambda: used[0])
+    bar.bar.smoothing = 0  # the ETA from the average rate since the start, not from the last updates
+    bar.update()
+    bar.show({"step": 1, "epoch": 0.5, "loss": 1.0, "lr": 1e-3, "tokens_per_s": 10.0})
+    assert bar.bar.n == 250 and "budget=25%" in bar.bar.postfix and "step=1" in bar.bar.postfix
+    used[0] = 0.99
+    bar.update()
+    bar.bar.start_t -= 3600
+    meter = str(bar.bar)
+    bar.close()
+    assert bar.bar.n == 990 and " 99%|" in meter and "<00:48" in meter, meter
+    steps = ProgressBar(200, 50, None, enabled=True)  # without a budget: steps of the run
+    steps.update()
+    assert steps.bar.n == 51 and steps.bar.total == 200
+    steps.close()
