@@ -154,20 +154,17 @@ class Trainer:
 
     # --- the loop ------------------------------------------------------------------------------------------
     def fit(self) -> dict:
-        cfg = self.cfg
-        if self.eval_examples is not None and self.process.is_main:  # which validation batches evaluations score
-            rows = rows_per_batch(self.eval_examples, cfg)
-            log.info(
-                eval_scope(len(self.eval_examples), rows, self.process.world_size, cfg.eval_batches, self.plan.streams)
-            )
         try:
+            if self.max_steps > 0 and self.step < self.max_steps:
+                check_streams(self.train_examples, self.layout.batch_size, self.process, self.data_keys[0], self.plan)
+            if self._evaluates() or (self.eval_examples is not None and self.max_steps == 0):
+                check_streams(self.eval_examples, self.cfg.batch_size, self.process, self.data_keys[1], self.plan)
+                self._log_eval_scope()
             if self.max_steps == 0:  # evaluation only (plm-finetune trainer.epochs=0): nothing trains or is saved
                 return self.evaluate()
             if self.step >= self.max_steps or (self.clock.budgeted and self.clock.next_step_overruns()):
                 return finish_resumed(self)
-            check_streams(self.train_examples, self.layout.batch_size, self.process, self.data_keys[0], self.plan)
             if self._evaluates():
-                check_streams(self.eval_examples, self.cfg.batch_size, self.process, self.data_keys[1], self.plan)
                 # Whatever else evaluation cannot read fails now, not after the steps before its first turn.
                 next(iter(self._eval_batches(self.process.world_size, self.process.rank, 1)), None)
             bar = ProgressBar(
@@ -185,6 +182,13 @@ class Trainer:
                 bar.close()
         finally:
             self.metrics.close()
+
+    def _log_eval_scope(self) -> None:
+        """Which validation batches every evaluation scores (a fixed sample, or all of them)."""
+        if self.process.is_main:
+            rows = rows_per_batch(self.eval_examples, self.cfg)
+            world, streams = self.process.world_size, self.plan.streams
+            log.info(eval_scope(len(self.eval_examples), rows, world, self.cfg.eval_batches, streams))
 
     def _evaluates(self) -> bool:
         return self.eval_examples is not None and bool(self.cfg.eval_every)

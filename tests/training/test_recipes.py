@@ -180,5 +180,7 @@ def test_scaled_down_recipe_trains_with_falling_loss(recipe, small_corpus, tmp_p
     train.run(cfg, tmp_path)
     losses = [m["loss"] for m in read_metrics(tmp_path) if "loss" in m]
     assert len(losses) == 30
-    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    # BERT's phases end with 3 steps at twice the length, whose loss starts higher: compare the end of phase 1.
+    end = 27 if BERT_PHASES in SCALED[recipe] else 30
+    first, last = sum(losses[:5]) / 5, sum(losses[end - 5 : end]) / 5
     assert last < 0.95 * first, (recipe, losses)
