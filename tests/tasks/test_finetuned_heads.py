@@ -6,12 +6,15 @@ warning saying why, and ``trainer.epochs=0`` on a finished run gives back the ru
 
 import json
 import logging
+import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
+from hydra import compose, initialize_config_module
 from tokenizers import Tokenizer
 
 from plm_toolkit.config.schema import FinetuneMode, FinetuneModeConfig
@@ -182,6 +185,27 @@ def test_an_evaluation_without_a_training_file_takes_the_runs_labels_for_the_sam
     assert checkpoint_labels(KnowledgeBaseQA, "kbqa", head) == []  # another task's labels are not this one's
 
 
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        ("objective", "objective.safetensors: weights file not found"),
+        ("task", "config.yaml: task.name=sst5 is no task known here; known: "),
+    ],
+)
+def test_a_run_without_its_objective_file_or_with_an_unknown_task_is_refused(
+    tiny_checkpoint, tmp_path, damage, expected
+):
+    from plm_toolkit.errors import CheckpointError
+
+    step, _, _ = fine_tuned_run(tmp_path / "run", tiny_checkpoint, "sequence", name="sst2", labels=["0", "1"])
+    if damage == "objective":
+        (step / "objective.safetensors").unlink()
+    else:
+        (step / "config.yaml").write_text((step / "config.yaml").read_text().replace("name: sst2", "name: sst5"))
+    with pytest.raises(CheckpointError, match="^" + re.escape(f"{step}/{expected}")):
+        load_backbone(step, with_task_head=True)
+
+
 def test_other_commands_read_the_backbone_alone(tiny_checkpoint, tmp_path, caplog):
     """plm-embed and the others load_backbone without with_task_head: objective.safetensors is not even read."""
     step, _, _ = fine_tuned_run(tmp_path / "run", tiny_checkpoint, "sequence")
@@ -248,37 +272,72 @@ FEATURE_KEYS = [
 ]
 
 
+CASES = ["sst2", "classification-features", "ner", "squad2"]
+
+
+@pytest.fixture(scope="module")
+def evaluations(tmp_path_factory, tiny_checkpoint) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    """Each case trained for 8 steps in this process, then evaluated as a user would, ``plm-finetune task=X
+    model.checkpoint=<run> trainer.epochs=0`` (two commands at a time): case -> (its folder, the finished command)."""
+
+    def one(case: str) -> tuple[Path, list[str]]:
+        root = tmp_path_factory.mktemp(case)
+        if case == "ner":
+            train, dev = conll_files(root)
+            files, task = [f"data.train_file={train}", f"data.validation_file={dev}"], ["task=ner"]
+        elif case == "squad2":
+            squad = squad_file(root / "squad.json")
+            files = [f"data.train_file={squad}", f"data.validation_file={squad}"]
+            task = ["task=squad2", "task.doc_stride=11", "task.max_query_length=9"]
+        else:
+            files = [*SST2, "data.max_train_samples=48"]
+            task = (
+                ["task=sst2"] if case == "sst2" else ["task=classification", "task.text_column=sentence", *FEATURE_KEYS]
+            )
+        length, batch = ["data.max_seq_len=29"], ["trainer.batch_size=8"]  # SQuAD's contexts take two windows or more
+        overrides = [
+            f"model.checkpoint={tiny_checkpoint}",
+            *QUIET,
+            *task,
+            *FAST,
+            *files,
+            *length,
+            *batch,
+            "trainer.max_steps=8",
+        ]
+        with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
+            run(compose("finetune", overrides=overrides), root / "run")
+        validation = [f for f in files if f.startswith(("data.validation_file", "data.max_eval"))]
+        return root, [sys.executable, "-m", "plm_toolkit.finetune", *task, *validation, *length, *batch,
+                      "trainer.epochs=0", f"model.checkpoint={root / 'run'}", *QUIET[:4],
+                      f"hydra.run.dir={root / 'evaluated'}"]  # fmt: skip
+
+    commands = {case: one(case) for case in CASES}
+
+    def evaluate(case: str):
+        root, command = commands[case]
+        return case, (root, subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=300))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(evaluate, CASES))
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["sst2", "classification-features", "ner", "squad2"])
-def test_evaluating_a_finished_run_through_the_command_line_gives_its_own_results(finetune_config, tmp_path, case):
+@pytest.mark.parametrize("case", CASES)
+def test_evaluating_a_finished_run_through_the_command_line_gives_its_own_results(evaluations, case):
     """plm-finetune task=X model.checkpoint=<run> trainer.epochs=0: the run's eval_results.json, predictions and
     evaluation loss, exactly, and a log line that says whose head it starts from."""
-    if case == "ner":
-        train, dev = conll_files(tmp_path)
-        files, task = [f"data.train_file={train}", f"data.validation_file={dev}"], ["task=ner"]
-    elif case == "squad2":
-        squad = squad_file(tmp_path / "squad.json")
-        files = [f"data.train_file={squad}", f"data.validation_file={squad}"]
-        task = ["task=squad2", "task.doc_stride=11", "task.max_query_length=9"]
-    else:
-        files = [*SST2, "data.max_train_samples=48"]
-        task = ["task=sst2"] if case == "sst2" else ["task=classification", "task.text_column=sentence", *FEATURE_KEYS]
-    length, batch = ["data.max_seq_len=29"], ["trainer.batch_size=8"]  # SQuAD's contexts take two windows or more
-    run(finetune_config(*task, *FAST, *files, *length, *batch, "trainer.max_steps=8"), tmp_path / "run")
-    validation = [f for f in files if f.startswith(("data.validation_file", "data.max_eval"))]
-    command = [sys.executable, "-m", "plm_toolkit.finetune", *task, *validation, *length, *batch, "trainer.epochs=0",
-               f"model.checkpoint={tmp_path / 'run'}", *QUIET[:4], f"hydra.run.dir={tmp_path / 'evaluated'}"]  # fmt: skip
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    root, done = evaluations[case]
     assert done.returncode == 0, done.stderr[-3000:]
-    written = sorted(path.name for path in (tmp_path / "run").glob("*.json"))
+    written = sorted(path.name for path in (root / "run").glob("*.json"))
     assert "eval_results.json" in written and "predictions.json" in written
     for file in written:  # with SQuAD 2.0's null_odds.json and span_predictions.json
-        trained, evaluated = (json.loads((tmp_path / d / file).read_text()) for d in ("run", "evaluated"))
+        trained, evaluated = (json.loads((root / d / file).read_text()) for d in ("run", "evaluated"))
         assert evaluated == trained, file
     # The evaluation's loss too, which a fresh head would not give even where it predicts the same labels.
-    trained, evaluated = ([r for r in read_metrics(tmp_path / d) if "eval_loss" in r][-1] for d in ("run", "evaluated"))
+    trained, evaluated = ([r for r in read_metrics(root / d) if "eval_loss" in r][-1] for d in ("run", "evaluated"))
     assert evaluated.pop("step") == 0 and trained.pop("step") == 8 and evaluated == trained
-    name = task[0].removeprefix("task=")
+    name = done.args[3].removeprefix("task=")
     assert f"task={name} starts from the task={name} head" in done.stdout + done.stderr
     assert "WARNING" not in done.stdout + done.stderr
-    assert not (tmp_path / "evaluated" / "checkpoints").exists()
+    assert not (root / "evaluated" / "checkpoints").exists()
