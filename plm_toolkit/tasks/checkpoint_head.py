@@ -26,10 +26,11 @@ import logging
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from plm_toolkit import checkpoint as ckpt
+from plm_toolkit.config.schema import FinetuneModeConfig
 from plm_toolkit.data.tokenizer import BYTE_STAND_INS
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import CheckpointError
@@ -242,6 +243,14 @@ def checkpoint_labels(task_cls: type, name: str, head: TaskHead | None) -> list[
     if head.trained is not None:
         return list(head.labels) if head.trained.name == name else []
     return list(head.labels) if head.kind == getattr(task_cls, "head_kind", None) else []
+
+
+def run_finetune_mode(saved: DictConfig) -> FinetuneModeConfig:
+    """The finetune.mode settings a plm-finetune run's config.yaml (``saved``) records: its task as the run built it."""
+    mode = OmegaConf.structured(FinetuneModeConfig)
+    if saved.get("finetune") is not None:
+        mode = OmegaConf.merge(mode, saved.finetune)
+    return OmegaConf.to_object(mode)
 
 
 def head_record(task: nn.Module) -> dict:

@@ -17,12 +17,11 @@ from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 
 from plm_toolkit import checkpoint as ckpt
-from plm_toolkit.config.schema import FinetuneModeConfig
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.interop.pretrained import load_backbone, read_config_yaml
 from plm_toolkit.tasks.base import TaskData, character_width
-from plm_toolkit.tasks.checkpoint_head import start_from_checkpoint_head
+from plm_toolkit.tasks.checkpoint_head import run_finetune_mode, start_from_checkpoint_head
 from plm_toolkit.tasks.glue import ClassificationConfig, Row, SequenceClassification, encode_rows
 from plm_toolkit.tasks.seq2seq import task_for_backbone
 from plm_toolkit.training.precision import Runtime
@@ -51,12 +50,9 @@ def load_classifier(step: Path) -> Classifier:
             f"{step}: task={config.name} on an encoder-decoder is text-to-text; only a classifier head is predicted "
             "here (plm-glue: glue.predict_test=false, and leave out mnli, whose mismatched dev file needs it)"
         )
-    finetune = OmegaConf.structured(FinetuneModeConfig)
-    if saved.get("finetune") is not None:
-        finetune = OmegaConf.merge(finetune, saved.finetune)
     vocab = vocab_from_tokenizer(loaded.tokenizer, source=step)
     data = TaskData([], None, labels=list(config.labels))
-    task = SequenceClassification(config, loaded.model, vocab, data, finetune=OmegaConf.to_object(finetune))
+    task = SequenceClassification(config, loaded.model, vocab, data, finetune=run_finetune_mode(saved))
     # The checkpoint's own task: its head (and task encoder) must load, or the predictions would be a fresh head's.
     start_from_checkpoint_head(task, loaded.model, loaded.task_head, required=True)
     task.eval()

@@ -341,3 +341,34 @@ def test_evaluating_a_finished_run_through_the_command_line_gives_its_own_result
     assert f"task={name} starts from the task={name} head" in done.stdout + done.stderr
     assert "WARNING" not in done.stdout + done.stderr
     assert not (root / "evaluated" / "checkpoints").exists()
+
+
+def with_finetune_section(step: Path, mode: FinetuneModeConfig) -> Path:
+    """``step`` whose config.yaml records ``mode`` as plm-finetune's resolved config does (save_finetuned leaves the
+    section out)."""
+    from omegaconf import OmegaConf
+
+    saved = OmegaConf.load(step / "config.yaml")
+    saved.finetune = OmegaConf.structured(mode)
+    (step / "config.yaml").write_text(OmegaConf.to_yaml(saved))
+    return step
+
+
+def test_plm_glue_and_the_entity_tagger_load_a_runs_task_module_through_the_same_path(tiny_checkpoint, tmp_path):
+    """plm-glue's test predictions and ERNIE's entity tagger rebuild the run's task (finetune.mode=features here)
+    and take its whole task module, or refuse it in one line: a fresh head would predict without a word."""
+    from plm_toolkit.errors import CheckpointError
+    from plm_toolkit.tasks.entity_tagger import EntityTagger
+    from plm_toolkit.tasks.glue_predict import load_classifier
+
+    step, trained, _ = fine_tuned_run(tmp_path / "rte", tiny_checkpoint, "sequence", finetune=FEATURES)
+    classifier = load_classifier(with_finetune_section(step, FEATURES))
+    assert same_state(classifier.task, trained)
+    step, trained, _ = fine_tuned_run(tmp_path / "ner", tiny_checkpoint, "token", finetune=FEATURES)
+    tagger = EntityTagger(with_finetune_section(step, FEATURES))
+    assert same_state(tagger.task, trained)
+    assert len(tagger([["the", "film", "is", "a", "mess"], ["it", "works"]])) == 2
+
+    with_finetune_section(step, FinetuneModeConfig())  # config.yaml now says full mode: the head cannot serve it
+    with pytest.raises(CheckpointError, match="task=ner cannot take this head .it reads a task encoder"):
+        EntityTagger(step)
