@@ -8,8 +8,9 @@ plm-finetune task=sst2 model.checkpoint=/models/bert-sst2 trainer.epochs=0 data.
 
 The task plays the objective's part in plm-train's loop (training/loop.py), so precision, accumulation,
 checkpoints and resume are the same. The run directory gets eval_results.json and the task's prediction files. A
-fine-tuned Hugging Face folder's task head starts the task's head where it computes the same thing
-(tasks/checkpoint_head.py); ``trainer.epochs=0`` evaluates without training.
+fine-tuned checkpoint's task head (a Hugging Face folder's, or a plm-finetune run's with the rest of its task module)
+starts the task's head where it computes the same thing (tasks/checkpoint_head.py); ``trainer.epochs=0`` evaluates
+without training.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from plm_toolkit.cli import run_command, start_run, write_results
 from plm_toolkit.config.lengths import steps_over_epochs
 from plm_toolkit.config.validate import task_class
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+from plm_toolkit.interop.finetuned_head import HEAD_SECTION
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.base import character_width
-from plm_toolkit.tasks.checkpoint_head import HEAD_SECTION, checkpoint_labels, head_record, start_from_checkpoint_head
+from plm_toolkit.tasks.checkpoint_head import checkpoint_labels, head_record, start_from_checkpoint_head
 from plm_toolkit.tasks.seq2seq import task_for_backbone
 
 log = logging.getLogger("plm_toolkit")
@@ -62,7 +64,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     task_config = OmegaConf.to_object(cfg.task)
     if not cfg.data.train_file and getattr(task_config, "labels", None) == [] and not cfg.task.get("regression"):
         # An evaluation without a training file: the labels the checkpoint's head names, in its order.
-        task_config.labels = checkpoint_labels(cls, loaded.task_head)
+        task_config.labels = checkpoint_labels(cls, cfg.task.name, loaded.task_head)
     data = cls.prepare_data(task_config, cfg.data, tokenizer, vocab, characters=character_width(model))
     if hasattr(task_config, "labels") and data.labels:
         task_config.labels = list(data.labels)

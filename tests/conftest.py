@@ -69,7 +69,8 @@ def save_untrained(root: Path, model: nn.Module, tokenizer: Tokenizer, objective
 def save_finetuned(root: Path, model: nn.Module, task: nn.Module, tokenizer: Tokenizer) -> Path:
     """``model`` and ``task`` written as plm-finetune writes a checkpoint (step 1): the task's head in
     objective.safetensors, the backbone's architecture, the task's config and the head's record in config.yaml."""
-    from plm_toolkit.tasks.checkpoint_head import HEAD_SECTION, head_record
+    from plm_toolkit.interop.finetuned_head import HEAD_SECTION
+    from plm_toolkit.tasks.checkpoint_head import head_record
 
     sections = {
         "backbone": OmegaConf.to_container(OmegaConf.structured(model.config)),

@@ -298,8 +298,9 @@ class TrainConfig:
 @dataclass
 class BackboneSourceConfig:
     # The pretrained backbone: a plm-train checkpoint (checkpoints/step_N, checkpoints/last or a run directory)
-    # or a local Hugging Face folder (config.json, weights, tokenizer); a fine-tuned folder's task head starts the
-    # task's head where it computes the same thing (docs/fine-tuning.md).
+    # or a local Hugging Face folder (config.json, weights, tokenizer); a fine-tuned one's task head (a Hugging Face
+    # folder's, or a plm-finetune run's whole task module) starts the task's where it computes the same thing
+    # (docs/fine-tuning.md).
     checkpoint: str = MISSING
     # Dropout of the backbone while fine-tuning (every dropout module); null keeps the checkpoint's.
     dropout: float | None = None

@@ -58,9 +58,25 @@ class HeadLayout:
         return set(self.keys.values()) | set(self.backbone)
 
 
+@dataclass(frozen=True)
+class TrainedTask:
+    """What a plm-finetune checkpoint holds of its task module beside the head (``interop/finetuned_head.py``)."""
+
+    # The task that trained it (its registry name, config.yaml's task.name).
+    name: str
+    # The task module's attribute whose weights ``TaskHead.state`` holds (``head``; KBQA's ``relation_head``).
+    head_name: str
+    # The task module's other weights, named as the task names them: finetune.mode=features' scalar mix and biLSTM
+    # (``features.*``), KBQA's mention tagger (``mention_head.*``).
+    others: dict[str, torch.Tensor] = field(default_factory=dict)
+    # finetune.mode=features: the task biLSTM's width per direction and its layers; None without a task encoder.
+    encoder: tuple[int, int] | None = None
+
+
 @dataclass
 class TaskHead:
-    """The task head of a fine-tuned checkpoint, in the layout of our task heads."""
+    """The task head of a fine-tuned checkpoint, in the layout of our task heads: a Hugging Face folder's, or a
+    plm-finetune checkpoint's (``trained``)."""
 
     # For messages: the transformers class config.json names (or what the keys suggest); on export, the task that
     # trained the head (task=sst2).
@@ -83,6 +99,8 @@ class TaskHead:
     # On export, the id that pads the task's inputs and never ends a text (``checkpoint_head.export_pad_id``): what
     # a class that reads the last token other than config.json's pad_token_id gets there.
     pad_id: int | None = None
+    # A plm-finetune checkpoint's: its task and the rest of its task module; None for a Hugging Face folder's head.
+    trained: TrainedTask | None = None
 
     @property
     def has_bias(self) -> bool:
@@ -95,7 +113,9 @@ class TaskHead:
     def unused(self, why: str, then: str) -> str:
         """The one line that says this head goes unused: the file, its keys and why (keys the backbone took,
         RoBERTa's classifier.dense as the pooler, are named as kept)."""
-        keys = ", ".join(sorted(self.source_keys[ours] for ours in self.state))
+        others = self.trained.others if self.trained is not None else {}
+        keys = sorted(self.source_keys[ours] for ours in self.state) + sorted(others)
+        keys = ", ".join(keys) if len(keys) <= 6 else f"{', '.join(keys[:6])} and {len(keys) - 6} more"
         kept = sorted((theirs, ours) for ours, theirs in self.source_keys.items() if ours not in self.state)
         if kept:
             then += f"; {', '.join(t for t, _ in kept)} stay in the backbone as {', '.join(o for _, o in kept)}"

@@ -34,6 +34,7 @@ from plm_toolkit.catalog import load_all
 from plm_toolkit.data.tokenizer import load_tokenizer, vocab_from_tokenizer
 from plm_toolkit.errors import CheckpointError, ConfigError
 from plm_toolkit.interop.config_check import check_model_config
+from plm_toolkit.interop.finetuned_head import read_finetuned_head
 from plm_toolkit.interop.hf import SAFETENSORS_FILE, TORCH_FILE, HFImport, import_hf
 from plm_toolkit.interop.hf_heads import TaskHead
 from plm_toolkit.models.base import ENCODER_DECODER, GENERATIVE
@@ -48,7 +49,8 @@ class LoadedBackbone:
     # The folder the weights came from, and its kind ("plm_train", "hf:<model_type>" or a format's name).
     source: Path
     kind: str
-    # A fine-tuned Hugging Face folder's task head, when the caller asked for it (``with_task_head``).
+    # A fine-tuned checkpoint's task head (a Hugging Face folder's or a plm-finetune run's), when the caller asked
+    # for it (``with_task_head``).
     task_head: TaskHead | None = None
     # Backbone keys the checkpoint lacks, which hold a fresh init (the pooler of a token classifier's folder).
     initialized_keys: list[str] = dataclasses.field(default_factory=list)
@@ -187,8 +189,10 @@ def with_dropout(model: nn.Module, dropout: float) -> nn.Module:
 
 def load_backbone(path: str | Path, dropout: float | None = None, with_task_head: bool = False) -> LoadedBackbone:
     """A backbone with its weights and tokenizer from a plm-train checkpoint, a Hugging Face folder or a registered
-    format. A fine-tuned Hugging Face folder's task head comes along ``with_task_head`` (plm-finetune decides on
-    it); otherwise one warning line says that it goes unused."""
+    format. The task head of a fine-tuned checkpoint, a Hugging Face folder's or a plm-finetune run's
+    (``interop/finetuned_head.py``), comes along ``with_task_head`` (the task decides on it:
+    ``tasks/checkpoint_head.py``); otherwise a Hugging Face folder's gets one warning line that it goes unused, and a
+    plm-finetune run's objective.safetensors is not read."""
     path = Path(path).expanduser()
     if not path.exists():
         raise CheckpointError(f"model.checkpoint={path}: no such file or directory")
@@ -219,6 +223,8 @@ def load_backbone(path: str | Path, dropout: float | None = None, with_task_head
     tokenizer.no_truncation()
     tokenizer.no_padding()
     loaded = LoadedBackbone(model, tokenizer, source, kind)
+    if step_dir is not None and with_task_head:
+        loaded.task_head = read_finetuned_head(step_dir, read_config_yaml(step_dir / ckpt.CONFIG_FILE), model)
     if imported is not None:
         loaded.initialized_keys = list(imported.initialized_keys)
         loaded.task_head = imported.task_head if with_task_head else None

@@ -140,6 +140,9 @@ class Task(Objective):
     # The kind of head (``self.head``) a fine-tuned checkpoint's may start (tasks/checkpoint_head.py): sequence,
     # token or span; None for a task without one.
     head_kind: str | None = None
+    # The module that is the task's head (its outputs in ``labels`` order, where the task has labels): what a
+    # checkpoint's head loads into. The rest of the task module (a task encoder) loads from a plm-finetune checkpoint.
+    head_name: str = "head"
 
     def __init__(
         self, config, model: nn.Module, vocab: Vocab, data: TaskData, finetune: FinetuneModeConfig | None = None

@@ -1,9 +1,10 @@
 """Entities found by a named-entity tagger that ``plm-finetune task=ner`` produced (``objective.entity_tagger``).
 
 ERNIE 1.0 takes its entity units from a lexical analyzer (Sun et al. 2019, section 3.2); here any NER checkpoint of
-this toolkit plays that part: the backbone and its token-classification head are loaded from the checkpoint
-folder, each sentence's words are tagged (the label of a word is the one predicted on its first sub-token, as the
-task trains it) and the BIO tags become entity spans with conlleval's chunk rules (``tasks/ner.py``).
+this toolkit plays that part: the backbone and its token-classification task (its head, and its task encoder in
+finetune.mode=features) are loaded from the checkpoint folder as plm-finetune loads a run's head, each sentence's
+words are tagged (the label of a word is the one predicted on its first sub-token, as the task trains it) and the
+BIO tags become entity spans with conlleval's chunk rules (``tasks/ner.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.data.plan import DataPlan
@@ -22,28 +22,31 @@ from plm_toolkit.errors import CheckpointError
 from plm_toolkit.objectives.knowledge_masking import TAGGER_KEY as KEY
 from plm_toolkit.objectives.knowledge_masking import ner_checkpoint
 
-# The task head's parameters in objective.safetensors (tasks/ner.py: self.head = LinearHead, its .linear).
-_HEAD = "head.linear"
-
 
 class EntityTagger:
     """Tags lists of words with a task=ner checkpoint; ``tagger(sentences)`` -> entity spans over word indices."""
 
     def __init__(self, path: str | Path, batch_size: int = 64):
-        from plm_toolkit.interop.pretrained import load_backbone
-        from plm_toolkit.tasks.base import template_of
+        from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+        from plm_toolkit.interop.pretrained import load_backbone, read_config_yaml
+        from plm_toolkit.tasks.base import TaskData, template_of
+        from plm_toolkit.tasks.checkpoint_head import run_finetune_mode, start_from_checkpoint_head
+        from plm_toolkit.tasks.ner import NerConfig, TokenClassification
 
         self.folder, self.labels = ner_checkpoint(path)
-        loaded = load_backbone(self.folder)
+        loaded = load_backbone(self.folder, with_task_head=True)
         self.model, self.tokenizer = loaded.model.eval(), loaded.tokenizer
-        state = ckpt.read_weights(self.folder / ckpt.OBJECTIVE_FILE)
-        if f"{_HEAD}.weight" not in state:
-            raise CheckpointError(f"{KEY}={path}: {ckpt.OBJECTIVE_FILE} has no token-classification head ({_HEAD})")
-        weight = state[f"{_HEAD}.weight"]
-        self.head = nn.Linear(weight.shape[1], weight.shape[0])
-        self.head.load_state_dict({"weight": weight, "bias": state[f"{_HEAD}.bias"]})
-        if weight.shape[0] != len(self.labels):
-            raise CheckpointError(f"{KEY}={path}: the head has {weight.shape[0]} outputs for {len(self.labels)} labels")
+        # The tagger as plm-finetune built it (its task encoder too, in finetune.mode=features), its head loaded by
+        # the path every fine-tuned checkpoint's head takes; one that does not fit is refused.
+        vocab = vocab_from_tokenizer(self.tokenizer, source=self.folder)
+        data = TaskData([], None, labels=self.labels)
+        finetune = run_finetune_mode(read_config_yaml(self.folder / ckpt.CONFIG_FILE))
+        self.task = TokenClassification(NerConfig(labels=self.labels), self.model, vocab, data, finetune=finetune)
+        try:
+            start_from_checkpoint_head(self.task, self.model, loaded.task_head, required=True)
+        except CheckpointError as err:
+            raise CheckpointError(f"{KEY}={path}: {err}") from None
+        self.task.eval()
         self.template = template_of(self.tokenizer, pair=False)
         config = self.model.config
         longest = getattr(config, "max_position_embeddings", 512) - getattr(config, "position_offset", 0)
@@ -82,8 +85,8 @@ class EntityTagger:
             input_ids[i, : len(ids)] = torch.tensor(ids)
             token_types[i, : len(ids)] = torch.tensor(types)
             mask[i, : len(ids)] = 1
-        hidden = self.model(input_ids=input_ids, attention_mask=mask, token_type_ids=token_types).hidden  # (B, T, H)
-        predicted = self.head(hidden).argmax(dim=-1)  # (B, T)
+        batch = {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": token_types}
+        predicted = self.task.logits(self.model, batch).argmax(dim=-1)  # (B, T)
         tags = []
         for i, (words, first) in enumerate(zip(chunk, firsts, strict=True)):
             tags.append([self.labels[int(predicted[i, first[w]])] if w in first else "O" for w in range(len(words))])

@@ -2,8 +2,9 @@
 it was not evaluated on: plm-glue's further dev files (MNLI's mismatched section) and unlabeled test files.
 
 The task is rebuilt as plm-finetune built it, from the checkpoint's config.yaml (its task section, with the labels
-read from the training data, and the head's dense layer that ``task_head`` records), and its head loaded from
-objective.safetensors; the backbone comes from model.safetensors.
+read from the training data, and its finetune.mode), and its head (with its dense layer, bias and task encoder)
+loaded from objective.safetensors as plm-finetune loads a checkpoint's head (``tasks/checkpoint_head.py``), here
+refusing a head that does not fit; the backbone comes from model.safetensors.
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 
 from plm_toolkit import checkpoint as ckpt
-from plm_toolkit.config.schema import FinetuneModeConfig
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.interop.pretrained import load_backbone, read_config_yaml
 from plm_toolkit.tasks.base import TaskData, character_width
-from plm_toolkit.tasks.checkpoint_head import HEAD_SECTION
+from plm_toolkit.tasks.checkpoint_head import run_finetune_mode, start_from_checkpoint_head
 from plm_toolkit.tasks.glue import ClassificationConfig, Row, SequenceClassification, encode_rows
 from plm_toolkit.tasks.seq2seq import task_for_backbone
 from plm_toolkit.training.precision import Runtime
@@ -38,7 +38,7 @@ class Classifier:
 
 def load_classifier(step: Path) -> Classifier:
     """The fine-tuned classifier of the plm-finetune checkpoint ``step``, in evaluation mode on the CPU."""
-    loaded = load_backbone(step)
+    loaded = load_backbone(step, with_task_head=True)
     saved = read_config_yaml(step / ckpt.CONFIG_FILE)
     section = saved.get("task")
     if section is None or "labels" not in section:
@@ -50,20 +50,11 @@ def load_classifier(step: Path) -> Classifier:
             f"{step}: task={config.name} on an encoder-decoder is text-to-text; only a classifier head is predicted "
             "here (plm-glue: glue.predict_test=false, and leave out mnli, whose mismatched dev file needs it)"
         )
-    finetune = OmegaConf.structured(FinetuneModeConfig)
-    if saved.get("finetune") is not None:
-        finetune = OmegaConf.merge(finetune, saved.finetune)
     vocab = vocab_from_tokenizer(loaded.tokenizer, source=step)
     data = TaskData([], None, labels=list(config.labels))
-    task = SequenceClassification(config, loaded.model, vocab, data, finetune=OmegaConf.to_object(finetune))
-    # A head started from a Hugging Face checkpoint's may have a dense layer or lack a bias that task.* does not say.
-    activation = (saved.get(HEAD_SECTION) or {}).get("activation")
-    if activation is not None and task.head.dense is None:
-        task.head.add_dense(activation)
-    state = ckpt.read_weights(step / ckpt.OBJECTIVE_FILE)
-    if "head.linear.bias" not in state:
-        task.head.drop_bias()
-    ckpt.load_weights(task, step / ckpt.OBJECTIVE_FILE)
+    task = SequenceClassification(config, loaded.model, vocab, data, finetune=run_finetune_mode(saved))
+    # The checkpoint's own task: its head (and task encoder) must load, or the predictions would be a fresh head's.
+    start_from_checkpoint_head(task, loaded.model, loaded.task_head, required=True)
     task.eval()
     loaded.model.eval()
     return Classifier(task, loaded.model, loaded.tokenizer, character_width(loaded.model))

@@ -144,6 +144,8 @@ class KnowledgeBaseQA(Task):
     """A mention tagger and a relation classifier on one encoder; stages 2 and 4 decode at evaluation."""
 
     metric_denominators = {"mention_correct": "mention", "relation_correct": "relation"}
+    # The head whose outputs follow task.labels; a checkpoint's mention tagger loads beside it.
+    head_name = "relation_head"
 
     @classmethod
     def check_config(cls, config) -> None:
