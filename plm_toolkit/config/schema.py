@@ -22,6 +22,7 @@ def choices(name: str, *values: str) -> type[Enum]:
 TokenizerKind = choices(
     "TokenizerKind", "auto", "wordpiece", "bpe", "gpt2_bpe", "unigram", "t5_unigram", "character", "word"
 )
+DocumentBoundary = choices("DocumentBoundary", "blank_line", "line", "file")
 Packing = choices("Packing", "auto", "sentence_pairs", "segment_pairs", "full_sentences", "streams", "sentence_streams")
 OptimizerName = choices("OptimizerName", "adamw", "adam", "sgd")
 Schedule = choices("Schedule", "linear", "cosine", "constant", "noam", "inverse_sqrt")
@@ -48,8 +49,10 @@ class TokenizerConfig:
     kind: TokenizerKind = TokenizerKind.auto
     # Size of a trained vocabulary (special tokens included).
     vocab_size: int = 8000
-    # Lower-case and strip accents before tokenizing (WordPiece, BERT uncased); byte-level BPE is always cased.
-    lowercase: bool = True
+    # Lower-case before tokenizing (WordPiece also strips accents, as BERT uncased); null: the kind's own default,
+    # true for wordpiece and unigram, false for character (every character kept as written). bpe, gpt2_bpe,
+    # t5_unigram and word vocabularies are always cased.
+    lowercase: bool | None = None
     # A piece must occur this often in the corpus to enter a trained vocabulary.
     min_frequency: int = 2
 
@@ -67,6 +70,12 @@ class DataConfig:
     dataset_path: str | None = None
     # Column holding one document per row in a saved dataset.
     text_column: str = "text"
+    # What a document is in a text file (and in a saved dataset's row): blank_line, blocks of lines separated by
+    # one or more blank lines; line, every non-blank line; file, the whole file as written, blank lines included
+    # (nanoGPT's tinyshakespeare). Running-text layouts (GPT, Transformer-XL, XLNet, T5, RoBERTa) keep each
+    # document's text as written, newlines and spaces included, with the end-of-text (or separator) token between
+    # documents.
+    document_boundary: DocumentBoundary = DocumentBoundary.blank_line
     # The vocabulary: loaded from a file or trained on the training files (keys below).
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     # Tokens per sequence, special tokens included; at most model.max_position_embeddings.

@@ -27,9 +27,9 @@ from plm_toolkit.data.corpus import (
     choice,
     document_sentences,
     read_documents,
-    split_documents,
     stable_hash,
 )
+from plm_toolkit.data.documents import sentence_starts, token_cuts
 from plm_toolkit.data.plan import LAYOUTS, STREAM_LAYOUTS
 from plm_toolkit.data.sentence_pairs import (
     LONG_SENTENCE_PAIRS,
@@ -40,6 +40,7 @@ from plm_toolkit.data.sentence_pairs import (
 from plm_toolkit.data.sentence_streams import sentence_stream_windows
 from plm_toolkit.data.spellings import unknown_spellings
 from plm_toolkit.data.template import Template, template_of
+from plm_toolkit.data.tokenizer import running_text_tokenizer
 from plm_toolkit.data.unit_corpus import tokenize_with_units, unit_documents, wrap_with_codes
 from plm_toolkit.data.units import NONE as NO_UNIT
 from plm_toolkit.data.vocab import Vocab
@@ -47,7 +48,9 @@ from plm_toolkit.errors import DataError
 
 PAIR_LAYOUTS = ("sentence_pairs", "segment_pairs")
 # Bump when a change to this file or to the sentence splitter changes what the cached files hold.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+# Layouts that read running text: each document is tokenized whole, as written (streams need no sentences).
+RUNNING_TEXT_LAYOUTS = ("streams", "full_sentences")
 _BATCH = 256  # documents per map batch
 
 logger = logging.getLogger(__name__)
@@ -87,7 +90,10 @@ def build_pretraining_examples(
     if units is not None:
         tokenized = tokenize_with_units(documents, tokenizer, data_cfg, units)
     else:
-        tokenized = tokenize_documents(documents, tokenizer, data_cfg, unk_id)
+        running = "documents" if layout == "streams" else "document_sentences"
+        tokenized = tokenize_documents(
+            documents, tokenizer, data_cfg, unk_id, running if layout in RUNNING_TEXT_LAYOUTS else "sentences"
+        )
     settings = (layout, int(data_cfg.max_seq_len), FORMAT_VERSION, int(seed))
     if layout in PAIR_LAYOUTS:
         settings += (float(data_cfg.short_seq_prob), float(data_cfg.random_next_prob))
@@ -122,17 +128,25 @@ def build_pretraining_examples(
 
 
 def tokenize_documents(
-    documents: Any, tokenizer: Tokenizer, data_cfg: Any, unk_id: int | None = None
+    documents: Any, tokenizer: Tokenizer, data_cfg: Any, unk_id: int | None = None, unit: str = "sentences"
 ) -> datasets.Dataset:
-    """One row per document with at least one sentence: `sentences`, a list of token-id lists (no specials); with
-    ``unk_id`` also `unknown`, each sentence's spellings of its ``unk_id`` tokens (``data/spellings.py``)."""
+    """One row per document with at least one token: `sentences`, a list of token-id lists (no specials); with
+    ``unk_id`` also `unknown`, each sentence's spellings of its ``unk_id`` tokens (``data/spellings.py``).
+
+    ``unit``: what is tokenized. ``sentences``: each sentence alone (the sentence layouts: BERT's pairs, ELMo's
+    streams); ``documents``: each document whole, as written, its tokens one "sentence"; ``document_sentences``:
+    each document whole, its tokens then cut where its sentences start (RoBERTa's full sentences). The last two
+    lose no character: the tokens of a row are those of the document's text."""
     spelled = () if unk_id is None else ("spellings", unk_id)  # without, the cache key is the one it always was
-    key = stable_hash(documents.fingerprint, tokenizer.to_str(), FORMAT_VERSION, *spelled)
+    key = stable_hash(documents.fingerprint, tokenizer.to_str(), FORMAT_VERSION, unit, *spelled)
     path = cache_root(data_cfg) / "tokenized" / f"{key}.arrow"
     path.parent.mkdir(parents=True, exist_ok=True)
+    as_written = running_text_tokenizer(tokenizer)
 
     def tokenize(batch: dict[str, list]) -> dict[str, list]:
-        texts = [document for block in batch["text"] for document in split_documents(block or "")]
+        texts = batch["text"]
+        if unit != "sentences":
+            return {"sentences": running_text(texts, as_written, unit == "document_sentences")}
         per_document = [document_sentences(text) for text in texts]
         flat = [s for sentences in per_document for s in sentences]
         encodings = tokenizer.encode_batch(flat, add_special_tokens=False)
@@ -165,6 +179,19 @@ def tokenize_documents(
     if len(tokenized) == 0:
         raise DataError(f"{documents.source} has no text; expected documents separated by blank lines")
     return tokenized
+
+
+def running_text(texts: list[str], tokenizer: Tokenizer, sentences: bool) -> list[list[list[int]]]:
+    """Each non-blank document's tokens (the whole text, as written), as one piece or cut where its sentences
+    start; documents that give no token are dropped."""
+    out = []
+    for text, encoding in zip(texts, tokenizer.encode_batch(texts, add_special_tokens=False), strict=True):
+        ids = encoding.ids
+        if not ids:
+            continue
+        bounds = [0, *(token_cuts(encoding, sentence_starts(text)[1:], len(text)) if sentences else ()), len(ids)]
+        out.append([ids[a:b] for a, b in zip(bounds, bounds[1:], strict=False)])
+    return out
 
 
 # --- step 2a: BERT sentence pairs --------------------------------------------------------------------------

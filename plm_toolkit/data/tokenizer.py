@@ -51,12 +51,28 @@ def tokenizer_kind(data_cfg: Any) -> str:
     return "wordpiece" if kind == "auto" else kind
 
 
+# Kinds whose pipeline lower-cases when data.tokenizer.lowercase says so, with their default (lowercase: null).
+LOWERCASE_DEFAULTS = {"wordpiece": True, "unigram": True, "character": False}
+# Bump when a change to training (or to the text it reads) changes what a trained tokenizer holds.
+TRAINING_VERSION = 2
+
+
+def lowercase_setting(data_cfg: Any) -> bool:
+    """Whether the tokenizer lower-cases: data.tokenizer.lowercase, or the kind's default when it is null; False
+    for the kinds that are always cased."""
+    kind = tokenizer_kind(data_cfg)
+    value = data_cfg.tokenizer.lowercase
+    if kind not in LOWERCASE_DEFAULTS:
+        return False
+    return LOWERCASE_DEFAULTS[kind] if value is None else bool(value)
+
+
 def load_or_train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
     """The tokenizer named by `data.tokenizer.path`, or one trained on the training documents (cached); `documents`
     (a `Documents`) replaces them, e.g. both sides of parallel text for a joint vocabulary."""
     tok_cfg = data_cfg.tokenizer
     if tok_cfg.path:
-        return load_tokenizer(tok_cfg.path, lowercase=bool(tok_cfg.lowercase))
+        return load_tokenizer(tok_cfg.path, lowercase=tok_cfg.lowercase is None or bool(tok_cfg.lowercase))
     return train_tokenizer(data_cfg, documents)
 
 
@@ -256,10 +272,11 @@ def tokenizer_cache_path(data_cfg: Any, corpus_fingerprint: str) -> Path:
         corpus_fingerprint,
         kind,
         0 if word else int(t.vocab_size),
-        bool(t.lowercase) if kind == "wordpiece" else False,
+        lowercase_setting(data_cfg),
         0 if word else int(t.min_frequency),
         specials,
         tokenizers.__version__,
+        TRAINING_VERSION,
     )
     return cache_root(data_cfg) / "tokenizers" / f"{key}.json"
 
@@ -280,7 +297,7 @@ def train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
         _atomic_save(tokenizer, path)
         return tokenizer
     if kind == "character":
-        tokenizer = character_tokenizer(documents.dataset, int(t.vocab_size), bool(t.lowercase))
+        tokenizer = character_tokenizer(documents.dataset, int(t.vocab_size), lowercase_setting(data_cfg))
         _add_specials(tokenizer)
         _atomic_save(tokenizer, path)
         return tokenizer
@@ -296,13 +313,13 @@ def train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
         )
         finish = _add_bpe_specials if kind == "bpe" else _add_gpt2_specials
     elif kind == "unigram":
-        tokenizer, trainer = unigram_tokenizer(bool(t.lowercase)), unigram_trainer(int(t.vocab_size))
+        tokenizer, trainer = unigram_tokenizer(lowercase_setting(data_cfg)), unigram_trainer(int(t.vocab_size))
         finish = partial(_add_specials, xlnet_layout=True)
     elif kind == "t5_unigram":  # T5's: cased, <pad> </s> <unk>, 100 sentinels at the top (data/sentinels.py)
         tokenizer, trainer = unigram_tokenizer(lowercase=False), t5_unigram_trainer(int(t.vocab_size))
         finish = add_sentinels
     else:
-        tokenizer = bert_tokenizer(models.WordPiece(unk_token="[UNK]"), bool(t.lowercase))
+        tokenizer = bert_tokenizer(models.WordPiece(unk_token="[UNK]"), lowercase_setting(data_cfg))
         trainer = trainers.WordPieceTrainer(
             vocab_size=int(t.vocab_size),
             min_frequency=int(t.min_frequency),
@@ -321,6 +338,26 @@ def train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
     finish(tokenizer)  # the template needs the ids of [CLS] and [SEP], which exist only now
     _atomic_save(tokenizer, path)
     return tokenizer
+
+
+def running_text_tokenizer(tokenizer: Tokenizer) -> Tokenizer:
+    """A copy of ``tokenizer`` that encodes (and decodes) a document exactly as written: no space is added before
+    the text (byte-level BPE's add_prefix_space, the unigram's "▁" prepended to a text), so a document's first
+    word gets the pieces it has in the text, as GPT-2 and fairseq tokenize running text, and decoding gives the
+    text back. Other tokenizers are returned as they are."""
+    pre_tokenizer, decoder = tokenizer.pre_tokenizer, tokenizer.decoder
+    byte_level = isinstance(pre_tokenizer, pre_tokenizers.ByteLevel) and pre_tokenizer.add_prefix_space
+    metaspace = isinstance(pre_tokenizer, pre_tokenizers.Metaspace) and pre_tokenizer.prepend_scheme != "never"
+    if not (byte_level or metaspace):
+        return tokenizer
+    copy = Tokenizer.from_str(tokenizer.to_str())
+    if byte_level:
+        copy.pre_tokenizer.add_prefix_space = False
+    else:
+        copy.pre_tokenizer.prepend_scheme = "never"
+        if isinstance(decoder, decoders.Metaspace):
+            copy.decoder.prepend_scheme = "never"
+    return copy
 
 
 def save_tokenizer(tokenizer: Tokenizer, directory: str | Path) -> Path:
