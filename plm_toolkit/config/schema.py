@@ -55,20 +55,25 @@ class TokenizerConfig:
     lowercase: bool | None = None
     # A piece must occur this often in the corpus to enter a trained vocabulary.
     min_frequency: int = 2
+    # A trained vocabulary learns from at most this many characters of the training text: all of a smaller corpus,
+    # else the same share from the start of every shard (a sample spread over the corpus, as SentencePiece's
+    # input_sentence_size; its time and memory then stay the same however large the corpus grows).
+    train_sample_bytes: int = 100_000_000
 
 
 @dataclass
 class DataConfig:
     # Name of the preset, for logs.
     name: str = "text_files"
-    # Local UTF-8 text files: a blank line separates documents, each line holds one or more sentences.
+    # Local files or glob patterns: UTF-8 text (a blank line separates documents, see document_boundary), or JSONL
+    # (.jsonl/.json, one document per row in the text_column field); .gz or .zst compressed or not.
     train_files: list[str] = field(default_factory=list)
-    # Held-out files in the same format; empty means no evaluation.
+    # Held-out files in the same formats; empty means no evaluation.
     validation_files: list[str] = field(default_factory=list)
     # A folder written by `datasets`' save_to_disk (a DatasetDict with train/validation, or one Dataset);
     # replaces train_files/validation_files when set.
     dataset_path: str | None = None
-    # Column holding one document per row in a saved dataset.
+    # Column holding one document per row in a saved dataset, or a JSONL row's field holding its text.
     text_column: str = "text"
     # What a document is in a text file (and in a saved dataset's row): blank_line, blocks of lines separated by
     # one or more blank lines; line, every non-blank line; file, the whole file as written, blank lines included
@@ -91,6 +96,14 @@ class DataConfig:
     packing: Packing = Packing.auto
     # Tokenizers and tokenized corpora are cached here, keyed by the files' contents and the settings.
     cache_dir: str = "${oc.env:PLM_TOOLKIT_CACHE,${oc.env:HOME,.}/.cache/plm_toolkit}"
+    # A token store folder (docs/data-store.md): plm-prepare writes it, plm-train reads it (and prepares it first
+    # when it is missing or unfinished). null: a folder under cache_dir/stores keyed on the files and settings.
+    store: str | None = None
+    # Worker processes that tokenize the corpus into the store; null: the CPU cores this process may use.
+    num_proc: int | None = None
+    # Bytes of corpus text per store shard: each worker tokenizes one shard at a time (a compressed file is one
+    # shard). Smaller shards spread a small corpus over more workers.
+    shard_bytes: int = 64_000_000
     # Data-loader worker processes (0 loads in the training process).
     num_workers: int = 0
 

@@ -7,7 +7,6 @@ so that a corpus larger than memory streams through tokenization.
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import os
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from plm_toolkit.data.documents import (  # noqa: E402, F401 - the sentence spli
     split_sentences,
     split_text,
 )
+from plm_toolkit.data.sources import scan_text  # noqa: E402
 from plm_toolkit.errors import ConfigError, DataError  # noqa: E402
 
 SPLITS = ("train", "validation")
@@ -93,29 +93,8 @@ def check_text_file(path: str | Path, expected: str = "documents separated by bl
         what = "is a directory" if path.is_dir() else "does not exist"
         raise DataError(f"corpus file {path} {what}; expected a UTF-8 text file")
     digest = hashlib.sha256()
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    line = 1
-    has_text = False
     with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-            nul = chunk.find(b"\x00")
-            if nul >= 0:
-                where = line + chunk.count(b"\n", 0, nul)
-                raise DataError(f"{path}:{where}: NUL byte, this looks like a binary file; expected UTF-8 text")
-            try:
-                text = decoder.decode(chunk)
-            except UnicodeDecodeError as e:
-                # The bad byte's offset counts from the undecoded tail carried over from the last chunk.
-                pending = len(decoder.getstate()[0])
-                where = line + chunk.count(b"\n", 0, max(e.start - pending, 0))
-                raise DataError(f"{path}:{where}: not valid UTF-8 ({e.reason}); expected UTF-8 text") from None
-            has_text = has_text or bool(text.strip())
-            line += chunk.count(b"\n")
-        try:
-            decoder.decode(b"", final=True)
-        except UnicodeDecodeError:
-            raise DataError(f"{path}:{line}: ends inside a UTF-8 character; expected UTF-8 text") from None
+        has_text = scan_text(f, path, digest=digest)
     if not has_text:
         raise DataError(f"corpus file {path} has no text; expected {expected}")
     return digest.hexdigest()
@@ -178,8 +157,9 @@ def _dataset(generate, data_cfg: Any, fingerprint: str, sources: list[str]) -> d
         raise DataError(f"could not read {', '.join(sources)}: {str(e).splitlines()[0]}") from e
 
 
-def _read_saved(data_cfg: Any, split: str) -> Documents | None:
-    path = Path(os.path.expanduser(str(data_cfg.dataset_path)))
+def open_saved_split(path: Path, split: str, column: str):
+    """(split name, Dataset) of a folder written by save_to_disk, or None when it has no such split (a single Dataset
+    is the training split). DataError when the folder or the column is missing."""
     if not path.is_dir():
         raise DataError(f"saved dataset {path} does not exist; expected a folder written by save_to_disk")
     try:
@@ -187,22 +167,30 @@ def _read_saved(data_cfg: Any, split: str) -> Documents | None:
     except Exception as e:  # noqa: BLE001
         raise DataError(f"{path} is not a dataset saved with save_to_disk: {str(e).splitlines()[0]}") from e
     if isinstance(loaded, datasets.DatasetDict):
-        names = {"train": ("train",), "validation": ("validation", "valid")}[split]
+        names = {"train": ("train",), "validation": ("validation", "valid")}.get(split, (split,))
         found = [n for n in names if n in loaded]
         if not found:
             if split == "train":
                 raise DataError(f"saved dataset {path} has no 'train' split; it has {sorted(loaded)}")
             return None
-        dataset = loaded[found[0]]
-    elif split == "train":
-        dataset = loaded
+        split, dataset = found[0], loaded[found[0]]
+    elif split in ("train", None):
+        split, dataset = None, loaded
     else:
         return None
-    column = data_cfg.text_column
     if column not in dataset.column_names:
         raise DataError(
             f"saved dataset {path} has no column {column!r} (data.text_column); its columns are {dataset.column_names}"
         )
+    return split, dataset
+
+
+def _read_saved(data_cfg: Any, split: str) -> Documents | None:
+    path = Path(os.path.expanduser(str(data_cfg.dataset_path)))
+    found = open_saved_split(path, split, data_cfg.text_column)
+    if found is None:
+        return None
+    dataset, column = found[1], data_cfg.text_column
     boundary = document_boundary(data_cfg)
     fingerprint = stable_hash("saved", str(path), dataset._fingerprint, column, boundary, READER_VERSION)
 

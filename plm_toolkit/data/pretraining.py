@@ -25,12 +25,11 @@ from tokenizers import Tokenizer
 from plm_toolkit.data.corpus import (
     cache_root,
     choice,
-    document_sentences,
     read_documents,
     stable_hash,
 )
-from plm_toolkit.data.documents import sentence_starts, token_cuts
 from plm_toolkit.data.plan import LAYOUTS, STREAM_LAYOUTS
+from plm_toolkit.data.preparation import prepare_store
 from plm_toolkit.data.sentence_pairs import (
     LONG_SENTENCE_PAIRS,
     SplitDocuments,
@@ -38,9 +37,8 @@ from plm_toolkit.data.sentence_pairs import (
     split_long_sentences,
 )
 from plm_toolkit.data.sentence_streams import sentence_stream_windows
-from plm_toolkit.data.spellings import unknown_spellings
+from plm_toolkit.data.store import TokenStore
 from plm_toolkit.data.template import Template, template_of
-from plm_toolkit.data.tokenizer import running_text_tokenizer
 from plm_toolkit.data.unit_corpus import tokenize_with_units, unit_documents, wrap_with_codes
 from plm_toolkit.data.units import NONE as NO_UNIT
 from plm_toolkit.data.vocab import Vocab
@@ -79,21 +77,26 @@ def build_pretraining_examples(
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if data_cfg.max_seq_len < 8:
         raise DataError(f"data.max_seq_len={data_cfg.max_seq_len} is too short; expected at least 8 tokens")
-    documents = read_documents(data_cfg, split)
-    if documents is None:
-        return None
     if units is not None and layout != "full_sentences":
         raise DataError(f"knowledge units travel with full_sentences packing only, not {layout}")
     if spellings and layout != "sentence_streams":
         raise ValueError(f"token spellings travel with sentence_streams packing only, not {layout}")
     unk_id = vocab.require("unk_id", "keeping the spelling of unknown words") if spellings else None
     if units is not None:
+        documents = read_documents(data_cfg, split)
+        if documents is None:
+            return None
+        source = documents.source
         tokenized = tokenize_with_units(documents, tokenizer, data_cfg, units)
     else:
-        running = "documents" if layout == "streams" else "document_sentences"
-        tokenized = tokenize_documents(
-            documents, tokenizer, data_cfg, unk_id, running if layout in RUNNING_TEXT_LAYOUTS else "sentences"
-        )
+        store = TokenStore(prepare_store(data_cfg, store_unit(layout), spellings))
+        if store.tokenizer.to_str() != tokenizer.to_str():
+            raise DataError(f"the token store {store.folder} holds another tokenizer than the one given")
+        part = store.split(split)
+        if part is None:
+            return None
+        source = ", ".join(s["path"] for s in part.info["sources"])
+        tokenized = _tokenized(part, spellings, cache_root(data_cfg) / "tokenized" / f"store-{store.fingerprint}")
     settings = (layout, int(data_cfg.max_seq_len), FORMAT_VERSION, int(seed))
     if layout in PAIR_LAYOUTS:
         settings += (float(data_cfg.short_seq_prob), float(data_cfg.random_next_prob))
@@ -108,7 +111,7 @@ def build_pretraining_examples(
             logger.warning(
                 "%s holds one document: random next sentences come from elsewhere in that document; separate "
                 "documents with a blank line for proper NSP negatives",
-                documents.source,
+                source,
             )
         return _sentence_pairs(tokenized, vocab, data_cfg, seed, path)
     if layout == "streams":
@@ -124,74 +127,41 @@ def build_pretraining_examples(
     return _full_sentences(tokenized, single, vocab.document_separator, int(data_cfg.max_seq_len), path)
 
 
-# --- step 1: sentences -> token ids -----------------------------------------------------------------------
+# --- step 1: the token store's documents as rows ----------------------------------------------------------
 
 
-def tokenize_documents(
-    documents: Any, tokenizer: Tokenizer, data_cfg: Any, unk_id: int | None = None, unit: str = "sentences"
-) -> datasets.Dataset:
-    """One row per document with at least one token: `sentences`, a list of token-id lists (no specials); with
-    ``unk_id`` also `unknown`, each sentence's spellings of its ``unk_id`` tokens (``data/spellings.py``).
-
-    ``unit``: what is tokenized. ``sentences``: each sentence alone (the sentence layouts: BERT's pairs, ELMo's
-    streams); ``documents``: each document whole, as written, its tokens one "sentence"; ``document_sentences``:
-    each document whole, its tokens then cut where its sentences start (RoBERTa's full sentences). The last two
-    lose no character: the tokens of a row are those of the document's text."""
-    spelled = () if unk_id is None else ("spellings", unk_id)  # without, the cache key is the one it always was
-    key = stable_hash(documents.fingerprint, tokenizer.to_str(), FORMAT_VERSION, unit, *spelled)
-    path = cache_root(data_cfg) / "tokenized" / f"{key}.arrow"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    as_written = running_text_tokenizer(tokenizer)
-
-    def tokenize(batch: dict[str, list]) -> dict[str, list]:
-        texts = batch["text"]
-        if unit != "sentences":
-            return {"sentences": running_text(texts, as_written, unit == "document_sentences")}
-        per_document = [document_sentences(text) for text in texts]
-        flat = [s for sentences in per_document for s in sentences]
-        encodings = tokenizer.encode_batch(flat, add_special_tokens=False)
-        columns = {"sentences": [e.ids for e in encodings]}
-        if unk_id is not None:
-            columns["unknown"] = [unknown_spellings(e, text, unk_id) for e, text in zip(encodings, flat, strict=True)]
-        out: dict[str, list] = {name: [] for name in columns}
-        start = 0
-        for sentences in per_document:
-            kept = [k for k in range(start, start + len(sentences)) if encodings[k].ids]
-            start += len(sentences)
-            if kept:  # blank documents are dropped (a batched map may return fewer rows)
-                for name, values in columns.items():
-                    out[name].append([values[k] for k in kept])
-        return out
-
-    features = {"sentences": [[datasets.Value("int32")]]}
-    if unk_id is not None:
-        features["unknown"] = [[datasets.Value("string")]]
-    tokenized = documents.dataset.map(
-        tokenize,
-        batched=True,
-        batch_size=_BATCH,
-        remove_columns=documents.dataset.column_names,
-        features=datasets.Features(features),
-        cache_file_name=str(path),
-        new_fingerprint=key,
-        desc="tokenizing",
-    )
-    if len(tokenized) == 0:
-        raise DataError(f"{documents.source} has no text; expected documents separated by blank lines")
-    return tokenized
+def store_unit(layout: str) -> str:
+    """What a layout needs the store to hold (``data/shard_worker.py``): running text for streams, running text
+    with sentence starts for full sentences, sentences one by one for the sentence layouts."""
+    return {"streams": "documents", "full_sentences": "document_sentences"}.get(layout, "sentences")
 
 
-def running_text(texts: list[str], tokenizer: Tokenizer, sentences: bool) -> list[list[list[int]]]:
-    """Each non-blank document's tokens (the whole text, as written), as one piece or cut where its sentences
-    start; documents that give no token are dropped."""
-    out = []
-    for text, encoding in zip(texts, tokenizer.encode_batch(texts, add_special_tokens=False), strict=True):
-        ids = encoding.ids
-        if not ids:
-            continue
-        bounds = [0, *(token_cuts(encoding, sentence_starts(text)[1:], len(text)) if sentences else ()), len(ids)]
-        out.append([ids[a:b] for a, b in zip(bounds, bounds[1:], strict=False)])
-    return out
+def _tokenized(part: Any, spellings: bool, stem: Path) -> datasets.Dataset:
+    """One row per document of a store split: `sentences` (token-id lists), with `unknown` (each sentence's unk
+    spellings) where asked; written once with pyarrow in one pass."""
+    path = stem.with_name(f"{stem.name}-{part.name}{'-spelled' if spellings else ''}.arrow")
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fields = [("sentences", pa.list_(pa.list_(pa.int32())))]
+        fields += [("unknown", pa.list_(pa.list_(pa.string())))] if spellings else []
+        schema = pa.schema(fields)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        columns = [part.documents()] + ([part.documents("unknown")] if spellings else [])
+        with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+            rows: list[tuple] = []
+            for row in zip(*columns, strict=True):
+                rows.append(row)
+                if len(rows) == 1000:
+                    writer.write_batch(_rows(rows, schema))
+                    rows = []
+            if rows:
+                writer.write_batch(_rows(rows, schema))
+        os.replace(temporary, path)
+    return datasets.Dataset.from_file(str(path))
+
+
+def _rows(rows: list[tuple], schema: pa.Schema) -> pa.RecordBatch:
+    return pa.record_batch([pa.array([r[k] for r in rows], f.type) for k, f in enumerate(schema)], schema)
 
 
 # --- step 2a: BERT sentence pairs --------------------------------------------------------------------------

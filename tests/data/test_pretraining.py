@@ -17,12 +17,13 @@ from plm_toolkit.data import (
     Collator,
     Vocab,
     build_pretraining_examples,
-    collate,
     pack_full_sentences,
     prepare_pretraining_data,
     sentence_pairs,
 )
+from plm_toolkit.data import preparation as preparation_module
 from plm_toolkit.data import pretraining as pretraining_module
+from plm_toolkit.data.collate import collate
 
 WORDS_PER_SENTENCE = 4  # + the period: every sentence is 5 tokens
 
@@ -129,7 +130,7 @@ def test_second_run_reuses_the_cached_examples(tmp_path, monkeypatch):
         raise AssertionError("rebuilt instead of reusing the cache")
 
     monkeypatch.setattr(pretraining_module, "document_pairs", fail)
-    monkeypatch.setattr(pretraining_module, "document_sentences", fail)
+    monkeypatch.setattr(preparation_module, "tokenize_piece", fail)
     assert prepare_pretraining_data(cfg, "sentence_pairs", seed=1).train.to_dict() == first
 
 
