@@ -115,6 +115,29 @@ def prepare_store(data_cfg: Any, unit: str, spellings: bool = False) -> Path:
     return folder
 
 
+def resumed_store(data_cfg: Any, tokenizer_file: Path, unit: str, spellings: bool = False) -> Any:
+    """``data_cfg`` for a run resumed from a checkpoint whose tokenizer is ``tokenizer_file``: the store the run was
+    prepared into where it still holds that tokenizer (nothing is tokenized again), else a store prepared with that
+    tokenizer (data.tokenizer.path). A given data.store must hold the checkpoint's tokenizer."""
+    from omegaconf import OmegaConf
+
+    wanted = load_tokenizer(tokenizer_file).to_str()
+    if getattr(data_cfg, "store", None):
+        folder = Path(os.path.expanduser(str(data_cfg.store)))
+        held = folder / TOKENIZER
+        if (folder / MANIFEST).is_file() and load_tokenizer(held).to_str() != wanted:
+            raise DataError(
+                f"data.store={folder} holds another tokenizer than the checkpoint being resumed ({tokenizer_file}); "
+                "resume with the store the run trained on"
+            )
+        return data_cfg
+    settings = store_settings(data_cfg, unit, spellings)
+    folder = store_folder(data_cfg, settings, {split: resolve_sources(data_cfg, split) for split in SPLITS})
+    if (folder / MANIFEST).is_file() and load_tokenizer(folder / TOKENIZER).to_str() == wanted:
+        return OmegaConf.merge(data_cfg, {"store": str(folder)})
+    return OmegaConf.merge(data_cfg, {"tokenizer": {"path": str(tokenizer_file)}})
+
+
 _WORDS = {
     "unit": {
         "documents": "documents tokenized whole, as written (streams)",

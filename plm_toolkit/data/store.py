@@ -195,7 +195,20 @@ class Shard:
         return np.memmap(self.stem.with_suffix(".bin"), dtype=self.header["dtype"], mode="r")
 
     def array(self, name: str) -> np.ndarray:
-        """An index array (read-only, memory-mapped); an empty one where the shard has none of that name."""
+        """An index array (read-only, memory-mapped once); an empty one where the shard has none of that name."""
+        arrays = self.__dict__.setdefault("_arrays", {})
+        if name not in arrays:
+            arrays[name] = self._map(name)
+        return arrays[name]
+
+    def __getstate__(self) -> dict:
+        """Pickled without its memory maps (a data-loader worker maps the files again)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("ids", "_arrays")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    def _map(self, name: str) -> np.ndarray:
         place = self.header["arrays"].get(name)
         if place is None or place["length"] == 0:
             return np.zeros(0, np.int64)
@@ -249,26 +262,35 @@ class StoreSplit:
     def num_documents(self) -> int:
         return sum(s.num_documents for s in self.shards)
 
+    @cached_property
+    def _document_offsets(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum([s.num_documents for s in self.shards])]).astype(np.int64)
+
     def documents(self, column: str = "sentences"):
         """Each document in order as a list of sentences: token-id lists (``sentences``) or the spellings of their
         unk tokens (``unknown``). A store without sentence starts gives each document as one sentence."""
         for shard in self.shards:
-            document_ends = shard.array("document_ends")
-            sentence_ends = shard.array("sentence_ends")
-            if not len(sentence_ends):
-                sentence_ends, per_document = document_ends, np.arange(1, len(document_ends) + 1)
-            else:
-                per_document = shard.array("document_sentences")
-            unknown = _Spellings(shard) if column == "unknown" else None
-            first = 0
-            for last in per_document.tolist():
-                starts = [0 if k == 0 else int(sentence_ends[k - 1]) for k in range(first, last)]
-                ends = sentence_ends[first:last].tolist()
-                if unknown is None:
-                    yield [shard.ids[a:b].tolist() for a, b in zip(starts, ends, strict=True)]
-                else:
-                    yield [unknown.between(a, b) for a, b in zip(starts, ends, strict=True)]
-                first = last
+            for document in range(shard.num_documents):
+                yield _document(shard, document, column)
+
+    def document(self, index: int, column: str = "sentences") -> list:
+        """Document ``index`` (counted over the whole split) as ``documents`` gives it."""
+        number = int(np.searchsorted(self._document_offsets, index, side="right")) - 1
+        return _document(self.shards[number], index - int(self._document_offsets[number]), column)
+
+
+def _document(shard: Shard, document: int, column: str) -> list:
+    sentence_ends = shard.array("sentence_ends")
+    if len(sentence_ends):
+        per_document = shard.array("document_sentences")
+        first, last = (int(per_document[document - 1]) if document else 0), int(per_document[document])
+    else:
+        sentence_ends, first, last = shard.array("document_ends"), document, document + 1
+    bounds = [int(sentence_ends[first - 1]) if first else 0, *sentence_ends[first:last].tolist()]
+    if column == "unknown":
+        spellings = _Spellings(shard)
+        return [spellings.between(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [shard.ids[a:b].tolist() for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 class _Spellings:
