@@ -41,7 +41,9 @@ def run_once(lock: Path, done: Callable[[], bool], work: Callable[[], None], wha
             if holder is None:  # removed between our attempts: try again at once
                 continue
             if _dead(holder):
-                log.warning("taking over %s: %s", what, _describe(holder))
+                # A holder gone from this host died (a kill): routine; one silent past STALE_SECONDS is worth a word.
+                level = logging.WARNING if holder["age"] > STALE_SECONDS else logging.DEBUG
+                log.log(level, "taking over %s: %s", what, _describe(holder))
                 lock.unlink(missing_ok=True)
                 continue
             now = time.monotonic()
