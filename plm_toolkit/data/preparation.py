@@ -16,6 +16,7 @@ others wait for its manifest (``data/lock.py``), without entering any collective
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import os
@@ -103,6 +104,8 @@ def prepare_store(data_cfg: Any, unit: str, spellings: bool = False) -> Path:
         if manifest is not None:
             check_settings(manifest["settings"], settings, folder)
             return folder
+        if folder.is_dir() and not (folder / PLAN).is_file() and any(folder.iterdir()):
+            raise DataError(f"data.store={folder} holds other files; remove it or give another folder")
     splits = {split: resolve_sources(data_cfg, split) for split in SPLITS}
     folder = store_folder(data_cfg, settings, splits)
     run_once(
@@ -224,15 +227,21 @@ def _prepare(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit
 
 def _read_plan(folder: Path, settings: dict, records: dict, explicit: bool) -> dict | None:
     """The plan of an unfinished preparation of the same store (resumed), or None to start afresh."""
-    import json
-
     path = folder / PLAN
     plan = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     if plan is not None and plan["settings"] == settings and plan["sources"] == records:
         return plan
     if folder.is_dir() and any(folder.iterdir()):
+        if explicit and plan is not None and plan["settings"] == settings:
+            planned = {r["path"]: r for rows in plan["sources"].values() for r in rows}
+            changed = [r["path"] for rows in records.values() for r in rows if planned.get(r["path"]) != r]
+            raise DataError(
+                f"corpus file {(changed or ['?'])[0]} changed since the preparation of data.store={folder} began "
+                "(size or modification time differ, or the file list); the store is refused: remove the folder to "
+                "prepare it again"
+            )
         if explicit:
-            what = "an unfinished preparation with other settings or files" if plan else "other files"
+            what = "an unfinished preparation with other settings" if plan else "other files"
             raise DataError(f"data.store={folder} holds {what}; remove it or give another folder")
         shutil.rmtree(folder)  # the cache's own folder, keyed on settings and files: an older format
     return None
