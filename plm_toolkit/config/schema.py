@@ -102,8 +102,9 @@ class DataConfig:
     # Worker processes that tokenize the corpus into the store; null: the CPU cores this process may use.
     num_proc: int | None = None
     # Bytes of corpus text per store shard: each worker tokenizes one shard at a time (a compressed file is one
-    # shard). Smaller shards spread a small corpus over more workers.
-    shard_bytes: int = 64_000_000
+    # shard). null: a 64th of the split's bytes, at least 1 MB and at most 64 MB, so that a small corpus, too, keeps
+    # every worker busy (the same store whatever data.num_proc).
+    shard_bytes: int | None = None
     # Data-loader worker processes (0 loads in the training process).
     num_workers: int = 0
 

@@ -202,7 +202,7 @@ def store_problems(d) -> list[str]:
     out = []
     if d.get("num_proc") is not None and d.num_proc < 1:
         out.append(f"data.num_proc={d.num_proc}: must be at least 1 (or null for the available cores)")
-    if d.get("shard_bytes", 1 << 20) < 1 << 12:
+    if d.get("shard_bytes") is not None and d.shard_bytes < 1 << 12:
         out.append(f"data.shard_bytes={d.shard_bytes}: must be at least 4096")
     if d.tokenizer.get("train_sample_bytes", 1) < 1:
         out.append(f"data.tokenizer.train_sample_bytes={d.tokenizer.train_sample_bytes}: must be at least 1")

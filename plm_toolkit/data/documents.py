@@ -93,8 +93,6 @@ def document_sentences(text: str) -> list[str]:
 _SEPARATOR = re.compile(r"\n(?:[^\S\n]*\n)+")
 # Blank lines at the start of a text.
 _LEADING_BLANK = re.compile(r"(?:[^\S\n]*\n)+")
-# The line end of a text's last line, and a blank last line after it.
-_TRAILING = re.compile(r"(?:\n[^\S\n]*)?\Z")
 
 
 def split_text(text: str, boundary: str = "blank_line") -> list[str]:
@@ -112,7 +110,8 @@ def split_text(text: str, boundary: str = "blank_line") -> list[str]:
         leading = _LEADING_BLANK.match(piece)
         if leading:
             piece = piece[leading.end() :]
-        documents.append(_TRAILING.sub("", piece, count=1))
+        last = piece.rfind("\n")  # the line end of a text's last line (and a blank line after it) is no text
+        documents.append(piece[:last] if last >= 0 and not piece[last + 1 :].strip() else piece)
     return documents
 
 

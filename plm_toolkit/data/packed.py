@@ -82,6 +82,8 @@ def pack_blocks(sentence_ends: np.ndarray, document_sentences: np.ndarray, budge
     whole sentences in order (one longer than a block cut into block-sized pieces), a block closed when the next
     piece does not fit, a separator between documents counted where one falls inside a block."""
     ends = np.asarray(sentence_ends, np.int64)
+    if not len(ends):  # a shard that holds no document (a piece of blank lines)
+        return np.zeros((0, 2), np.int64)
     starts = np.concatenate([[0], ends[:-1]])
     first_of_document = np.zeros(len(ends), bool)
     first_of_document[np.concatenate([[0], np.asarray(document_sentences, np.int64)[:-1]])] = True
@@ -108,7 +110,7 @@ def pack_blocks(sentence_ends: np.ndarray, document_sentences: np.ndarray, budge
 class FullSentenceBlocks(ExampleView):
     """RoBERTa's FULL-SENTENCES (section 4.2): contiguous sentences packed up to ``max_seq_len``, crossing document
     boundaries with ``separator`` between documents, each block wrapped by the tokenizer's single-text template. A
-    block never crosses a shard boundary (a shard holds about data.shard_bytes of text)."""
+    block never crosses a shard boundary (a shard holds data.shard_bytes of text, 1 to 64 MB by default)."""
 
     column_names = ["input_ids", "token_type_ids"]
 

@@ -16,11 +16,13 @@ others wait for its manifest (``data/lock.py``), without entering any collective
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import multiprocessing
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -160,18 +162,19 @@ def check_settings(stored: dict, wanted: dict, folder: Path) -> None:
         if key == "spellings" and have and not value:
             continue
         if key == "tokenizer":
+            if set(have) != set(value):
+                raise DataError(
+                    f"data.store={folder} was prepared with a {'trained' if 'kind' in have else 'given'} tokenizer, "
+                    f"this run asks for a {'trained' if 'kind' in value else 'given'} one (data.tokenizer.path): give "
+                    "plm-train the data overrides plm-prepare had"
+                )
             for name, setting in value.items():
                 if have.get(name) != setting:
                     shown = "the tokenizer file's contents" if name == "contents" else f"data.tokenizer.{name}"
                     raise DataError(
-                        f"data.store={folder} was prepared with {shown}={have.get(name, 'unset')}, this run asks for "
+                        f"data.store={folder} was prepared with {shown}={have.get(name)}, this run asks for "
                         f"{setting}: prepare a store with this run's settings (plm-prepare) or leave data.store unset"
                     )
-            if set(have) != set(value):
-                raise DataError(
-                    f"data.store={folder} was prepared with a {'trained' if 'kind' in have else 'loaded'} tokenizer, "
-                    f"this run asks for a {'trained' if 'kind' in value else 'loaded'} one (data.tokenizer.path)"
-                )
             continue
         if have != value:
             words = _WORDS.get(key, {})
@@ -187,7 +190,7 @@ def _prepare(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit
     plan = _read_plan(folder, settings, records, explicit)
     folder.mkdir(parents=True, exist_ok=True)
     if plan is None:  # written first: the tokenizer of a resumed preparation is the one its plan led to
-        boundary, shard_bytes = document_boundary(data_cfg), int(getattr(data_cfg, "shard_bytes", 64_000_000))
+        boundary, shard_bytes = document_boundary(data_cfg), getattr(data_cfg, "shard_bytes", None)
         pieces = {split: [vars(p) for p in plan_pieces(sources, shard_bytes, boundary)] for split, sources in
                   splits.items() if sources}  # fmt: skip
         plan = {"settings": settings, "sources": records, "pieces": pieces}
@@ -299,7 +302,9 @@ def _run(jobs: list[dict], tokenizer_json: str, unit: str, unk_id: int | None, d
         saved = os.environ.get("TOKENIZERS_PARALLELISM")
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker: the processes are the parallelism
         try:
-            with context.Pool(processes, start_worker, (tokenizer_json, unit, unk_id, counter)) as pool:
+            with _main_hidden():  # the workers start here
+                pool = context.Pool(processes, start_worker, (tokenizer_json, unit, unk_id, counter))
+            with pool:
                 results = [pool.apply_async(tokenize_piece, (job,)) for job in jobs]
                 for finished, result in enumerate(results, 1):
                     while not result.ready():
@@ -316,6 +321,21 @@ def _run(jobs: list[dict], tokenizer_json: str, unit: str, unk_id: int | None, d
         return processes
     finally:
         bar.close()
+
+
+@contextlib.contextmanager
+def _main_hidden():
+    """Spawned workers start without importing this program's main module: multiprocessing runs it again in every
+    child (plm-train's or plm-prepare's: torch, hydra, every family) unless it has neither a spec nor a file. The
+    workers need only ``start_worker`` and ``tokenize_piece``, which they import by name."""
+    main = sys.modules["__main__"]
+    hidden = {key: main.__dict__[key] for key in ("__spec__", "__file__") if key in main.__dict__}
+    main.__spec__ = None
+    main.__dict__.pop("__file__", None)
+    try:
+        yield
+    finally:
+        main.__dict__.update(hidden)
 
 
 def _check_text(split: str, sources: list[Source], pieces: list[dict], headers: list[dict], boundary: str) -> None:

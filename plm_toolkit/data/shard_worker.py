@@ -26,7 +26,7 @@ from plm_toolkit.errors import DataError
 
 UNITS = ("documents", "document_sentences", "sentences")
 # Text gathered (characters) before one encode_batch call.
-_BATCH_CHARACTERS = 1 << 20
+_BATCH_CHARACTERS = 1 << 18
 _BATCH_TEXTS = 4096
 # Errors that say the disk (or the quota, or the file size limit) is full.
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

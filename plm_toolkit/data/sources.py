@@ -149,8 +149,16 @@ def _saved_source(data_cfg: Any, split: str) -> list[Source] | None:
     return [Source(str(path.resolve()), "saved", None, size, mtime, subset, len(dataset))]
 
 
-def plan_pieces(sources: list[Source], shard_bytes: int, boundary: str) -> list[Piece]:
+def shard_size(sources: list[Source], wanted: int | None) -> int:
+    """``wanted`` (data.shard_bytes), else a 64th of the sources' bytes between 1 MB and 64 MB."""
+    if wanted:
+        return int(wanted)
+    return min(max(sum(s.size for s in sources) // 64, 1 << 20), 64_000_000)
+
+
+def plan_pieces(sources: list[Source], shard_bytes: int | None, boundary: str) -> list[Piece]:
     """The pieces of every source, in corpus order (the same whatever the number of worker processes)."""
+    shard_bytes = shard_size(sources, shard_bytes)
     pieces = []
     for number, source in enumerate(sources):
         if source.format == "saved":

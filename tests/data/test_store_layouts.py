@@ -33,6 +33,7 @@ def test_pack_blocks_packs_as_pack_full_sentences(seed):
     starts = {d[0][0] for d in documents}
     got = [[t for t in range(a, b) for t in ((-1, t) if t in starts and t > a else (t,))] for a, b in blocks]
     assert got == expected
+    assert pack_blocks(np.zeros(0, np.int64), np.zeros(0, np.int64), budget).shape == (0, 2)  # a shard of blank lines
 
 
 def test_stream_windows_cross_shards_as_one_stream(tmp_path):
