@@ -19,8 +19,9 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from plm_toolkit.data.documents import document_sentences, sentence_starts, token_cuts
+from plm_toolkit.data.piece_reader import read_piece
 from plm_toolkit.data.pipelines import running_text_tokenizer
-from plm_toolkit.data.sources import Piece, Source, read_piece
+from plm_toolkit.data.sources import Piece, Source
 from plm_toolkit.data.store import ShardWriter
 from plm_toolkit.errors import DataError
 

@@ -25,6 +25,7 @@ import tokenizers
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from plm_toolkit.data.corpus import cache_root, choice, document_boundary, stable_hash
+from plm_toolkit.data.piece_reader import sample_texts
 from plm_toolkit.data.pipelines import (  # noqa: F401 - re-exported: the pipelines' names as they always were
     BPE_SPECIAL_TOKENS,
     END_OF_TEXT,
@@ -40,7 +41,7 @@ from plm_toolkit.data.pipelines import (  # noqa: F401 - re-exported: the pipeli
     unigram_tokenizer,
 )
 from plm_toolkit.data.sentinels import T5_SPECIAL_TOKENS, add_sentinels, sentinel_ids, t5_unigram_trainer
-from plm_toolkit.data.sources import resolve_sources, sample_texts
+from plm_toolkit.data.sources import resolve_sources
 from plm_toolkit.data.vocab import ROLE_TOKENS, Vocab
 from plm_toolkit.data.word_vocabulary import WORD_SPECIAL_TOKENS, train_word_tokenizer
 from plm_toolkit.errors import DataError
