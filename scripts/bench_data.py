@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -106,6 +107,7 @@ def measured(command: list[str], env: dict | None = None, until_file: Path | Non
     """Run ``command``; its wall time, peak RssAnon of its process tree (MB), stdout, and the seconds until
     ``until_file`` first held something."""
     environment = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
     peak, marked, errors = 0, None, []
@@ -124,7 +126,10 @@ def measured(command: list[str], env: dict | None = None, until_file: Path | Non
     reader.join()
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{''.join(errors)[-3000:]}")
-    return {"seconds": time.perf_counter() - start, "peak_anon_mb": peak / 1024, "stdout": stdout, "marked": marked}
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the command and every process it waited for
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return {"seconds": time.perf_counter() - start, "cpu_seconds": cpu, "peak_anon_mb": peak / 1024, "stdout": stdout,
+            "marked": marked}  # fmt: skip
 
 
 ENCODE = """
@@ -134,7 +139,7 @@ from plm_toolkit.data.tokenizer import load_tokenizer, running_text_tokenizer
 tokenizer = running_text_tokenizer(load_tokenizer(sys.argv[1]))
 text = open(sys.argv[2], encoding="utf-8").read()
 documents = split_text(text, "blank_line")
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 batch, size, tokens = [], 0, 0
 for document in documents:
     batch.append(document)
@@ -143,7 +148,7 @@ for document in documents:
         tokens += sum(len(e.ids) for e in tokenizer.encode_batch(batch, add_special_tokens=False))
         batch, size = [], 0
 tokens += sum(len(e.ids) for e in tokenizer.encode_batch(batch, add_special_tokens=False))
-print(json.dumps({"seconds": time.perf_counter() - start, "tokens": tokens}))
+print(json.dumps({"seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu, "tokens": tokens}))
 """
 
 DATASETS_MAP = """
@@ -194,6 +199,10 @@ def preparation_row(store: Path, run: dict, size: int, processes: int) -> dict:
         "command_seconds": run["seconds"],
         "mb_per_s": size / 1e6 / seconds,
         "mb_per_s_per_process": size / 1e6 / seconds / processes,
+        # The workers' CPU time for the shards (reading, tokenizing, writing): a shared machine's load changes the
+        # wall time, not this; beside it the command's whole CPU time (interpreter and torch start-up included).
+        "mb_per_cpu_second": size / 1e6 / manifest["prepared"]["worker_cpu_seconds"],
+        "command_cpu_seconds": run["cpu_seconds"],
         "peak_anon_mb": run["peak_anon_mb"],
         "shards": manifest["splits"]["train"]["shards"],
         "bytes_per_token": bins / manifest["splits"]["train"]["tokens"],
@@ -230,6 +239,7 @@ def main(argv: list[str] | None = None) -> dict:
         raw = json.loads(encoded["stdout"])
         if raw["seconds"] < result.get("encode_batch_seconds", float("inf")):
             result.update(encode_batch_seconds=raw["seconds"], tokens=raw["tokens"])
+            result["encode_batch_mb_per_cpu_second"] = size / 1e6 / raw["cpu_seconds"]
         for processes in sorted({1, args.processes}):
             store = work / f"store_{processes}"
             shutil.rmtree(store, ignore_errors=True)
@@ -243,6 +253,7 @@ def main(argv: list[str] | None = None) -> dict:
     result["encode_batch_mb_per_s"] = size / 1e6 / result["encode_batch_seconds"]
     one, many = result["prepare_1"], result[f"prepare_{args.processes}"]
     result["per_process_vs_encode_batch"] = one["mb_per_s"] / result["encode_batch_mb_per_s"]
+    result["per_cpu_second_vs_encode_batch"] = one["mb_per_cpu_second"] / result["encode_batch_mb_per_cpu_second"]
     result["speedup"] = many["mb_per_s"] / one["mb_per_s"]
     # plm-train with the overrides plm-prepare had and the store: start-up to the first optimizer step (its line in
     # metrics.jsonl), and the run's peak anonymous memory.

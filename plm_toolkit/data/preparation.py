@@ -199,7 +199,7 @@ def _prepare(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit
     unk_id = vocab_from_tokenizer(tokenizer).require("unk_id", "keeping the spelling of unknown words") if (
         settings["spellings"]) else None  # fmt: skip
     jobs = _jobs(folder, data_cfg, plan, tokenizer)
-    processes = _run(jobs, tokenizer.to_str(), settings["unit"], unk_id, data_cfg)
+    processes, cpu = _run(jobs, tokenizer.to_str(), settings["unit"], unk_id, data_cfg)
     manifest = {"format": "plm_toolkit token store", "settings": settings, "vocab_size": tokenizer.get_vocab_size(),
                 "tokenizer": stable_hash(tokenizer.to_str()), "splits": {}}  # fmt: skip
     for split, pieces in plan["pieces"].items():
@@ -217,7 +217,7 @@ def _prepare(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit
         }
     manifest["fingerprint"] = stable_hash({s: v["sha256"] for s, v in manifest["splits"].items()}, settings)
     seconds = time.perf_counter() - started
-    manifest["prepared"] = {"seconds": round(seconds, 3), "processes": processes}
+    manifest["prepared"] = {"seconds": round(seconds, 3), "processes": processes, "worker_cpu_seconds": round(cpu, 3)}
     write_json(folder / MANIFEST, manifest)
     (folder / PLAN).unlink(missing_ok=True)
     train = manifest["splits"]["train"]
@@ -283,8 +283,9 @@ def _jobs(folder: Path, data_cfg: Any, plan: dict, tokenizer: Tokenizer) -> list
     return jobs
 
 
-def _run(jobs: list[dict], tokenizer_json: str, unit: str, unk_id: int | None, data_cfg: Any) -> int:
-    """Tokenize the jobs' pieces, in this process or a pool of worker processes; returns how many processes."""
+def _run(jobs: list[dict], tokenizer_json: str, unit: str, unk_id: int | None, data_cfg: Any) -> tuple[int, float]:
+    """Tokenize the jobs' pieces, in this process or a pool of worker processes; returns how many processes, and
+    the CPU seconds the pieces took."""
     wanted = getattr(data_cfg, "num_proc", None) or available_cores()
     processes = max(1, min(int(wanted), len(jobs)))
     total = sum(job["bytes"] for job in jobs)
@@ -292,11 +293,12 @@ def _run(jobs: list[dict], tokenizer_json: str, unit: str, unk_id: int | None, d
     try:
         if processes == 1:
             start_worker(tokenizer_json, unit, unk_id)
+            cpu = 0.0
             for finished, job in enumerate(jobs, 1):
-                tokenize_piece(job)
+                cpu += tokenize_piece(job)
                 bar.update(job["bytes"])
                 maybe_kill(finished)
-            return 1
+            return 1, cpu
         context = multiprocessing.get_context("spawn")  # workers import only what tokenizing needs
         counter = context.Value("q", 0)
         saved = os.environ.get("TOKENIZERS_PARALLELISM")
@@ -306,11 +308,12 @@ def _run(jobs: list[dict], tokenizer_json: str, unit: str, unk_id: int | None, d
                 pool = context.Pool(processes, start_worker, (tokenizer_json, unit, unk_id, counter))
             with pool:
                 results = [pool.apply_async(tokenize_piece, (job,)) for job in jobs]
+                cpu = 0.0
                 for finished, result in enumerate(results, 1):
                     while not result.ready():
                         result.wait(0.25)
                         bar.update(min(counter.value, total) - bar.n)
-                    result.get()  # a worker's error is raised here
+                    cpu += result.get()  # a worker's error is raised here
                     maybe_kill(finished)
                 bar.update(total - bar.n)
         finally:
@@ -318,7 +321,7 @@ def _run(jobs: list[dict], tokenizer_json: str, unit: str, unk_id: int | None, d
                 os.environ.pop("TOKENIZERS_PARALLELISM", None)
             else:
                 os.environ["TOKENIZERS_PARALLELISM"] = saved
-        return processes
+        return processes, cpu
     finally:
         bar.close()
 
