@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from plm_toolkit import cli
 from plm_toolkit.cli import run_command
 from plm_toolkit.config.validate import data_plan, tokenizer_kind, validate
+from plm_toolkit.data.examples import prepare_pretraining_data
 from plm_toolkit.data.preparation import prepare_store
 from plm_toolkit.data.pretraining import store_unit
 from plm_toolkit.data.store import TokenStore
@@ -35,6 +36,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         raise ConfigError(f"plm-prepare writes token stores for monolingual text; {what} is prepared by plm-train")
     data_cfg = OmegaConf.merge(cfg.data, {"tokenizer": {"kind": tokenizer_kind(cfg)}})
     store = TokenStore(prepare_store(data_cfg, store_unit(plan.layout), plan.spellings))
+    # The files the run's layout writes once (full-sentence blocks, sentence pairs for trainer.seed) are written
+    # now too, so that plm-train starts at once.
+    data = prepare_pretraining_data(data_cfg, plan, int(cfg.trainer.seed))
     manifest = store.manifest
     summary = {
         "store": str(store.folder),
@@ -45,6 +49,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
             for name, info in manifest["splits"].items()
         },
         "prepared": manifest["prepared"],
+        "examples": {"layout": plan.layout, "train": len(data.train), "validation": len(data.validation or ())},
     }
     print(json.dumps(summary), flush=True)
     return {}

@@ -28,9 +28,10 @@ SOURCES = [
     *sorted((REPO / "plm_toolkit").rglob("*.py")),
 ]
 # The console commands that compose a Hydra config, by the config they compose.
-CONFIGS = {"plm-train": "train", "plm-finetune": "finetune", "plm-generate": "generate", "plm-embed": "embed"}
+CONFIGS = {"plm-train": "train", "plm-finetune": "finetune", "plm-generate": "generate", "plm-embed": "embed",
+           "plm-prepare": "prepare"}  # fmt: skip
 FENCE = re.compile(r"^```.*?$(.*?)^```", re.S | re.M)
-INLINE = re.compile(r"`((?:plm-train|plm-finetune|plm-generate|plm-embed)(?: [^`]*)?)`")
+INLINE = re.compile(r"`((?:plm-train|plm-finetune|plm-generate|plm-embed|plm-prepare)(?: [^`]*)?)`")
 
 
 def shell_text(path: Path) -> str:
