@@ -22,9 +22,10 @@ import numpy as np
 from plm_toolkit.data.layouts import ExampleView
 from plm_toolkit.data.lock import run_once
 from plm_toolkit.data.sentence_pairs import LONG_SENTENCE_PAIRS, SplitDocuments, document_pairs, split_long_sentences
-from plm_toolkit.data.store import StoreSplit, sync_rename
+from plm_toolkit.data.store import StoreSplit, TokenStore, sync_rename
 from plm_toolkit.data.template import Template
 from plm_toolkit.data.units import NONE as NO_UNIT
+from plm_toolkit.data.workers import worker_pool
 
 logger = logging.getLogger(__name__)
 
@@ -162,10 +163,12 @@ class SentencePairs(ExampleView):
 
     column_names = ["input_ids", "token_type_ids", "next_sentence_label"]
 
-    def __init__(self, split: StoreSplit, cls_id: int, sep_id: int, settings: dict, seed: int, folder: Path):
+    def __init__(
+        self, split: StoreSplit, cls_id: int, sep_id: int, settings: dict, seed: int, folder: Path, processes: int = 1
+    ):
         self.cls_id, self.sep_id = cls_id, sep_id
-        name = f"pairs-{split.name}-{'contiguous-' if settings['contiguous'] else ''}{seed}"
-        where = written_once(folder / name, lambda into: _write_pairs(split, settings, seed, into), "sentence pairs")
+        build = lambda into: _write_pairs(split, settings, seed, into, processes)  # noqa: E731
+        where = written_once(folder, build, "sentence pairs")
         self.ids = _memmap(where / "ids.bin", split.shards[0].ids.dtype if split.shards else np.uint16)
         self.ends = _memmap(where / "ends.bin", np.int64)
         self.a_lengths = _memmap(where / "a_lengths.bin", np.int32)
@@ -188,21 +191,68 @@ class SentencePairs(ExampleView):
         return (np.diff(np.concatenate([[0], self.ends])) + 3).tolist()
 
 
-def _write_pairs(split: StoreSplit, settings: dict, seed: int, into: Path) -> None:
+def _write_pairs(split: StoreSplit, settings: dict, seed: int, into: Path, processes: int) -> None:
+    """The pairs of every document in order: shard by shard in ``processes`` worker processes, each writing its
+    part, then the parts joined (the pairs of a document do not depend on who draws them)."""
+    starts = np.concatenate([[0], np.cumsum([s.num_documents for s in split.shards])]).tolist()
+    jobs = [{"folder": str(split.folder), "split": split.name, "shard": k, "first": starts[k], "settings": settings,
+             "seed": seed, "out": str(into / f"part-{k:05d}")} for k in range(len(split.shards))]  # fmt: skip
+    processes = max(1, min(processes, len(jobs)))
+    if processes == 1:
+        cut = sum(_shard_pairs(job, split) for job in jobs)
+    else:
+        with worker_pool(processes) as pool:
+            cut = sum(pool.map(_shard_pairs, jobs, chunksize=1))
+    outputs = {name: open(into / name, "wb") for name in _PAIR_FILES}  # noqa: SIM115 - closed below
+    try:
+        written = 0
+        for job in jobs:
+            part = Path(job["out"])
+            for name in ("ids.bin", "a_lengths.bin", "labels.bin"):
+                with open(part / name, "rb") as f:
+                    shutil.copyfileobj(f, outputs[name], 1 << 20)
+            ends = _memmap(part / "ends.bin", np.int64)
+            for lo in range(0, len(ends), 1 << 18):
+                outputs["ends.bin"].write((ends[lo : lo + (1 << 18)] + written).tobytes())
+            written += int(ends[-1]) if len(ends) else 0
+            shutil.rmtree(part)
+    finally:
+        for output in outputs.values():
+            output.close()
+    if cut:
+        max_tokens = settings["max_seq_len"] - 3
+        logger.warning(
+            "%d sentence(s) longer than %d pairs (%d tokens) were cut into pieces of %d tokens; sentences end at "
+            ". ! ? before a capital letter, so a text without them reads as one sentence",
+            cut, LONG_SENTENCE_PAIRS, LONG_SENTENCE_PAIRS * max_tokens, max_tokens,
+        )  # fmt: skip
+
+
+_PAIR_FILES = ("ids.bin", "ends.bin", "a_lengths.bin", "labels.bin")
+
+
+def _shard_pairs(job: dict, split: StoreSplit | None = None) -> int:
+    """Write the pairs of one shard's documents (``job``) into its part folder; returns how many long sentences
+    were cut. Runs in a worker process, which opens the store itself."""
+    if split is None:
+        split = TokenStore(Path(job["folder"])).split(job["split"])
+    settings, first = job["settings"], job["first"]
     max_seq_len, contiguous = settings["max_seq_len"], settings["contiguous"]
     max_tokens = max_seq_len - 3
     documents = SplitDocuments(split.num_documents, split.document, max_tokens)
-    dtype = split.shards[0].ids.dtype if split.shards else np.dtype("<u2")
-    ids = _Appender(into / "ids.bin", "H" if dtype.itemsize == 2 else "I")
-    ends, a_lengths, labels = (_Appender(into / n, t) for n, t in (("ends.bin", "q"), ("a_lengths.bin", "i"),
-                                                                  ("labels.bin", "b")))  # fmt: skip
+    shard = split.shards[job["shard"]]
+    out = Path(job["out"])
+    out.mkdir()
+    ids = _Appender(out / "ids.bin", "H" if shard.ids.dtype.itemsize == 2 else "I")
+    ends, a_lengths, labels = (_Appender(out / n, t) for n, t in (("ends.bin", "q"), ("a_lengths.bin", "i"),
+                                                                 ("labels.bin", "b")))  # fmt: skip
     written = long_sentences = 0
-    for index, sentences in enumerate(split.documents()):
-        document, cut = split_long_sentences(sentences, max_tokens)
+    for index in range(first, first + shard.num_documents):
+        document, cut = split_long_sentences(split.document(index), max_tokens)
         long_sentences += cut
         documents.keep(index, document)
         # One generator per document: the pairs do not depend on how the work is split.
-        rng = random.Random(f"{seed}:{index}")
+        rng = random.Random(f"{job['seed']}:{index}")
         for a, b, label in document_pairs(
             document, index, documents, max_seq_len, settings["short_seq_prob"], settings["random_next_prob"], rng,
             contiguous,
@@ -215,9 +265,4 @@ def _write_pairs(split: StoreSplit, settings: dict, seed: int, into: Path) -> No
             labels.extend((label,))
     for appender in (ids, ends, a_lengths, labels):
         appender.close()
-    if long_sentences:
-        logger.warning(
-            "%d sentence(s) longer than %d pairs (%d tokens) were cut into pieces of %d tokens; sentences end at "
-            ". ! ? before a capital letter, so a text without them reads as one sentence",
-            long_sentences, LONG_SENTENCE_PAIRS, LONG_SENTENCE_PAIRS * max_tokens, max_tokens,
-        )  # fmt: skip
+    return long_sentences

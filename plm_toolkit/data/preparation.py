@@ -16,13 +16,10 @@ others wait for its manifest (``data/lock.py``), without entering any collective
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import multiprocessing
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -44,6 +41,7 @@ from plm_toolkit.data.tokenizer import (
     tokenizer_kind,
     vocab_from_tokenizer,
 )
+from plm_toolkit.data.workers import CONTEXT, available_cores, worker_pool
 from plm_toolkit.errors import DataError
 
 log = logging.getLogger("plm_toolkit")
@@ -51,11 +49,6 @@ log = logging.getLogger("plm_toolkit")
 STORE_VERSION = 1
 PLAN = "plan.json"
 TOKENIZER = "tokenizer.json"
-
-
-def available_cores() -> int:
-    """The CPU cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def tokenizer_settings(data_cfg: Any) -> dict:
@@ -299,46 +292,20 @@ def _run(jobs: list[dict], tokenizer_json: str, unit: str, unk_id: int | None, d
                 bar.update(job["bytes"])
                 maybe_kill(finished)
             return 1, cpu
-        context = multiprocessing.get_context("spawn")  # workers import only what tokenizing needs
-        counter = context.Value("q", 0)
-        saved = os.environ.get("TOKENIZERS_PARALLELISM")
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per worker: the processes are the parallelism
-        try:
-            with _main_hidden():  # the workers start here
-                pool = context.Pool(processes, start_worker, (tokenizer_json, unit, unk_id, counter))
-            with pool:
-                results = [pool.apply_async(tokenize_piece, (job,)) for job in jobs]
-                cpu = 0.0
-                for finished, result in enumerate(results, 1):
-                    while not result.ready():
-                        result.wait(0.25)
-                        bar.update(min(counter.value, total) - bar.n)
-                    cpu += result.get()  # a worker's error is raised here
-                    maybe_kill(finished)
-                bar.update(total - bar.n)
-        finally:
-            if saved is None:
-                os.environ.pop("TOKENIZERS_PARALLELISM", None)
-            else:
-                os.environ["TOKENIZERS_PARALLELISM"] = saved
+        counter = CONTEXT.Value("q", 0)
+        with worker_pool(processes, start_worker, (tokenizer_json, unit, unk_id, counter)) as pool:
+            results = [pool.apply_async(tokenize_piece, (job,)) for job in jobs]
+            cpu = 0.0
+            for finished, result in enumerate(results, 1):
+                while not result.ready():
+                    result.wait(0.25)
+                    bar.update(min(counter.value, total) - bar.n)
+                cpu += result.get()  # a worker's error is raised here
+                maybe_kill(finished)
+            bar.update(total - bar.n)
         return processes, cpu
     finally:
         bar.close()
-
-
-@contextlib.contextmanager
-def _main_hidden():
-    """Spawned workers start without importing this program's main module: multiprocessing runs it again in every
-    child (plm-train's or plm-prepare's: torch, hydra, every family) unless it has neither a spec nor a file. The
-    workers need only ``start_worker`` and ``tokenize_piece``, which they import by name."""
-    main = sys.modules["__main__"]
-    hidden = {key: main.__dict__[key] for key in ("__spec__", "__file__") if key in main.__dict__}
-    main.__spec__ = None
-    main.__dict__.pop("__file__", None)
-    try:
-        yield
-    finally:
-        main.__dict__.update(hidden)
 
 
 def _check_text(split: str, sources: list[Source], pieces: list[dict], headers: list[dict], boundary: str) -> None:

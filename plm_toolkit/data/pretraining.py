@@ -30,6 +30,7 @@ from plm_toolkit.data.template import Template, template_of
 from plm_toolkit.data.unit_corpus import tokenize_with_units, unit_documents, wrap_with_codes
 from plm_toolkit.data.units import NONE as NO_UNIT
 from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.data.workers import available_cores
 from plm_toolkit.errors import DataError
 
 PAIR_LAYOUTS = ("sentence_pairs", "segment_pairs")
@@ -108,7 +109,8 @@ def build_pretraining_examples(
         "contiguous": layout == "segment_pairs",
     }
     name = f"pairs-{split}-{stable_hash(settings, seed, PACKED_VERSION)}"
-    return SentencePairs(part, cls_id, sep_id, settings, seed, folder / name)
+    processes = getattr(data_cfg, "num_proc", None) or available_cores()
+    return SentencePairs(part, cls_id, sep_id, settings, seed, folder / name, processes)
 
 
 def store_unit(layout: str) -> str:

@@ -251,7 +251,7 @@ class StoreSplit:
     """One split of a store: its shards, memory-mapped, in corpus order."""
 
     def __init__(self, folder: Path, name: str, info: dict):
-        self.name, self.info = name, info
+        self.folder, self.name, self.info = Path(folder), name, info
         self.shards = [Shard.open(folder / name / f"{k:05d}") for k in range(info["shards"])]
 
     @property

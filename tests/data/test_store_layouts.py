@@ -57,3 +57,21 @@ def test_stream_windows_cross_shards_as_one_stream(tmp_path):
         assert len(windows) == (len(stream) - length) // stride + 1
         for k in range(len(windows)):
             assert windows[k]["input_ids"] == stream[k * stride : k * stride + length]
+
+
+def test_sentence_pairs_are_the_same_drawn_by_one_process_or_two(tmp_path):
+    from plm_toolkit.data.packed import SentencePairs
+
+    from .test_pretraining import labelled_corpus
+
+    cfg = labelled_corpus(tmp_path, num_documents=150, max_seq_len=40, shard_bytes=4096)
+    store = TokenStore(prepare_store(cfg, "sentences"))
+    split = store.split("train")
+    assert len(split.shards) > 3
+    settings = {"max_seq_len": 40, "short_seq_prob": 0.1, "random_next_prob": 0.5, "contiguous": False}
+    one = SentencePairs(split, 2, 3, settings, 7, tmp_path / "one", processes=1)
+    two = SentencePairs(split, 2, 3, settings, 7, tmp_path / "two", processes=2)
+    assert len(one) == len(two) > 300
+    assert one.to_dict() == two.to_dict()
+    labels = np.array(one["next_sentence_label"])
+    assert 0.4 < labels.mean() < 0.65  # random next sentences come from every shard's documents
