@@ -21,6 +21,8 @@ from plm_toolkit.config.resolve import resolve_run, saved_config
 from plm_toolkit.data import prepare_pretraining_data
 from plm_toolkit.data.collate import Collator, Seq2SeqCollator
 from plm_toolkit.data.parallel import prepare_parallel_data
+from plm_toolkit.data.preparation import resumed_store
+from plm_toolkit.data.pretraining import store_unit
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import PlmError
 from plm_toolkit.tasks.entity_tagger import with_entity_tagger
@@ -48,28 +50,50 @@ def build_model(model_cfg: DictConfig, vocab_size: int, pad_id: int | None = Non
     return registry.MODELS.get(config.name).builder(config), config
 
 
+def prepare_data(cfg: DictConfig, data_cfg: DictConfig, plan, process, checkpoint: ckpt.Checkpoint | None):
+    """The run's tokenizer and examples, with ``trainer.phases``' examples of each phase (or None). A resumed run
+    keeps its checkpoint's tokenizer (and the store it was tokenized into, where that is still there)."""
+    seed = cfg.trainer.seed
+
+    def examples(data_cfg):
+        if plan.layout == "parallel":
+            return prepare_parallel_data(data_cfg, seed), None
+        if cfg.trainer.phases:
+            phases = prepare_phases(cfg, data_cfg, seed, with_entity_tagger)
+            return phases[0].data, phases
+        return prepare_pretraining_data(data_cfg, with_entity_tagger(plan), seed), None
+
+    tokenizer_file = checkpoint.path / ckpt.TOKENIZER_FILE if checkpoint is not None else None
+    if plan.layout == "parallel" or plan.units is not None:
+        if tokenizer_file is not None and tokenizer_file.is_file():
+            data_cfg = OmegaConf.merge(data_cfg, {"tokenizer": {"path": str(tokenizer_file)}})
+        # Caches that datasets writes (parallel text, ERNIE's knowledge units): rank 0 builds them first, then the
+        # others read them.
+        if not process.is_main:
+            barrier(process)
+        prepared = examples(data_cfg)
+        if process.is_main:
+            barrier(process)
+        return prepared
+    if tokenizer_file is not None and tokenizer_file.is_file():
+        data_cfg = resumed_store(data_cfg, tokenizer_file, store_unit(plan.layout), plan.spellings)
+    # The token store: every rank opens it; the first to take its lock prepares it (and the files a packed layout
+    # writes once) while the others wait on the file system, not in a collective that could time out (data/lock.py).
+    return examples(data_cfg)
+
+
 def run(cfg: DictConfig, run_dir: Path) -> dict:
     runtime, checkpoint = start_run(cfg, run_dir)
     process = runtime.process
 
     resolved = resolve_run(cfg)
-    data_cfg, plan = resolved.data, resolved.plan
-    if checkpoint is not None and (checkpoint.path / ckpt.TOKENIZER_FILE).is_file():
-        data_cfg = OmegaConf.merge(data_cfg, {"tokenizer": {"path": str(checkpoint.path / ckpt.TOKENIZER_FILE)}})
-    # Rank 0 trains the tokenizer and tokenizes first; the others then read its cache.
-    if not process.is_main:
-        barrier(process)
-    phases = None
-    if plan.layout == "parallel":
-        data = prepare_parallel_data(data_cfg, cfg.trainer.seed)
-        collate = Seq2SeqCollator(data.vocab.padding_id, data.vocab.require("eos_id", "translation"))
-    else:
-        seed = cfg.trainer.seed
-        phases = prepare_phases(cfg, data_cfg, seed, with_entity_tagger) if cfg.trainer.phases else None
-        data = phases[0].data if phases else prepare_pretraining_data(data_cfg, with_entity_tagger(plan), seed)
-        collate = Collator(data.vocab)
-    if process.is_main:
-        barrier(process)
+    plan = resolved.plan
+    data, phases = prepare_data(cfg, resolved.data, plan, process, checkpoint)
+    collate = (
+        Seq2SeqCollator(data.vocab.padding_id, data.vocab.require("eos_id", "translation"))
+        if plan.layout == "parallel"
+        else Collator(data.vocab)
+    )
 
     cli.seed_everything(cfg.trainer.seed)
     model, model_config = build_model(cfg.model, data.vocab.size, vocab=data.vocab)

@@ -38,6 +38,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "cli",
             "failures",
             "train",
+            "prepare",
             "finetune",
             "generate",
             "export",

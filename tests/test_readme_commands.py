@@ -36,9 +36,10 @@ CONFIGS = {
     "plm-generate": "generate",
     "plm-embed": "embed",
     "plm-glue": "glue",
+    "plm-prepare": "prepare",
 }
 FENCE = re.compile(r"^```.*?$(.*?)^```", re.S | re.M)
-INLINE = re.compile(r"`((?:plm-train|plm-finetune|plm-generate|plm-embed|plm-glue)(?: [^`]*)?)`")
+INLINE = re.compile(r"`((?:plm-train|plm-finetune|plm-generate|plm-embed|plm-glue|plm-prepare)(?: [^`]*)?)`")
 
 
 def shell_text(path: Path) -> str:

@@ -22,6 +22,7 @@ def choices(name: str, *values: str) -> type[Enum]:
 TokenizerKind = choices(
     "TokenizerKind", "auto", "wordpiece", "bpe", "gpt2_bpe", "unigram", "t5_unigram", "character", "word"
 )
+DocumentBoundary = choices("DocumentBoundary", "blank_line", "line", "file")
 Packing = choices("Packing", "auto", "sentence_pairs", "segment_pairs", "full_sentences", "streams", "sentence_streams")
 OptimizerName = choices("OptimizerName", "adamw", "adam", "sgd", "lamb", "adafactor", "adagrad")
 Schedule = choices("Schedule", "linear", "cosine", "constant", "noam", "inverse_sqrt", "constant_then_inverse_sqrt")
@@ -49,25 +50,38 @@ class TokenizerConfig:
     kind: TokenizerKind = TokenizerKind.auto
     # Size of a trained vocabulary (special tokens included).
     vocab_size: int = 8000
-    # Lower-case and strip accents before tokenizing (WordPiece, BERT uncased); byte-level BPE is always cased.
-    lowercase: bool = True
+    # Lower-case before tokenizing (WordPiece also strips accents, as BERT uncased); null: the kind's own default,
+    # true for wordpiece and unigram, false for character (every character kept as written). bpe, gpt2_bpe,
+    # t5_unigram and word vocabularies are always cased.
+    lowercase: bool | None = None
     # A piece must occur this often in the corpus to enter a trained vocabulary.
     min_frequency: int = 2
+    # A trained vocabulary learns from at most this many characters of the training text: all of a smaller corpus,
+    # else the same share from the start of every shard (a sample spread over the corpus, as SentencePiece's
+    # input_sentence_size; its time and memory then stay the same however large the corpus grows).
+    train_sample_bytes: int = 100_000_000
 
 
 @dataclass
 class DataConfig:
     # Name of the preset, for logs.
     name: str = "text_files"
-    # Local UTF-8 text files: a blank line separates documents, each line holds one or more sentences.
+    # Local files or glob patterns: UTF-8 text (a blank line separates documents, see document_boundary), or JSONL
+    # (.jsonl/.json, one document per row in the text_column field); .gz or .zst compressed or not.
     train_files: list[str] = field(default_factory=list)
-    # Held-out files in the same format; empty means no evaluation.
+    # Held-out files in the same formats; empty means no evaluation.
     validation_files: list[str] = field(default_factory=list)
     # A folder written by `datasets`' save_to_disk (a DatasetDict with train/validation, or one Dataset);
     # replaces train_files/validation_files when set.
     dataset_path: str | None = None
-    # Column holding one document per row in a saved dataset.
+    # Column holding one document per row in a saved dataset, or a JSONL row's field holding its text.
     text_column: str = "text"
+    # What a document is in a text file (and in a saved dataset's row): blank_line, blocks of lines separated by
+    # one or more blank lines; line, every non-blank line; file, the whole file as written, blank lines included
+    # (nanoGPT's tinyshakespeare). Running-text layouts (GPT, Transformer-XL, XLNet, T5, RoBERTa) keep each
+    # document's text as written, newlines and spaces included, with the end-of-text (or separator) token between
+    # documents.
+    document_boundary: DocumentBoundary = DocumentBoundary.blank_line
     # The vocabulary: loaded from a file or trained on the training files (keys below).
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     # Tokens per sequence, special tokens included; at most model.max_position_embeddings.
@@ -83,6 +97,15 @@ class DataConfig:
     packing: Packing = Packing.auto
     # Tokenizers and tokenized corpora are cached here, keyed by the files' contents and the settings.
     cache_dir: str = "${oc.env:PLM_TOOLKIT_CACHE,${oc.env:HOME,.}/.cache/plm_toolkit}"
+    # A token store folder (docs/data-store.md): plm-prepare writes it, plm-train reads it (and prepares it first
+    # when it is missing or unfinished). null: a folder under cache_dir/stores keyed on the files and settings.
+    store: str | None = None
+    # Worker processes that tokenize the corpus into the store; null: the CPU cores this process may use.
+    num_proc: int | None = None
+    # Bytes of corpus text per store shard: each worker tokenizes one shard at a time (a compressed file is one
+    # shard). null: a 64th of the split's bytes, at least 1 MB and at most 64 MB, so that a small corpus, too, keeps
+    # every worker busy (the same store whatever data.num_proc).
+    shard_bytes: int | None = None
     # Data-loader worker processes (0 loads in the training process).
     num_workers: int = 0
 

@@ -22,6 +22,7 @@ from plm_toolkit.config.checks import (
 )
 from plm_toolkit.config.resolve import model_class, objective_class, resolve_run, task_class
 from plm_toolkit.data.parallel import resolve
+from plm_toolkit.data.sources import source_problems
 from plm_toolkit.errors import ConfigError, PlmError
 from plm_toolkit.names import did_you_mean, key_names
 from plm_toolkit.registry import MODELS, OBJECTIVES, TASKS
@@ -129,12 +130,19 @@ def unknown_keys(cfg: DictConfig) -> list[str]:
 
 
 def file_problems(d) -> list[str]:
-    return [
-        f"data.{key}: {f} is not a file"
-        for key in ("train_files", "validation_files")
-        for f in d[key]
-        if not Path(f).expanduser().is_file()
-    ]
+    return source_problems(d)
+
+
+def store_problems(d) -> list[str]:
+    """The token store's keys (docs/data-store.md)."""
+    out = []
+    if d.get("num_proc") is not None and d.num_proc < 1:
+        out.append(f"data.num_proc={d.num_proc}: must be at least 1 (or null for the available cores)")
+    if d.get("shard_bytes") is not None and d.shard_bytes < 1 << 12:
+        out.append(f"data.shard_bytes={d.shard_bytes}: must be at least 4096")
+    if d.tokenizer.get("train_sample_bytes", 1) < 1:
+        out.append(f"data.tokenizer.train_sample_bytes={d.tokenizer.train_sample_bytes}: must be at least 1")
+    return out
 
 
 def parallel_problems(d) -> list[str]:
@@ -233,6 +241,7 @@ def problems(cfg: DictConfig) -> list[str]:
         out.append(f"data.max_seq_len={d.max_seq_len}: needs at least 8 tokens")
     if d.num_workers < 0:
         out.append(f"data.num_workers={d.num_workers}: must be 0 (load in the training process) or positive")
+    out += store_problems(d)
     if m.get("vocab_size") is not None and d.tokenizer.path is None and m.vocab_size < d.tokenizer.vocab_size:
         out.append(
             f"model.vocab_size={m.vocab_size} is smaller than data.tokenizer.vocab_size={d.tokenizer.vocab_size}; "
@@ -247,7 +256,7 @@ def problems(cfg: DictConfig) -> list[str]:
             "data.train_files is empty: give data.train_files=[corpus/train] (reads corpus/train.<lang> for "
             "data.source_lang and data.target_lang) or a .jsonl file with one key per language"
         )
-    elif not d.train_files and not d.dataset_path:
+    elif not d.train_files and not d.dataset_path and not d.get("store"):
         out.append("data.train_files is empty and data.dataset_path is not set: give one (or use data=default)")
     out += parallel_problems(d) if parallel else file_problems(d)
     if d.dataset_path and not Path(d.dataset_path).expanduser().is_dir():

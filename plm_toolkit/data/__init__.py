@@ -8,65 +8,45 @@ The `${plm_resource:...}` resolver that the data presets use is registered by `p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-import datasets
-from tokenizers import Tokenizer
+# Names this package offers, and the module each comes from: imported on first use, so that a worker process that
+# only tokenizes (``data/shard_worker.py``) does not import torch or datasets with the package.
+_EXPORTS = {
+    "Collator": "collate",
+    "Documents": "corpus",
+    "read_documents": "corpus",
+    "register_resolvers": "corpus",
+    "resource_path": "corpus",
+    "split_sentences": "corpus",
+    "LAYOUT_BUILDERS": "plan",
+    "LAYOUTS": "plan",
+    "DataPlan": "plan",
+    "register_layout": "plan",
+    "build_pretraining_examples": "pretraining",
+    "pack_full_sentences": "pretraining",
+    "SPECIAL_TOKENS": "tokenizer",
+    "load_or_train_tokenizer": "tokenizer",
+    "load_tokenizer": "tokenizer",
+    "save_tokenizer": "tokenizer",
+    "vocab_from_tokenizer": "tokenizer",
+    "Vocab": "vocab",
+    "PretrainingData": "examples",
+    "prepare_pretraining_data": "examples",
+}
 
-from plm_toolkit.data.collate import Collator, collate
-from plm_toolkit.data.corpus import (
-    Documents,
-    read_documents,
-    register_resolvers,
-    resource_path,
-    split_sentences,
-)
-from plm_toolkit.data.plan import LAYOUT_BUILDERS, LAYOUTS, DataPlan, register_layout
-from plm_toolkit.data.pretraining import build_pretraining_examples, pack_full_sentences
-from plm_toolkit.data.tokenizer import (
-    SPECIAL_TOKENS,
-    load_or_train_tokenizer,
-    load_tokenizer,
-    save_tokenizer,
-    vocab_from_tokenizer,
-)
-from plm_toolkit.data.vocab import Vocab
-
-
-@dataclass
-class PretrainingData:
-    tokenizer: Tokenizer
-    vocab: Vocab
-    # Examples with input_ids and token_type_ids (+ next_sentence_label for sentence pairs).
-    train: datasets.Dataset
-    # None when there are no validation files (no evaluation).
-    validation: datasets.Dataset | None
+if TYPE_CHECKING:
+    from plm_toolkit.data.examples import PretrainingData, prepare_pretraining_data  # noqa: F401
 
 
-def prepare_pretraining_data(
-    data_cfg: Any, layout: Any, seed: int, window: tuple[int, int] | None = None, units: Any = None
-) -> PretrainingData:
-    """Tokenizer (loaded or trained), then the train and validation examples in `layout` (a layout name, or an
-    objective's ``DataPlan``, which also gives the window, the knowledge units' sources and whether the examples
-    carry the spelling of unknown tokens); all cached.
-    ``window`` = (length, stride) of the "streams" layout; ``units``: where knowledge units come from, when the
-    objective masks them (``data/unit_corpus.py``)."""
-    plan = layout if isinstance(layout, DataPlan) else DataPlan(str(getattr(layout, "value", layout)))
-    if isinstance(layout, DataPlan):
-        layout, window, units = layout.layout, layout.stream_window, layout.units
-    tokenizer = load_or_train_tokenizer(data_cfg)
-    vocab = vocab_from_tokenizer(tokenizer)
-    builder = LAYOUT_BUILDERS.get(plan.layout)
-    if builder is not None:  # a layout an objective module registered (data/plan.py)
-        train = builder(data_cfg, tokenizer, vocab, plan, "train", seed)
-        return PretrainingData(tokenizer, vocab, train, builder(data_cfg, tokenizer, vocab, plan, "validation", seed))
-    splits = [
-        build_pretraining_examples(data_cfg, tokenizer, vocab, layout, split, seed, window, units, plan.spellings)
-        for split in ("train", "validation")
-    ]
-    assert splits[0] is not None  # the training split always has a source, or reading it raised
-    return PretrainingData(tokenizer, vocab, *splits)
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [
@@ -78,7 +58,6 @@ __all__ = [
     "PretrainingData",
     "Vocab",
     "build_pretraining_examples",
-    "collate",
     "load_or_train_tokenizer",
     "load_tokenizer",
     "pack_full_sentences",

@@ -7,10 +7,8 @@ so that a corpus larger than memory streams through tokenization.
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import os
-import re
 from dataclasses import dataclass
 from enum import Enum
 from importlib import resources
@@ -24,9 +22,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import datasets  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from plm_toolkit.data.documents import (  # noqa: E402, F401 - the sentence splitter's home, re-exported
+    document_sentences,
+    iter_split,
+    sentence_spans,
+    split_sentences,
+    split_text,
+)
+from plm_toolkit.data.sources import scan_text  # noqa: E402
 from plm_toolkit.errors import ConfigError, DataError  # noqa: E402
 
 SPLITS = ("train", "validation")
+# Bump when a change to how files are cut into documents changes what the cached documents hold.
+READER_VERSION = 2
 _CHUNK = 1 << 20  # bytes read at a time while checking a file
 
 
@@ -50,6 +58,11 @@ def choice(value: Any) -> str:
     return value.value if isinstance(value, Enum) else str(value)
 
 
+def document_boundary(data_cfg: Any) -> str:
+    """data.document_boundary (blank_line where a hand-built config has none)."""
+    return choice(getattr(data_cfg, "document_boundary", "blank_line"))
+
+
 def cache_root(data_cfg: Any) -> Path:
     """The data cache directory, `~` expanded and created."""
     path = Path(os.path.expanduser(str(data_cfg.cache_dir)))
@@ -66,75 +79,6 @@ def stable_hash(*parts: Any) -> str:
     return digest.hexdigest()[:24]
 
 
-# --- sentences --------------------------------------------------------------------------------------------
-
-# A candidate boundary: sentence-final punctuation, optional closing quotes/brackets, whitespace, then what can
-# start a sentence (an optional opening quote/bracket before a capital letter or a digit).
-_BOUNDARY = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*\s+(?=[\"'\u201c\u2018(\[]?[A-Z0-9])")
-# Words whose final period does not end a sentence (compared lower-cased, without the period).
-# fmt: off
-ABBREVIATIONS = frozenset({
-    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "ft", "rev", "hon", "pres",  # titles, places
-    "gen", "col", "lt", "sgt", "capt", "cmdr", "adm", "gov", "sen", "rep",  # ranks and offices
-    "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec",  # months
-    "vs", "etc", "no", "nos", "vol", "fig", "figs", "approx", "dept", "est", "inc", "ltd", "co", "corp",
-    "ca", "cf", "al", "op",
-})
-# fmt: on
-# A single initial (`J. Smith`) or a dotted abbreviation (`U.S.`, `e.g.`, `i.e.`, `a.m.`).
-_DOTTED = re.compile(r"^(?:[A-Za-z]\.)+$")
-
-
-def split_sentences(text: str) -> list[str]:
-    """Split one line of text into sentences with a regular expression (no model, no nltk).
-
-    A sentence ends at `.`, `!` or `?` (possibly repeated and followed by closing quotes or brackets) when
-    whitespace and then a capital letter, a digit or an opening quote follows. A period does not end a sentence
-    after a common abbreviation (`Mr.`, `Dr.`, `No.`, `etc.`; see ABBREVIATIONS), a single initial (`J.`) or a
-    dotted abbreviation (`U.S.`, `e.g.`). The rule errs towards fewer splits: `in the U.S. He` stays one
-    sentence. Sentences keep their punctuation; empty text gives [].
-    """
-    sentences = []
-    start = 0
-    for match in _BOUNDARY.finditer(text):
-        if match.group().startswith(".") and _is_abbreviation(text[start : match.start() + 1]):
-            continue
-        sentence = text[start : match.end()].strip()
-        if sentence:
-            sentences.append(sentence)
-        start = match.end()
-    rest = text[start:].strip()
-    if rest:
-        sentences.append(rest)
-    return sentences
-
-
-def _is_abbreviation(before: str) -> bool:
-    """Whether the last word of `before` (which ends with its period) is an abbreviation."""
-    words = before.split()
-    if not words:
-        return False
-    word = words[-1].lstrip("\"'(\u201c\u2018[")
-    return word[:-1].lower() in ABBREVIATIONS or bool(_DOTTED.match(word))
-
-
-_BLANK_LINES = re.compile(r"\n\s*\n")
-
-
-def split_documents(block: str) -> list[str]:
-    """The documents in one row read from a text file.
-
-    `datasets` splits a file at empty lines only; a line holding nothing but spaces or tabs separates
-    documents too, so the row is split again here. Blank documents are dropped.
-    """
-    return [d.strip() for d in _BLANK_LINES.split(block) if d.strip()]
-
-
-def document_sentences(text: str) -> list[str]:
-    """The sentences of one document, line by line."""
-    return [s for line in text.splitlines() for s in split_sentences(line)]
-
-
 # --- files ------------------------------------------------------------------------------------------------
 
 
@@ -149,29 +93,8 @@ def check_text_file(path: str | Path, expected: str = "documents separated by bl
         what = "is a directory" if path.is_dir() else "does not exist"
         raise DataError(f"corpus file {path} {what}; expected a UTF-8 text file")
     digest = hashlib.sha256()
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    line = 1
-    has_text = False
     with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-            nul = chunk.find(b"\x00")
-            if nul >= 0:
-                where = line + chunk.count(b"\n", 0, nul)
-                raise DataError(f"{path}:{where}: NUL byte, this looks like a binary file; expected UTF-8 text")
-            try:
-                text = decoder.decode(chunk)
-            except UnicodeDecodeError as e:
-                # The bad byte's offset counts from the undecoded tail carried over from the last chunk.
-                pending = len(decoder.getstate()[0])
-                where = line + chunk.count(b"\n", 0, max(e.start - pending, 0))
-                raise DataError(f"{path}:{where}: not valid UTF-8 ({e.reason}); expected UTF-8 text") from None
-            has_text = has_text or bool(text.strip())
-            line += chunk.count(b"\n")
-        try:
-            decoder.decode(b"", final=True)
-        except UnicodeDecodeError:
-            raise DataError(f"{path}:{line}: ends inside a UTF-8 character; expected UTF-8 text") from None
+        has_text = scan_text(f, path, digest=digest)
     if not has_text:
         raise DataError(f"corpus file {path} has no text; expected {expected}")
     return digest.hexdigest()
@@ -207,27 +130,36 @@ def read_documents(data_cfg: Any, split: str) -> Documents | None:
                 "data.train_files is empty; give data.train_files=[a.txt,...] or data.dataset_path=<folder>"
             )
         return None
+    boundary = document_boundary(data_cfg)
     # Hashing the contents (not size + mtime) costs one read of each file per run and keeps every cache
     # keyed on what the files say, whoever touched them.
-    fingerprint = stable_hash("files", [check_text_file(f) for f in files])
-    # datasets keys its own cache on paths and modification times; a folder per contents hash keeps it from
-    # serving an old parse of a file that changed but kept its time stamp.
-    cache = cache_root(data_cfg) / "datasets" / fingerprint
+    fingerprint = stable_hash("files", [check_text_file(f) for f in files], boundary, READER_VERSION)
+
+    def generate():
+        for name in files:
+            with open(name, encoding="utf-8") as f:  # universal newlines, as Python reads text
+                for document in split_text(f.read(), boundary):
+                    yield {"text": document}
+
+    return Documents(_dataset(generate, data_cfg, fingerprint, files), fingerprint, ", ".join(files))
+
+
+def _dataset(generate, data_cfg: Any, fingerprint: str, sources: list[str]) -> datasets.Dataset:
+    """The documents ``generate`` yields as a Dataset, cached under its contents' fingerprint."""
     try:
-        loaded = datasets.load_dataset(
-            "text",
-            data_files={"train": [str(Path(f).resolve()) for f in files]},
-            sample_by="paragraph",  # one row per block of lines between blank lines
-            cache_dir=str(cache),
-            split="train",
+        return datasets.Dataset.from_generator(
+            generate,
+            features=datasets.Features({"text": datasets.Value("string")}),
+            cache_dir=str(cache_root(data_cfg) / "datasets" / fingerprint),
+            fingerprint=fingerprint,
         )
     except Exception as e:  # noqa: BLE001 - any reader failure is a data problem to report in one line
-        raise DataError(f"could not read {', '.join(files)}: {str(e).splitlines()[0]}") from e
-    return Documents(loaded, fingerprint, ", ".join(files))
+        raise DataError(f"could not read {', '.join(sources)}: {str(e).splitlines()[0]}") from e
 
 
-def _read_saved(data_cfg: Any, split: str) -> Documents | None:
-    path = Path(os.path.expanduser(str(data_cfg.dataset_path)))
+def open_saved_split(path: Path, split: str, column: str):
+    """(split name, Dataset) of a folder written by save_to_disk, or None when it has no such split (a single Dataset
+    is the training split). DataError when the folder or the column is missing."""
     if not path.is_dir():
         raise DataError(f"saved dataset {path} does not exist; expected a folder written by save_to_disk")
     try:
@@ -235,30 +167,42 @@ def _read_saved(data_cfg: Any, split: str) -> Documents | None:
     except Exception as e:  # noqa: BLE001
         raise DataError(f"{path} is not a dataset saved with save_to_disk: {str(e).splitlines()[0]}") from e
     if isinstance(loaded, datasets.DatasetDict):
-        names = {"train": ("train",), "validation": ("validation", "valid")}[split]
+        names = {"train": ("train",), "validation": ("validation", "valid")}.get(split, (split,))
         found = [n for n in names if n in loaded]
         if not found:
             if split == "train":
                 raise DataError(f"saved dataset {path} has no 'train' split; it has {sorted(loaded)}")
             return None
-        dataset = loaded[found[0]]
-    elif split == "train":
-        dataset = loaded
+        split, dataset = found[0], loaded[found[0]]
+    elif split in ("train", None):
+        split, dataset = None, loaded
     else:
         return None
-    column = data_cfg.text_column
     if column not in dataset.column_names:
         raise DataError(
             f"saved dataset {path} has no column {column!r} (data.text_column); its columns are {dataset.column_names}"
         )
-    dataset = dataset.select_columns([column])
-    if column != "text":
-        dataset = dataset.rename_column(column, "text")
-    return Documents(dataset, stable_hash("saved", str(path), dataset._fingerprint), str(path))
+    return split, dataset
+
+
+def _read_saved(data_cfg: Any, split: str) -> Documents | None:
+    path = Path(os.path.expanduser(str(data_cfg.dataset_path)))
+    found = open_saved_split(path, split, data_cfg.text_column)
+    if found is None:
+        return None
+    dataset, column = found[1], data_cfg.text_column
+    boundary = document_boundary(data_cfg)
+    fingerprint = stable_hash("saved", str(path), dataset._fingerprint, column, boundary, READER_VERSION)
+
+    def generate():
+        for batch in dataset.select_columns([column]).iter(batch_size=1000):
+            for document in iter_split(batch[column], boundary):
+                yield {"text": document}
+
+    return Documents(_dataset(generate, data_cfg, fingerprint, [str(path)]), fingerprint, str(path))
 
 
 def iter_documents(documents: Documents):
-    """Every document's text, in corpus order."""
+    """Every document's text as written, in corpus order."""
     for batch in documents.dataset.iter(batch_size=1000):
-        for block in batch["text"]:
-            yield from split_documents(block or "")
+        yield from batch["text"]

@@ -130,7 +130,10 @@ class BatchLayout:
 
 
 def take_rows(examples, indices: Sequence[int]) -> list[dict]:
-    """Rows of a `datasets.Dataset` (one columnar read) or of a list of dicts, as a list of dicts."""
+    """Rows of a store view (``data/layouts.py``: computed on the fly), a `datasets.Dataset` (one columnar read) or
+    a list of dicts, as a list of dicts."""
+    if hasattr(examples, "rows"):
+        return examples.rows(indices)
     if hasattr(examples, "column_names"):
         columns = examples[list(indices)]
         return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]

@@ -1,54 +1,42 @@
-"""Pretraining examples: tokenized sentences packed into BERT sentence pairs, ALBERT segment pairs, RoBERTa
-full-sentence blocks, or windows of one long token stream (Transformer-XL / XLNet segments, consumed in order by the
-loader).
+"""Pretraining examples from the token store (``data/store.py``): BERT sentence pairs, ALBERT segment pairs,
+RoBERTa full-sentence blocks, windows of one long token stream (GPT, Transformer-XL, XLNet, T5) and ELMo's sentence
+streams, each computed on the fly from the memory-mapped store (``data/layouts.py``, ``data/packed.py``).
 
-Two cached steps, both keyed on the corpus contents and every setting that changes their output:
-1. `<cache_dir>/tokenized/<key>.arrow`: one row per non-empty document, its sentences as token ids.
-2. `<cache_dir>/examples/<key>.arrow`: the examples, `input_ids` and `token_type_ids` (+ `next_sentence_label`).
-A second run with the same corpus, tokenizer and settings memory-maps both files instead of rebuilding them.
-Masking is not done here: objectives mask each batch afresh (RoBERTa's dynamic masking, section 4.1).
+The store is prepared once (``data/preparation.py``, or ``plm-prepare``); what a packed layout needs beyond it (block
+boundaries, sentence pairs) is written once beside it, keyed on every setting that changes it. Masking is not done
+here: objectives mask each batch afresh (RoBERTa's dynamic masking, section 4.1).
+
+ERNIE's knowledge units are still tokenized into an Arrow cache by ``data/unit_corpus.py`` and packed here.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
 from pathlib import Path
 from typing import Any
 
 import datasets
-import numpy as np
 import pyarrow as pa
 from tokenizers import Tokenizer
 
-from plm_toolkit.data.corpus import (
-    cache_root,
-    choice,
-    document_sentences,
-    read_documents,
-    split_documents,
-    stable_hash,
-)
+from plm_toolkit.data.corpus import cache_root, choice, read_documents, stable_hash
+from plm_toolkit.data.layouts import SentenceStreamWindows, StreamWindows
+from plm_toolkit.data.packed import PACKED_VERSION, FullSentenceBlocks, SentencePairs
 from plm_toolkit.data.plan import LAYOUTS, STREAM_LAYOUTS
-from plm_toolkit.data.sentence_pairs import (
-    LONG_SENTENCE_PAIRS,
-    SplitDocuments,
-    document_pairs,
-    split_long_sentences,
-)
-from plm_toolkit.data.sentence_streams import sentence_stream_windows
-from plm_toolkit.data.spellings import unknown_spellings
+from plm_toolkit.data.preparation import prepare_store
+from plm_toolkit.data.store import TokenStore
 from plm_toolkit.data.template import Template, template_of
 from plm_toolkit.data.unit_corpus import tokenize_with_units, unit_documents, wrap_with_codes
 from plm_toolkit.data.units import NONE as NO_UNIT
 from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.data.workers import available_cores
 from plm_toolkit.errors import DataError
 
 PAIR_LAYOUTS = ("sentence_pairs", "segment_pairs")
-# Bump when a change to this file or to the sentence splitter changes what the cached files hold.
-FORMAT_VERSION = 2
-_BATCH = 256  # documents per map batch
+# Bump when a change to this file changes what the cached files hold.
+FORMAT_VERSION = 4
+_BATCH = 256  # documents per batch
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +51,9 @@ def build_pretraining_examples(
     window: tuple[int, int] | None = None,
     units: Any = None,
     spellings: bool = False,
-) -> datasets.Dataset | None:
-    """The examples of `split` in `layout`, or None when the split has no source. Deterministic given `seed`.
+):
+    """The examples of `split` in `layout` (a view over the store, ``data/layouts.py``), or None when the split has
+    no source. Deterministic given `seed`.
 
     ``window`` = (length, stride) of the stream layouts; default (max_seq_len + 1, max_seq_len): inputs and
     next-token targets of consecutive segments. ``units``: where knowledge units come from (an objective config,
@@ -74,160 +63,80 @@ def build_pretraining_examples(
     layout = choice(layout)
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    if data_cfg.max_seq_len < 8:
-        raise DataError(f"data.max_seq_len={data_cfg.max_seq_len} is too short; expected at least 8 tokens")
-    documents = read_documents(data_cfg, split)
-    if documents is None:
-        return None
+    max_seq_len = int(data_cfg.max_seq_len)
+    if max_seq_len < 8:
+        raise DataError(f"data.max_seq_len={max_seq_len} is too short; expected at least 8 tokens")
     if units is not None and layout != "full_sentences":
         raise DataError(f"knowledge units travel with full_sentences packing only, not {layout}")
     if spellings and layout != "sentence_streams":
         raise ValueError(f"token spellings travel with sentence_streams packing only, not {layout}")
-    unk_id = vocab.require("unk_id", "keeping the spelling of unknown words") if spellings else None
     if units is not None:
-        tokenized = tokenize_with_units(documents, tokenizer, data_cfg, units)
-    else:
-        tokenized = tokenize_documents(documents, tokenizer, data_cfg, unk_id)
-    settings = (layout, int(data_cfg.max_seq_len), FORMAT_VERSION, int(seed))
-    if layout in PAIR_LAYOUTS:
-        settings += (float(data_cfg.short_seq_prob), float(data_cfg.random_next_prob))
+        return _unit_blocks(data_cfg, tokenizer, vocab, split, units)
+    store = TokenStore(prepare_store(data_cfg, store_unit(layout), spellings))
+    if store.tokenizer.to_str() != tokenizer.to_str():
+        raise DataError(f"the token store {store.folder} holds another tokenizer than the one given")
+    part = store.split(split)
+    if part is None:
+        return None
     if layout in STREAM_LAYOUTS:
-        window = window or (int(data_cfg.max_seq_len) + 1, int(data_cfg.max_seq_len))
-        settings += tuple(window)
-    path = cache_root(data_cfg) / "examples" / f"{stable_hash(tokenized._fingerprint, settings)}.arrow"
-    if layout == "segment_pairs":
-        return _sentence_pairs(tokenized, vocab, data_cfg, seed, path, contiguous=True)
-    if layout == "sentence_pairs":
-        if len(tokenized) < 2:
-            logger.warning(
-                "%s holds one document: random next sentences come from elsewhere in that document; separate "
-                "documents with a blank line for proper NSP negatives",
-                documents.source,
-            )
-        return _sentence_pairs(tokenized, vocab, data_cfg, seed, path)
-    if layout == "streams":
-        return _stream_windows(tokenized, vocab, window[0], window[1], path)
-    if layout == "sentence_streams":
-        markers = (
-            vocab.require("bos_id", "ELMo's sentence streams"),
-            vocab.require("eos_id", "ELMo's sentence streams"),
+        length, stride = window or (max_seq_len + 1, max_seq_len)
+        if layout == "streams":
+            return StreamWindows(part, vocab.document_separator, length, stride)
+        bos = vocab.require("bos_id", "ELMo's sentence streams")
+        eos = vocab.require("eos_id", "ELMo's sentence streams")
+        unk_id = vocab.require("unk_id", "keeping the spelling of unknown words") if spellings else None
+        return SentenceStreamWindows(part, bos, eos, length, stride, unk_id)
+    folder = layout_folder(store, data_cfg)
+    if layout == "full_sentences":
+        return FullSentenceBlocks(
+            part, template_of(tokenizer, pair=False), vocab.document_separator, max_seq_len, folder
         )
-        unknown = _iter_documents(tokenized, "unknown") if spellings else None
-        return sentence_stream_windows(_iter_documents(tokenized), *markers, *window, path, unknown, unk_id)
-    single = template_of(tokenizer, pair=False)
-    return _full_sentences(tokenized, single, vocab.document_separator, int(data_cfg.max_seq_len), path)
-
-
-# --- step 1: sentences -> token ids -----------------------------------------------------------------------
-
-
-def tokenize_documents(
-    documents: Any, tokenizer: Tokenizer, data_cfg: Any, unk_id: int | None = None
-) -> datasets.Dataset:
-    """One row per document with at least one sentence: `sentences`, a list of token-id lists (no specials); with
-    ``unk_id`` also `unknown`, each sentence's spellings of its ``unk_id`` tokens (``data/spellings.py``)."""
-    spelled = () if unk_id is None else ("spellings", unk_id)  # without, the cache key is the one it always was
-    key = stable_hash(documents.fingerprint, tokenizer.to_str(), FORMAT_VERSION, *spelled)
-    path = cache_root(data_cfg) / "tokenized" / f"{key}.arrow"
-    path.parent.mkdir(parents=True, exist_ok=True)
-
-    def tokenize(batch: dict[str, list]) -> dict[str, list]:
-        texts = [document for block in batch["text"] for document in split_documents(block or "")]
-        per_document = [document_sentences(text) for text in texts]
-        flat = [s for sentences in per_document for s in sentences]
-        encodings = tokenizer.encode_batch(flat, add_special_tokens=False)
-        columns = {"sentences": [e.ids for e in encodings]}
-        if unk_id is not None:
-            columns["unknown"] = [unknown_spellings(e, text, unk_id) for e, text in zip(encodings, flat, strict=True)]
-        out: dict[str, list] = {name: [] for name in columns}
-        start = 0
-        for sentences in per_document:
-            kept = [k for k in range(start, start + len(sentences)) if encodings[k].ids]
-            start += len(sentences)
-            if kept:  # blank documents are dropped (a batched map may return fewer rows)
-                for name, values in columns.items():
-                    out[name].append([values[k] for k in kept])
-        return out
-
-    features = {"sentences": [[datasets.Value("int32")]]}
-    if unk_id is not None:
-        features["unknown"] = [[datasets.Value("string")]]
-    tokenized = documents.dataset.map(
-        tokenize,
-        batched=True,
-        batch_size=_BATCH,
-        remove_columns=documents.dataset.column_names,
-        features=datasets.Features(features),
-        cache_file_name=str(path),
-        new_fingerprint=key,
-        desc="tokenizing",
-    )
-    if len(tokenized) == 0:
-        raise DataError(f"{documents.source} has no text; expected documents separated by blank lines")
-    return tokenized
-
-
-# --- step 2a: BERT sentence pairs --------------------------------------------------------------------------
-
-
-def _sentence_pairs(
-    tokenized: datasets.Dataset, vocab: Vocab, data_cfg: Any, seed: int, path: Path, contiguous: bool = False
-) -> datasets.Dataset:
-    """``[CLS] A [SEP] B [SEP]`` with token types 0 / 1, whatever the tokenizer's own pair template: this is the
-    input format of the segment objectives (NSP, SOP), whose sentence-order swap relies on it."""
+    # [CLS] A [SEP] B [SEP] whatever the tokenizer's own pair template: the input format of the segment objectives
+    # (NSP, SOP), whose sentence-order swap relies on it.
     cls_id = vocab.require("cls_id", "a sentence-pair layout ([CLS] A [SEP] B [SEP])")
     sep_id = vocab.require("sep_id", "a sentence-pair layout ([CLS] A [SEP] B [SEP])")
-    max_seq_len = int(data_cfg.max_seq_len)
-    short_seq_prob = float(data_cfg.short_seq_prob)
-    random_next_prob = float(data_cfg.random_next_prob)
-
-    long_sentences = 0
-    documents = SplitDocuments(tokenized, max_seq_len - 3)
-
-    def build(batch: dict[str, list], indices: list[int]) -> dict[str, list]:
-        nonlocal long_sentences
-        out: dict[str, list] = {"input_ids": [], "token_type_ids": [], "next_sentence_label": []}
-        for document, index in zip(batch["sentences"], indices, strict=True):
-            document, split = split_long_sentences(document, max_seq_len - 3)
-            long_sentences += split
-            documents.keep(index, document)
-            # One generator per document: the result does not depend on batching or worker processes.
-            rng = random.Random(f"{seed}:{index}")
-            for a, b, label in document_pairs(
-                document, index, documents, max_seq_len, short_seq_prob, random_next_prob, rng, contiguous
-            ):
-                out["input_ids"].append([cls_id, *a, sep_id, *b, sep_id])
-                out["token_type_ids"].append([0] * (len(a) + 2) + [1] * (len(b) + 1))
-                out["next_sentence_label"].append(label)
-        return out
-
-    examples = tokenized.map(
-        build,
-        batched=True,
-        batch_size=_BATCH,
-        with_indices=True,
-        remove_columns=["sentences"],
-        features=datasets.Features(
-            {
-                "input_ids": [datasets.Value("int32")],
-                "token_type_ids": [datasets.Value("int8")],
-                "next_sentence_label": datasets.Value("int8"),
-            }
-        ),
-        cache_file_name=str(path),
-        new_fingerprint=path.stem,
-        desc="building sentence pairs",
-    )
-    if long_sentences:
+    if layout == "sentence_pairs" and part.num_documents < 2:
+        sources = ", ".join(s["path"] for s in part.info["sources"])
         logger.warning(
-            "%d sentence(s) longer than %d pairs (%d tokens) were cut into pieces of %d tokens; sentences end at "
-            ". ! ? before a capital letter, so a text without them reads as one sentence",
-            long_sentences,
-            LONG_SENTENCE_PAIRS,
-            LONG_SENTENCE_PAIRS * (max_seq_len - 3),
-            max_seq_len - 3,
+            "%s holds one document: random next sentences come from elsewhere in that document; separate "
+            "documents with a blank line for proper NSP negatives",
+            sources,
         )
-    return examples
+    settings = {
+        "max_seq_len": max_seq_len,
+        "short_seq_prob": float(data_cfg.short_seq_prob),
+        "random_next_prob": float(data_cfg.random_next_prob),
+        "contiguous": layout == "segment_pairs",
+    }
+    name = f"pairs-{split}-{stable_hash(settings, seed, PACKED_VERSION)}"
+    processes = getattr(data_cfg, "num_proc", None) or available_cores()
+    return SentencePairs(part, cls_id, sep_id, settings, seed, folder / name, processes)
+
+
+def store_unit(layout: str) -> str:
+    """What a layout needs the store to hold (``data/shard_worker.py``): running text for streams, running text
+    with sentence starts for full sentences, sentences one by one for the sentence layouts."""
+    return {"streams": "documents", "full_sentences": "document_sentences"}.get(layout, "sentences")
+
+
+def layout_folder(store: TokenStore, data_cfg: Any) -> Path:
+    """Where the files a packed layout writes once go: beside the store, or, where the store's folder is read-only,
+    under cache_dir."""
+    if os.access(store.folder, os.W_OK):
+        return store.folder / "layouts"
+    return cache_root(data_cfg) / "layouts" / store.fingerprint
+
+
+def _unit_blocks(data_cfg: Any, tokenizer: Tokenizer, vocab: Vocab, split: str, units: Any) -> datasets.Dataset | None:
+    """ERNIE's full-sentence blocks with a join code per token, from the unit corpus's Arrow cache."""
+    documents = read_documents(data_cfg, split)
+    if documents is None:
+        return None
+    tokenized = tokenize_with_units(documents, tokenizer, data_cfg, units)
+    settings = ("full_sentences", int(data_cfg.max_seq_len), FORMAT_VERSION)
+    path = cache_root(data_cfg) / "examples" / f"{stable_hash(tokenized._fingerprint, settings)}.arrow"
+    single = template_of(tokenizer, pair=False)
+    return _full_sentences(tokenized, single, vocab.document_separator, int(data_cfg.max_seq_len), path)
 
 
 # --- step 2b: RoBERTa full sentences ----------------------------------------------------------------------
@@ -302,37 +211,3 @@ def pack_full_sentences(documents, max_tokens: int, sep_id: int):
                 block.extend(piece)
     if block:
         yield block
-
-
-# --- step 2c: Transformer-XL / XLNet token-stream windows ---------------------------------------------------
-
-
-def _stream_windows(
-    tokenized: datasets.Dataset, vocab: Vocab, length: int, stride: int, path: Path
-) -> datasets.Dataset:
-    """The corpus as one token stream (end-of-text, else [SEP], between documents), cut into windows of ``length``
-    tokens starting every ``stride`` tokens: window k covers stream[k * stride : k * stride + length]. The
-    loader's "stream" order (``data/loader.py``) deals them out so that consecutive batches hold consecutive windows
-    of each of batch_size sub-streams, which is what makes a recurrent memory meaningful (Transformer-XL section
-    3.2); GPT reads them shuffled."""
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pieces = []
-        for document in _iter_documents(tokenized):
-            pieces.extend(document)
-            pieces.append([vocab.document_separator])
-        stream = np.fromiter((t for piece in pieces for t in piece), dtype=np.int32)
-        count = (len(stream) - length) // stride + 1
-        if count < 1:
-            raise DataError(f"the corpus has {len(stream)} tokens, fewer than one window of {length}")
-        starts = np.arange(count)[:, None] * stride  # (count, 1)
-        windows = stream[starts + np.arange(length)[None, :]]  # (count, length)
-        schema = pa.schema([("input_ids", pa.list_(pa.int32()))])
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-            for lo in range(0, count, 1000):
-                values = pa.array(windows[lo : lo + 1000].reshape(-1))
-                rows = pa.FixedSizeListArray.from_arrays(values, length).cast(pa.list_(pa.int32()))
-                writer.write_batch(pa.record_batch([rows], schema))
-        os.replace(temporary, path)
-    return datasets.Dataset.from_file(str(path))

@@ -4,9 +4,8 @@ and the cutting of overlong sentences. Used by the sentence_pairs and segment_pa
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
-
-import datasets
 
 # A sentence longer than this many pairs is cut into pair-sized pieces instead of truncated.
 LONG_SENTENCE_PAIRS = 4
@@ -14,14 +13,15 @@ LONG_SENTENCE_PAIRS = 4
 
 class SplitDocuments:
     """Document j's sentences (long ones split) by index, for segment B drawn from another document: the last few
-    are kept, so a long document is read from the dataset once, not once per pair."""
+    are kept, so a long document is read from the store once, not once per pair. ``sentences(j)``: document j's
+    sentences as token-id lists."""
 
-    def __init__(self, tokenized: datasets.Dataset, max_tokens: int, size: int = 8):
-        self.tokenized, self.max_tokens, self.size = tokenized, max_tokens, size
+    def __init__(self, count: int, sentences: Callable[[int], list[list[int]]], max_tokens: int, size: int = 8):
+        self.count, self.sentences, self.max_tokens, self.size = count, sentences, max_tokens, size
         self.kept: dict[int, list[list[int]]] = {}
 
     def __len__(self) -> int:
-        return len(self.tokenized)
+        return self.count
 
     def keep(self, index: int, sentences: list[list[int]]) -> None:
         self.kept.pop(index, None)
@@ -31,7 +31,7 @@ class SplitDocuments:
 
     def __getitem__(self, index: int) -> list[list[int]]:
         if index not in self.kept:
-            self.keep(index, split_long_sentences(self.tokenized[index]["sentences"], self.max_tokens)[0])
+            self.keep(index, split_long_sentences(self.sentences(index), self.max_tokens)[0])
         return self.kept[index]
 
 

@@ -7,8 +7,8 @@ id column ``<name>_ids``, a column ``<name>_spellings``: the text of each of the
 that is written ``<UNK>`` in the text is spelled so). The lists are sparse: where the vocabulary was trained on
 the same text they are all empty, and an example costs nothing more.
 
-Tokenizing (``data/pretraining.py``) records them per sentence; a layout that cuts a stream into windows takes
-each window's share with ``window_spellings``; the collator passes them through as lists of strings and the
+Preparing the token store records them (``data/store.py``); a layout that cuts a stream into windows lists each
+window's own (``data/layouts.py``); the collator passes them through as lists of strings and the
 objective's batch transform turns them into character ids (``spelled_character_ids``) and drops them, so no
 string reaches the device.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 from plm_toolkit.data.characters import word_character_ids
@@ -28,30 +27,6 @@ SUFFIX = "_spellings"
 def spellings_key(ids_key: str) -> str:
     """The spellings column of an id column: ``input_ids`` -> ``input_spellings``."""
     return ids_key.removesuffix("_ids") + SUFFIX
-
-
-def unknown_spellings(encoding, text: str, unk_id: int) -> list[str]:
-    """The text of every token of a ``tokenizers`` Encoding of ``text`` whose id is ``unk_id``, in order."""
-    return [text[start:end] for i, (start, end) in zip(encoding.ids, encoding.offsets, strict=True) if i == unk_id]
-
-
-def unknown_positions(stream: np.ndarray, unk_id: int, spellings: Sequence[str]) -> np.ndarray:
-    """Positions of a token stream's unk tokens, checked against the spellings listed for them."""
-    positions = np.flatnonzero(stream == unk_id)
-    if len(positions) != len(spellings):
-        raise ValueError(f"{len(positions)} unk tokens in the stream but {len(spellings)} spellings")
-    return positions
-
-
-def window_spellings(
-    positions: np.ndarray, spellings: Sequence[str], length: int, stride: int, first: int, stop: int
-) -> list[list[str]]:
-    """The spellings of windows ``first`` .. ``stop - 1`` of a token stream (window k covers
-    ``stream[k * stride : k * stride + length]``), from its unk tokens' positions and spellings in stream order."""
-    starts = np.arange(first, stop) * stride
-    lo = np.searchsorted(positions, starts)
-    hi = np.searchsorted(positions, starts + length)
-    return [list(spellings[a:b]) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
 
 
 def spelled_character_ids(

@@ -16,26 +16,36 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import tokenizers
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from plm_toolkit.data.corpus import cache_root, choice, read_documents, stable_hash
+from plm_toolkit.data.corpus import cache_root, choice, document_boundary, stable_hash
+from plm_toolkit.data.piece_reader import sample_texts
+from plm_toolkit.data.pipelines import (  # noqa: F401 - re-exported: the pipelines' names as they always were
+    BPE_SPECIAL_TOKENS,
+    END_OF_TEXT,
+    GPT2_SPECIAL_TOKENS,
+    SPECIAL_TOKENS,
+    _add_bpe_specials,
+    _add_gpt2_specials,
+    _add_specials,
+    bert_tokenizer,
+    byte_level_tokenizer,
+    gpt2_tokenizer,
+    running_text_tokenizer,
+    unigram_tokenizer,
+)
 from plm_toolkit.data.sentinels import T5_SPECIAL_TOKENS, add_sentinels, sentinel_ids, t5_unigram_trainer
+from plm_toolkit.data.sources import resolve_sources
 from plm_toolkit.data.vocab import ROLE_TOKENS, Vocab
 from plm_toolkit.data.word_vocabulary import WORD_SPECIAL_TOKENS, train_word_tokenizer
 from plm_toolkit.errors import DataError
 
-# The special tokens of a trained vocabulary, in id order: [PAD] is 0 so that zero-filled tensors are padding.
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-# A trained byte-level BPE vocabulary's, in RoBERTa's (fairseq's) order: <pad> is 1, as its checkpoints expect.
-BPE_SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
-# GPT-2's only special token: the end of a text, which also starts one and stands for unknown input.
-END_OF_TEXT = "<|endoftext|>"
-GPT2_SPECIAL_TOKENS = (END_OF_TEXT,)
 # The marker byte-level BPE puts at the start of a piece that follows a space (a byte-level "Ġ").
 _BYTE_LEVEL_SPACE = "\u0120"
 # The characters byte-level BPE writes for the bytes that are not printable Latin-1 (controls, the space as "Ġ", the
@@ -54,12 +64,28 @@ def tokenizer_kind(data_cfg: Any) -> str:
     return "wordpiece" if kind == "auto" else kind
 
 
+# Kinds whose pipeline lower-cases when data.tokenizer.lowercase says so, with their default (lowercase: null).
+LOWERCASE_DEFAULTS = {"wordpiece": True, "unigram": True, "character": False}
+# Bump when a change to training (or to the text it reads) changes what a trained tokenizer holds.
+TRAINING_VERSION = 2
+
+
+def lowercase_setting(data_cfg: Any) -> bool:
+    """Whether the tokenizer lower-cases: data.tokenizer.lowercase, or the kind's default when it is null; False
+    for the kinds that are always cased."""
+    kind = tokenizer_kind(data_cfg)
+    value = data_cfg.tokenizer.lowercase
+    if kind not in LOWERCASE_DEFAULTS:
+        return False
+    return LOWERCASE_DEFAULTS[kind] if value is None else bool(value)
+
+
 def load_or_train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
     """The tokenizer named by `data.tokenizer.path`, or one trained on the training documents (cached); `documents`
     (a `Documents`) replaces them, e.g. both sides of parallel text for a joint vocabulary."""
     tok_cfg = data_cfg.tokenizer
     if tok_cfg.path:
-        return load_tokenizer(tok_cfg.path, lowercase=bool(tok_cfg.lowercase))
+        return load_tokenizer(tok_cfg.path, lowercase=tok_cfg.lowercase is None or bool(tok_cfg.lowercase))
     return train_tokenizer(data_cfg, documents)
 
 
@@ -147,83 +173,12 @@ def _adds_nothing(tokenizer: Tokenizer) -> bool:
     return encodings[0].ids == encodings[1].ids
 
 
-def byte_level_tokenizer(model: models.Model, add_prefix_space: bool = True) -> Tokenizer:
-    """RoBERTa's pipeline around a BPE model: bytes mapped to printable characters, no normalization (cased), and
-    `<s> A </s>` / `<s> A </s></s> B </s>` when encoding with special tokens.
-
-    A leading space is added to every text (add_prefix_space): the corpus is tokenized sentence by sentence, and
-    a sentence's first word should get the same pieces as it would inside running text.
-    """
-    tokenizer = Tokenizer(model)
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
-    tokenizer.decoder = decoders.ByteLevel()
-    _add_bpe_specials(tokenizer)
-    return tokenizer
-
-
-def gpt2_tokenizer(model: models.Model, add_prefix_space: bool = True) -> Tokenizer:
-    """GPT-2's pipeline: byte-level BPE with <|endoftext|> as its one special token.
-
-    Its template, for fine-tuning, ends a text with <|endoftext|> (`A <|endoftext|>`, `A <|endoftext|> B
-    <|endoftext|>`): the separator of a pair and, seen last by a causal model, the summary token a sentence-level
-    head reads (GPT's "extract" token, Radford et al. 2018, section 3.3). Pretraining and generation encode
-    without it.
-    """
-    tokenizer = byte_level_tokenizer(model, add_prefix_space)
-    _add_gpt2_specials(tokenizer)
-    return tokenizer
-
-
-def _add_gpt2_specials(tokenizer: Tokenizer) -> None:
-    end = tokenizer.token_to_id(END_OF_TEXT)
-    if end is None:
-        return
-    tokenizer.add_special_tokens([END_OF_TEXT])
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"$A {END_OF_TEXT}",
-        pair=f"$A {END_OF_TEXT} $B:1 {END_OF_TEXT}:1",
-        special_tokens=[(END_OF_TEXT, end)],
-    )
-
-
-def _add_bpe_specials(tokenizer: Tokenizer) -> None:
-    present = [t for t in BPE_SPECIAL_TOKENS if tokenizer.token_to_id(t) is not None]
-    tokenizer.add_special_tokens(present)
-    cls_id, sep_id = tokenizer.token_to_id("<s>"), tokenizer.token_to_id("</s>")
-    if cls_id is not None and sep_id is not None:
-        tokenizer.post_processor = processors.RobertaProcessing(("</s>", sep_id), ("<s>", cls_id))
-
-
-def bert_tokenizer(model: models.Model, lowercase: bool) -> Tokenizer:
-    """BERT's pipeline around a WordPiece model: normalize, split on whitespace and punctuation, `##` pieces,
-    and `[CLS] A [SEP] (B [SEP])` when encoding with special tokens."""
-    tokenizer = Tokenizer(model)
-    # strip_accents=None follows lowercase, as in BERT's uncased and cased releases.
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.decoder = decoders.WordPiece(prefix="##")
-    _add_specials(tokenizer)
-    return tokenizer
-
-
-def unigram_tokenizer(lowercase: bool) -> Tokenizer:
-    """SentencePiece's pipeline around a unigram LM (Kudo 2018), as XLNet's: NFKC, "▁" marks a preceding space,
-    no pre-splitting on punctuation."""
-    tokenizer = Tokenizer(models.Unigram())
-    steps = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
-    tokenizer.normalizer = normalizers.Sequence(steps)
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
-    tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    return tokenizer
-
-
-def character_tokenizer(dataset: Any, vocab_size: int, lowercase: bool) -> Tokenizer:
+def character_tokenizer(texts: Iterable[str], vocab_size: int, lowercase: bool) -> Tokenizer:
     """One token per character: the special tokens, then the corpus's characters by falling frequency (at most
     vocab_size in all; rarer ones become [UNK])."""
     counts: Counter[str] = Counter()
-    for batch in dataset.iter(batch_size=1000):
-        for text in batch["text"]:
-            counts.update(text.lower() if lowercase else text)
+    for text in texts:
+        counts.update(text.lower() if lowercase else text)
     characters = [c for c, _ in counts.most_common(max(vocab_size - len(SPECIAL_TOKENS), 1))]
     vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *sorted(characters)])}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
@@ -238,27 +193,6 @@ def unigram_trainer(vocab_size: int) -> trainers.UnigramTrainer:
     return trainers.UnigramTrainer(
         vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), unk_token="[UNK]", show_progress=False
     )
-
-
-def _add_specials(tokenizer: Tokenizer, xlnet_layout: bool = False) -> None:
-    """Mark the vocabulary's special tokens as such (never split, skipped when decoding) and add the
-    `[CLS] A [SEP] B [SEP]` template (XLNet's `A [SEP] B [SEP] [CLS]` for a unigram vocabulary), which needs
-    their ids."""
-    present = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is not None]
-    tokenizer.add_special_tokens(present)
-    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    if cls_id is not None and sep_id is not None and xlnet_layout:
-        tokenizer.post_processor = processors.TemplateProcessing(
-            single="$A [SEP] [CLS]:2",
-            pair="$A [SEP] $B:1 [SEP]:1 [CLS]:2",
-            special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
-        )
-    elif cls_id is not None and sep_id is not None:
-        tokenizer.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]",
-            pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-            special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
-        )
 
 
 def tokenizer_cache_path(data_cfg: Any, corpus_fingerprint: str) -> Path:
@@ -276,33 +210,49 @@ def tokenizer_cache_path(data_cfg: Any, corpus_fingerprint: str) -> Path:
         corpus_fingerprint,
         kind,
         0 if word else int(t.vocab_size),
-        bool(t.lowercase) if kind == "wordpiece" else False,
+        lowercase_setting(data_cfg),
         0 if word else int(t.min_frequency),
         specials,
         tokenizers.__version__,
+        TRAINING_VERSION,
     )
     return cache_root(data_cfg) / "tokenizers" / f"{key}.json"
 
 
 def train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
-    """Train a WordPiece or byte-level BPE vocabulary (`data.tokenizer.kind`) of `data.tokenizer.vocab_size` on the
-    training documents (or on `documents`), or load the cached one trained on the same contents and settings."""
-    documents = documents or read_documents(data_cfg, "train")
-    assert documents is not None  # read_documents raises when the training split has no source
-    path = tokenizer_cache_path(data_cfg, documents.fingerprint)
+    """Train the vocabulary of `data.tokenizer` on a sample of the training files (at most
+    `data.tokenizer.train_sample_bytes`, ``sources.sample_texts``) or on `documents` (a ``Documents``), or load the
+    cached one trained on the same files (or contents) and settings."""
+    if documents is not None:
+        dataset = documents.dataset
+        texts = lambda: (text for batch in dataset.iter(batch_size=1000) for text in batch["text"])  # noqa: E731
+        return _trained(data_cfg, documents.fingerprint, texts, len(dataset))
+    sources = resolve_sources(data_cfg, "train")
+    boundary, column = document_boundary(data_cfg), str(data_cfg.text_column)
+    budget = int(getattr(data_cfg.tokenizer, "train_sample_bytes", 100_000_000))
+    fingerprint = stable_hash("sources", [s.record() for s in sources], boundary, column, budget)
+    return _trained(data_cfg, fingerprint, lambda: sample_texts(sources, budget, boundary, column))
+
+
+def _trained(data_cfg: Any, fingerprint: str, texts: Callable[[], Iterable[str]], length: int | None = None):
+    path = tokenizer_cache_path(data_cfg, fingerprint)
     if path.is_file():
         return load_tokenizer(path)
+    tokenizer = train_on_texts(data_cfg, texts, length)
+    _atomic_save(tokenizer, path)
+    return tokenizer
+
+
+def train_on_texts(data_cfg: Any, texts: Callable[[], Iterable[str]], length: int | None = None) -> Tokenizer:
+    """A vocabulary of `data.tokenizer.kind` and `data.tokenizer.vocab_size` trained on the texts that ``texts()``
+    yields (``length``: how many, for the trainer's own bookkeeping)."""
     t = data_cfg.tokenizer
     kind = tokenizer_kind(data_cfg)
     if kind == "word":
-        texts = (text for batch in documents.dataset.iter(batch_size=1000) for text in batch["text"])
-        tokenizer = train_word_tokenizer(texts)
-        _atomic_save(tokenizer, path)
-        return tokenizer
+        return train_word_tokenizer(texts())
     if kind == "character":
-        tokenizer = character_tokenizer(documents.dataset, int(t.vocab_size), bool(t.lowercase))
+        tokenizer = character_tokenizer(texts(), int(t.vocab_size), lowercase_setting(data_cfg))
         _add_specials(tokenizer)
-        _atomic_save(tokenizer, path)
         return tokenizer
     if kind in ("bpe", "gpt2_bpe"):
         tokenizer = byte_level_tokenizer(models.BPE())
@@ -316,13 +266,13 @@ def train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
         )
         finish = _add_bpe_specials if kind == "bpe" else _add_gpt2_specials
     elif kind == "unigram":
-        tokenizer, trainer = unigram_tokenizer(bool(t.lowercase)), unigram_trainer(int(t.vocab_size))
+        tokenizer, trainer = unigram_tokenizer(lowercase_setting(data_cfg)), unigram_trainer(int(t.vocab_size))
         finish = partial(_add_specials, xlnet_layout=True)
     elif kind == "t5_unigram":  # T5's: cased, <pad> </s> <unk>, 100 sentinels at the top (data/sentinels.py)
         tokenizer, trainer = unigram_tokenizer(lowercase=False), t5_unigram_trainer(int(t.vocab_size))
         finish = add_sentinels
     else:
-        tokenizer = bert_tokenizer(models.WordPiece(unk_token="[UNK]"), bool(t.lowercase))
+        tokenizer = bert_tokenizer(models.WordPiece(unk_token="[UNK]"), lowercase_setting(data_cfg))
         trainer = trainers.WordPieceTrainer(
             vocab_size=int(t.vocab_size),
             min_frequency=int(t.min_frequency),
@@ -331,15 +281,19 @@ def train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
             show_progress=False,
         )
         finish = _add_specials
-    dataset = documents.dataset
 
     def batches():
-        for batch in dataset.iter(batch_size=1000):
-            yield batch["text"]
+        batch = []
+        for text in texts():
+            batch.append(text)
+            if len(batch) == 1000:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
 
-    tokenizer.train_from_iterator(batches(), trainer=trainer, length=len(dataset))
+    tokenizer.train_from_iterator(batches(), trainer=trainer, length=length)
     finish(tokenizer)  # the template needs the ids of [CLS] and [SEP], which exist only now
-    _atomic_save(tokenizer, path)
     return tokenizer
 
 

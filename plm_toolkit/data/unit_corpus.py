@@ -32,7 +32,6 @@ from plm_toolkit.data.corpus import (
     cache_root,
     choice,
     read_documents,
-    split_documents,
     split_sentences,
     stable_hash,
 )
@@ -184,9 +183,8 @@ class UnitFinder:
 
 def _lines(documents: Documents):
     for batch in documents.dataset.iter(batch_size=1000):
-        for block in batch["text"]:
-            for document in split_documents(block or ""):
-                yield from (line for line in document.splitlines() if line.strip())
+        for document in batch["text"]:
+            yield from (line for line in document.splitlines() if line.strip())
 
 
 PLURAL = {"phrase": "phrases", "entity": "entities"}
@@ -236,7 +234,7 @@ def tokenize_with_units(documents: Documents, tokenizer: Tokenizer, data_cfg: An
     counts = UnitCounts()
 
     def tokenize(batch: dict[str, list]) -> dict[str, list]:
-        texts = [document for block in batch["text"] for document in split_documents(block or "")]
+        texts = batch["text"]
         per_document = [
             [u for line in text.splitlines() if line.strip() for u in finder.sentences(line)] for text in texts
         ]

@@ -54,6 +54,8 @@ def _column(examples, name: str):
 
 def _lengths(examples) -> list[int]:
     """Each example's padded width, for trainer.group_by_length: its input, or the longer side of a sentence pair."""
+    if hasattr(examples, "lengths"):  # a token store's view knows them without building every example
+        return examples.lengths()
     first = examples[0]
     if "input_ids" in first:
         return [len(ids) for ids in _column(examples, "input_ids")]

@@ -49,6 +49,7 @@ MODULES = {
     "embed": "plm_toolkit.embed",
     "export": "plm_toolkit.export",
     "average": "plm_toolkit.average",
+    "prepare": "plm_toolkit.prepare",
 }
 
 

@@ -18,7 +18,11 @@ from plm_toolkit.registry import OBJECTIVES
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 GROUPS = sorted(p.name for p in CONFIGS.iterdir() if p.is_dir() and p.name != "__pycache__")
 # Presets that stand for the user's own data and so name a key the user must set.
-NEEDS_USER_INPUT = {("data", "text_files"): "data.train_files", ("data", "saved_dataset"): "data.dataset_path"}
+NEEDS_USER_INPUT = {
+    ("data", "text_files"): "data.train_files",
+    ("data", "saved_dataset"): "data.dataset_path",
+    ("experiment", "shakespeare_char_cpu"): "data.train_files",
+}
 
 
 # Groups that only plm-finetune composes; the rest are plm-train's.

@@ -17,12 +17,13 @@ from plm_toolkit.data import (
     Collator,
     Vocab,
     build_pretraining_examples,
-    collate,
     pack_full_sentences,
     prepare_pretraining_data,
     sentence_pairs,
 )
-from plm_toolkit.data import pretraining as pretraining_module
+from plm_toolkit.data import packed as packed_module
+from plm_toolkit.data import preparation as preparation_module
+from plm_toolkit.data.collate import collate
 
 WORDS_PER_SENTENCE = 4  # + the period: every sentence is 5 tokens
 
@@ -123,13 +124,13 @@ def test_examples_are_deterministic_given_the_seed(tmp_path):
 def test_second_run_reuses_the_cached_examples(tmp_path, monkeypatch):
     cfg = labelled_corpus(tmp_path, max_seq_len=40, validation_files=[])
     first = prepare_pretraining_data(cfg, "sentence_pairs", seed=1).train.to_dict()
-    assert len(list((tmp_path / "cache" / "examples").glob("*.arrow"))) == 1
+    assert len(list((tmp_path / "cache" / "stores").glob("*/layouts/pairs-train-*"))) == 1
 
     def fail(*args, **kwargs):
         raise AssertionError("rebuilt instead of reusing the cache")
 
-    monkeypatch.setattr(pretraining_module, "document_pairs", fail)
-    monkeypatch.setattr(pretraining_module, "document_sentences", fail)
+    monkeypatch.setattr(packed_module, "document_pairs", fail)
+    monkeypatch.setattr(preparation_module, "tokenize_piece", fail)
     assert prepare_pretraining_data(cfg, "sentence_pairs", seed=1).train.to_dict() == first
 
 

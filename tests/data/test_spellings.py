@@ -1,7 +1,6 @@
 """Words a vocabulary lacks keep their spelling beside their <UNK> id: ELMo's character CNN reads them as written
 (bilm-tf's ``UnicodeCharsVocabulary.word_to_char_ids``) while the softmax predicts <UNK> for them."""
 
-import numpy as np
 import pytest
 import torch
 
@@ -9,7 +8,7 @@ from plm_toolkit.config.schema import DataConfig, TokenizerConfig
 from plm_toolkit.data import Collator, prepare_pretraining_data
 from plm_toolkit.data.characters import BOW_CHAR, EOW_CHAR, character_table, word_character_ids
 from plm_toolkit.data.loader import BatchLayout, MicroBatches, eval_loader, micro_batch_loader
-from plm_toolkit.data.spellings import spelled_character_ids, unknown_positions, window_spellings
+from plm_toolkit.data.spellings import spelled_character_ids
 from plm_toolkit.data.word_vocabulary import word_tokenizer
 from plm_toolkit.models.elmo import Elmo, ElmoConfig
 from plm_toolkit.objectives.bilm import BidirectionalLanguageModeling, BilmConfig
@@ -109,12 +108,25 @@ def test_softmax_beyond_vocabulary_and_training_words_missing_from_a_given_vocab
                 assert not kept or target == (index[word] if index.get(word, 6) < 6 else objective.unk_id)
 
 
-def test_window_spellings_follow_overlapping_windows():
-    stream = np.array([0, 9, 5, 9, 1, 0, 9, 1, 9])  # 9 is <UNK>
-    positions = unknown_positions(stream, 9, ["a", "b", "c", "d"])
-    assert window_spellings(positions, ["a", "b", "c", "d"], 4, 3, 0, 3) == [["a", "b"], ["b", "c"], ["c", "d"]]
-    with pytest.raises(ValueError, match="4 unk tokens in the stream but 3 spellings"):
-        unknown_positions(stream, 9, ["a", "b", "c"])
+def test_overlapping_windows_list_the_spellings_of_their_own_unk_words(tmp_path):
+    from plm_toolkit.data.layouts import SentenceStreamWindows
+    from plm_toolkit.data.preparation import prepare_store
+    from plm_toolkit.data.store import TokenStore
+
+    text = ["the cat saw a dog .", "A Zyzzyva ran .", "the cat ."]
+    (tmp_path / "corpus.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
+    data_cfg = DataConfig(train_files=[str(tmp_path / "corpus.txt")], cache_dir=str(tmp_path / "cache"))
+    data_cfg.tokenizer = TokenizerConfig(kind="word", path=str(tmp_path / "bilm_vocab.json"))
+    word_tokenizer(["the", "cat", "."]).save(str(tmp_path / "bilm_vocab.json"))
+    store = TokenStore(prepare_store(data_cfg, "sentences", spellings=True))
+    windows = SentenceStreamWindows(store.split("train"), 0, 1, length=6, stride=4, unk_id=2)
+    forward, backward = streams(text)
+    for k in range(len(windows)):
+        row = windows[k]
+        for key, words in (("input", forward), ("reverse", backward)):
+            window = words[4 * k : 4 * k + 6]
+            assert row[f"{key}_spellings"] == [w for w in window if w not in ("<S>", "</S>", "the", "cat", ".")]
+            assert len(row[f"{key}_ids"]) == 6
 
 
 def test_spelled_character_ids_leave_padding_and_known_words_to_the_table():

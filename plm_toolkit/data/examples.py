@@ -1,0 +1,54 @@
+"""The train and validation examples of a pretraining run: a tokenizer and the examples in the objective's layout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import datasets
+from tokenizers import Tokenizer
+
+from plm_toolkit.data.plan import LAYOUT_BUILDERS, DataPlan
+from plm_toolkit.data.preparation import prepare_store
+from plm_toolkit.data.pretraining import build_pretraining_examples, store_unit
+from plm_toolkit.data.store import TokenStore
+from plm_toolkit.data.tokenizer import load_or_train_tokenizer, vocab_from_tokenizer
+from plm_toolkit.data.vocab import Vocab
+
+
+@dataclass
+class PretrainingData:
+    tokenizer: Tokenizer
+    vocab: Vocab
+    # Examples with input_ids and token_type_ids (+ next_sentence_label for sentence pairs).
+    train: datasets.Dataset
+    # None when there are no validation files (no evaluation).
+    validation: datasets.Dataset | None
+
+
+def prepare_pretraining_data(
+    data_cfg: Any, layout: Any, seed: int, window: tuple[int, int] | None = None, units: Any = None
+) -> PretrainingData:
+    """Tokenizer (loaded or trained), then the train and validation examples in `layout` (a layout name, or an
+    objective's ``DataPlan``, which also gives the window, the knowledge units' sources and whether the examples
+    carry the spelling of unknown tokens); all cached.
+    ``window`` = (length, stride) of the "streams" layout; ``units``: where knowledge units come from, when the
+    objective masks them (``data/unit_corpus.py``)."""
+    plan = layout if isinstance(layout, DataPlan) else DataPlan(str(getattr(layout, "value", layout)))
+    if isinstance(layout, DataPlan):
+        layout, window, units = layout.layout, layout.stream_window, layout.units
+    builder = LAYOUT_BUILDERS.get(plan.layout)
+    if builder is None and units is None:  # the store's own tokenizer (a given data.store may hold any)
+        tokenizer = TokenStore(prepare_store(data_cfg, store_unit(plan.layout), plan.spellings)).tokenizer
+    else:
+        tokenizer = load_or_train_tokenizer(data_cfg)
+    vocab = vocab_from_tokenizer(tokenizer)
+    if builder is not None:  # a layout an objective module registered (data/plan.py)
+        train = builder(data_cfg, tokenizer, vocab, plan, "train", seed)
+        return PretrainingData(tokenizer, vocab, train, builder(data_cfg, tokenizer, vocab, plan, "validation", seed))
+    splits = [
+        build_pretraining_examples(data_cfg, tokenizer, vocab, layout, split, seed, window, units, plan.spellings)
+        for split in ("train", "validation")
+    ]
+    assert splits[0] is not None  # the training split always has a source, or reading it raised
+    return PretrainingData(tokenizer, vocab, *splits)

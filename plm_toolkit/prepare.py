@@ -1,0 +1,68 @@
+"""plm-prepare: tokenize a corpus once into a token store (docs/data-store.md) that plm-train reads.
+
+plm-prepare model=gpt2 'data.train_files=[corpus/*.jsonl.gz]' data.store=/data/gpt2-store data.num_proc=32
+plm-train model=gpt2 data.store=/data/gpt2-store        # every rank of every node reads the same store
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from plm_toolkit import cli
+from plm_toolkit.cli import run_command
+from plm_toolkit.config.validate import data_plan, tokenizer_kind, validate
+from plm_toolkit.data.examples import prepare_pretraining_data
+from plm_toolkit.data.preparation import prepare_store
+from plm_toolkit.data.pretraining import store_unit
+from plm_toolkit.data.store import TokenStore
+from plm_toolkit.errors import ConfigError
+
+log = logging.getLogger("plm_toolkit")
+
+
+def run(cfg: DictConfig, run_dir: Path) -> dict:
+    """Prepare (or resume, or find finished) the store of ``cfg``; prints a summary as JSON on stdout."""
+    validate(cfg)
+    plan = data_plan(cfg)
+    if plan.layout == "parallel" or plan.units is not None or plan.layout not in (
+        "streams", "full_sentences", "sentence_pairs", "segment_pairs", "sentence_streams"
+    ):  # fmt: skip
+        what = "parallel text" if plan.layout == "parallel" else f"objective={cfg.objective.name}'s data"
+        raise ConfigError(f"plm-prepare writes token stores for monolingual text; {what} is prepared by plm-train")
+    data_cfg = OmegaConf.merge(cfg.data, {"tokenizer": {"kind": tokenizer_kind(cfg)}})
+    store = TokenStore(prepare_store(data_cfg, store_unit(plan.layout), plan.spellings))
+    # The files the run's layout writes once (full-sentence blocks, sentence pairs for trainer.seed) are written
+    # now too, so that plm-train starts at once.
+    data = prepare_pretraining_data(data_cfg, plan, int(cfg.trainer.seed))
+    manifest = store.manifest
+    summary = {
+        "store": str(store.folder),
+        "unit": manifest["settings"]["unit"],
+        "vocab_size": manifest["vocab_size"],
+        "splits": {
+            name: {key: info[key] for key in ("bytes", "tokens", "documents", "sentences", "shards")}
+            for name, info in manifest["splits"].items()
+        },
+        "prepared": manifest["prepared"],
+        "examples": {"layout": plan.layout, "train": len(data.train), "validation": len(data.validation or ())},
+    }
+    print(json.dumps(summary), flush=True)
+    return {}
+
+
+@hydra.main(version_base="1.3", config_path="pkg://plm_toolkit.configs", config_name="prepare")
+def hydra_main(cfg: DictConfig) -> float | None:
+    return run_command(run, cfg)
+
+
+def main() -> None:
+    cli.main(hydra_main)
+
+
+if __name__ == "__main__":
+    main()
