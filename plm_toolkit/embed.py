@@ -36,6 +36,7 @@ from plm_toolkit.cli import run_command
 from plm_toolkit.data.characters import BOS_TOKEN, EOS_TOKEN, character_ids
 from plm_toolkit.data.template import template_of
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+from plm_toolkit.data.user_files import iter_lines
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.interop.pretrained import LoadedBackbone, load_backbone
 from plm_toolkit.tasks.base import character_width
@@ -48,15 +49,11 @@ HDF5_SUFFIXES, SAFETENSORS_SUFFIXES = (".hdf5", ".h5"), (".safetensors",)
 def read_sentences(path: Path) -> list[list[str]]:
     """The whitespace-separated words of every line; a blank line or a file that is not UTF-8 names the line."""
     sentences = []
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                words = line.split()
-                if not words:
-                    raise DataError(f"{path}:{number}: empty line; expected one sentence per line")
-                sentences.append(words)
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not UTF-8 text ({err.reason})") from None
+    for number, line in iter_lines(path, "input_file"):
+        words = line.split()
+        if not words:
+            raise DataError(f"{path}:{number}: empty line; expected one sentence per line")
+        sentences.append(words)
     if not sentences:
         raise DataError(f"{path}: no sentences")
     return sentences

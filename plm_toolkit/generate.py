@@ -33,6 +33,7 @@ from omegaconf import MISSING, DictConfig
 from plm_toolkit import cli, failures
 from plm_toolkit.config.schema import Device
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+from plm_toolkit.data.user_files import iter_lines, not_a_file
 from plm_toolkit.decoding import DecodingOptions, SearchConfig, generate
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.interop.pretrained import LoadedLanguageModel, load_language_model
@@ -48,7 +49,7 @@ class GenerateConfig(DecodingOptions):
     checkpoint: str = MISSING
     # The text to continue; or prompts_file.
     prompt: str | None = None
-    # A UTF-8 file with one prompt per line (blank lines are skipped); or prompt.
+    # A UTF-8 file with one prompt per line (a line ends at \n; blank lines are skipped); or prompt.
     prompts_file: str | None = None
     # Seeds sampling: the same seed and settings give the same texts.
     seed: int = 0
@@ -70,8 +71,8 @@ def check(cfg) -> None:
     found = []
     if (cfg.prompt is None) == (cfg.prompts_file is None):
         found.append("give exactly one of prompt=TEXT and prompts_file=PATH")
-    if cfg.prompts_file is not None and not Path(cfg.prompts_file).expanduser().is_file():
-        found.append(f"prompts_file={cfg.prompts_file}: no such file")
+    if cfg.prompts_file is not None and not_a_file(cfg.prompts_file):
+        found.append(f"prompts_file={cfg.prompts_file}: {not_a_file(cfg.prompts_file)}; expected a regular file")
     if not 0.0 < cfg.top_p <= 1.0:
         found.append(f"top_p={cfg.top_p}: expected a probability in (0, 1]")
     if cfg.temperature <= 0:
@@ -92,11 +93,7 @@ def read_prompts(cfg) -> tuple[list[str], list[str]]:
     if cfg.prompt is not None:
         return [cfg.prompt], ["prompt"]
     path = Path(cfg.prompts_file).expanduser()
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not UTF-8 text ({err.reason}); expected one prompt per line") from None
-    numbered = [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
+    numbered = [(number, line) for number, line in iter_lines(path, "prompts_file") if line.strip()]
     if not numbered:
         raise DataError(f"{path}: no prompts; expected one prompt per line")
     return [line for _, line in numbered], [f"{path}:{number}" for number, _ in numbered]

@@ -22,6 +22,7 @@ from plm_toolkit.config.checks import (
 )
 from plm_toolkit.data.parallel import resolve
 from plm_toolkit.data.plan import DataPlan
+from plm_toolkit.data.user_files import not_a_file
 from plm_toolkit.errors import ConfigError, PlmError
 from plm_toolkit.models.base import CHARACTERS, SEGMENTS
 from plm_toolkit.names import did_you_mean, key_names
@@ -158,10 +159,10 @@ def unknown_keys(cfg: DictConfig) -> list[str]:
 
 def file_problems(d) -> list[str]:
     return [
-        f"data.{key}: {f} is not a file"
+        f"data.{key}: {f} is not a file ({not_a_file(f)})"
         for key in ("train_files", "validation_files")
         for f in d[key]
-        if not Path(f).expanduser().is_file()
+        if not_a_file(f)
     ]
 
 
@@ -283,8 +284,11 @@ def problems(cfg: DictConfig) -> list[str]:
     out += parallel_problems(d) if parallel else file_problems(d)
     if d.dataset_path and not Path(d.dataset_path).expanduser().is_dir():
         out.append(f"data.dataset_path={d.dataset_path} is not a directory written by datasets' save_to_disk")
-    if d.tokenizer.path and not Path(d.tokenizer.path).expanduser().is_file():
-        out.append(f"data.tokenizer.path={d.tokenizer.path} is not a file (a tokenizer.json or vocab.txt)")
+    if d.tokenizer.path and not_a_file(d.tokenizer.path):
+        out.append(
+            f"data.tokenizer.path={d.tokenizer.path} is not a file ({not_a_file(d.tokenizer.path)}); expected a "
+            "tokenizer.json, vocab.txt or vocab.json"
+        )
 
     if cfg.hardware.get("unpad"):
         accepts_positions = "position_ids" in inspect.signature(model_class(m.name).forward).parameters

@@ -25,6 +25,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 
 from plm_toolkit.data.corpus import cache_root, choice, read_documents, stable_hash
 from plm_toolkit.data.sentinels import T5_SPECIAL_TOKENS, add_sentinels, sentinel_ids, t5_unigram_trainer
+from plm_toolkit.data.user_files import iter_lines, not_a_file, read_json, read_text
 from plm_toolkit.data.vocab import ROLE_TOKENS, Vocab
 from plm_toolkit.data.word_vocabulary import WORD_SPECIAL_TOKENS, train_word_tokenizer
 from plm_toolkit.errors import DataError
@@ -76,13 +77,17 @@ def load_tokenizer(path: str | Path, lowercase: bool = True) -> Tokenizer:
                 break
         else:
             raise DataError(f"tokenizer folder {path} holds none of {TOKENIZER_FILE}, vocab.txt, {BPE_VOCAB_FILE}")
-    if not path.is_file():
+    if not path.exists():
         raise DataError(f"tokenizer file {path} does not exist; expected a tokenizer.json, vocab.txt or vocab.json")
+    reason = not_a_file(path)
+    if reason is not None:
+        raise DataError(f"tokenizer file {path}: {reason}; expected a tokenizer.json, vocab.txt or vocab.json")
     if path.name == BPE_VOCAB_FILE:
         tokenizer = _load_bpe_files(path)
     elif path.suffix == ".json":
+        text = read_text(path)  # checked: a regular UTF-8 file, its byte-order mark dropped
         try:
-            tokenizer = Tokenizer.from_file(str(path))
+            tokenizer = Tokenizer.from_str(text)
         except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exceptions
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise DataError(f"tokenizer file {path} does not load ({first}); expected a tokenizer.json") from e
@@ -93,20 +98,41 @@ def load_tokenizer(path: str | Path, lowercase: bool = True) -> Tokenizer:
             if getattr(vocab, role) is None:
                 names = " or ".join(ROLE_TOKENS[role])
                 raise DataError(f"tokenizer file {path} has no {names} token; expected BERT's special tokens")
+    check_ids(tokenizer, path)
     return tokenizer
+
+
+def check_ids(tokenizer: Tokenizer, path: Path) -> None:
+    """Refuse a vocabulary in which two tokens share an id: one of them could never be told from the other. (Ids
+    with gaps are fine: the model gets a row for every id up to the highest, ``vocabulary_size``.)"""
+    owners: dict[int, str] = {}
+    for token, index in sorted(
+        tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda item: (item[1], item[0])
+    ):
+        if index in owners:
+            raise DataError(f"{path}: tokens {owners[index]!r} and {token!r} share id {index}; expected one id each")
+        owners[index] = token
+
+
+def vocabulary_size(tokenizer: Tokenizer) -> int:
+    """The rows an embedding table needs for every id of ``tokenizer``: its highest id + 1 (its count of tokens,
+    unless a loaded vocabulary skips ids)."""
+    ids = tokenizer.get_vocab(with_added_tokens=True).values()
+    return max(ids, default=-1) + 1
 
 
 def read_vocab_txt(path: Path) -> dict[str, int]:
     """A WordPiece vocab.txt: one token per line, the line number (from 0) is the id."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise DataError(f"vocab file {path} is not UTF-8 text ({e.reason}); expected one token per line") from None
     vocab: dict[str, int] = {}
-    for number, token in enumerate(lines):
+    for number, token in iter_lines(path):
         if not token.strip():
-            raise DataError(f"{path}:{number + 1}: empty token; expected one WordPiece token per line")
-        vocab.setdefault(token, number)
+            raise DataError(f"{path}:{number}: empty token; expected one WordPiece token per line")
+        if token in vocab:
+            raise DataError(
+                f"{path}:{number}: {token!r} again (line {vocab[token] + 1}); a token's line number is its id, so "
+                "each line must hold a different token"
+            )
+        vocab[token] = number - 1
     if not vocab:
         raise DataError(f"vocab file {path} is empty; expected one WordPiece token per line")
     return vocab
@@ -116,8 +142,19 @@ def _load_bpe_files(vocab_path: Path) -> Tokenizer:
     merges = vocab_path.with_name(BPE_MERGES_FILE)
     if not merges.is_file():
         raise DataError(f"{vocab_path}: no {BPE_MERGES_FILE} beside it; a byte-level BPE vocabulary needs both")
+    vocab = read_json(vocab_path)
+    if not isinstance(vocab, dict) or not all(isinstance(i, int) and not isinstance(i, bool) for i in vocab.values()):
+        raise DataError(f"{vocab_path}: expected a JSON object of token -> integer id")
+    pairs = []
+    for number, line in iter_lines(merges):
+        if line.startswith("#version") or not line.strip():
+            continue
+        pair = line.split(" ")
+        if len(pair) != 2:
+            raise DataError(f"{merges}:{number}: {line!r}; expected one merge per line, two pieces and one space")
+        pairs.append((pair[0], pair[1]))
     try:
-        model = models.BPE.from_file(str(vocab_path), str(merges))
+        model = models.BPE(vocab, pairs)
     except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exceptions
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DataError(f"{vocab_path} with {merges.name} does not load as a byte-level BPE ({first})") from e
@@ -348,7 +385,7 @@ def vocab_from_tokenizer(tokenizer: Tokenizer, source: str | Path | None = None)
         ids[role] = found[0] if found else None
     vocab = tokenizer.get_vocab(with_added_tokens=True)
     return Vocab(
-        size=tokenizer.get_vocab_size(with_added_tokens=True),
+        size=vocabulary_size(tokenizer),
         sentinel_ids=sentinel_ids(tokenizer),
         tokens=tuple(sorted(vocab, key=vocab.__getitem__)),
         continuation_ids=continuation_ids(tokenizer),

@@ -1,0 +1,246 @@
+"""Inputs that were read as something else than they say, through the real command line (the harness of
+test_bad_inputs.py; docs/bad-input-rules.md has the rules): files read by the checked reader (``data/user_files.py``),
+numbers outside their domain, weights checked wherever they are loaded, the cache folder, text typed on the command
+line. A bad one gets exit status 1 and one ``error:`` line naming the file, line or key; one that is unusual but
+legal (a byte-order mark, a line separator inside a line, a prompt that looks like a number) gets the right result,
+which its test checks.
+
+The input files are written by ``prepared`` (their bytes are the point: byte-order marks, lone surrogates, U+2028),
+under ``{prepared}``; ``{bert}`` is a tiny BERT checkpoint (plm-finetune's and plm-embed's), ``{xl}`` a tiny
+Transformer-XL with its CLM head (plm-generate's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from safetensors.torch import load_file, save_file
+
+from plm_toolkit import checkpoint as ckpt
+from plm_toolkit.data.corpus import resource_path
+from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+from plm_toolkit.models.transformer_xl import TransformerXL, TransformerXLConfig
+from plm_toolkit.objectives.clm import CausalLanguageModeling, ClmConfig
+from tests.bad_inputs.test_bad_inputs import FILES, Case, assert_one_error_line, command_line
+from tests.tasks.conftest import save_tiny_checkpoint, tiny_tokenizer
+
+
+@dataclass(frozen=True)
+class InputCase(Case):
+    # Environment variables of the command (a value of None removes the variable).
+    env: tuple[tuple[str, str | None], ...] = ()
+
+
+TEXT = ("task=classification", "data.validation_file=null")
+CLASSIFY = ("task=classification", "trainer.max_steps=1", "trainer.epochs=null", "trainer.save_every=0")
+SQUAD = ("task=squad2", "data.max_seq_len=48", "task.doc_stride=16", "task.max_query_length=8")
+GENERATE = ("checkpoint={xl}", "max_new_tokens=2")
+EMBED = ("checkpoint={bert}", "output_file={tmp}/out.hdf5")
+FIFO = "{prepared}/fifo"
+
+CASES = [
+    # --- the checked reader: JSON types, Unicode, files that are no regular files -----------------------------------
+    InputCase("jsonl_label_null", "finetune", (*TEXT, "data.train_file={prepared}/label_null.jsonl"), "{prepared}/label_null.jsonl:2: 'label' is null; expected a string or a number"),
+    InputCase("jsonl_row_not_an_object", "finetune", (*TEXT, "data.train_file={prepared}/row_array.jsonl"), "{prepared}/row_array.jsonl:2: expected a JSON object (one per line), found an array"),
+    InputCase("jsonl_row_a_string", "finetune", (*TEXT, "data.train_file={prepared}/row_string.jsonl"), "{prepared}/row_string.jsonl:3: expected a JSON object (one per line), found a string"),
+    InputCase("jsonl_text_an_array", "finetune", (*TEXT, "data.train_file={prepared}/text_array.jsonl"), "{prepared}/text_array.jsonl:1: 'text' is an array; expected a string or a number"),
+    InputCase("jsonl_lone_surrogate", "finetune", (*TEXT, "data.train_file={prepared}/surrogate.jsonl"), "{prepared}/surrogate.jsonl:2: 'text' holds a lone surrogate escape"),
+    InputCase("jsonl_nan_label", "finetune", (*TEXT, "task.regression=true", "task.metrics=[pearson]", "data.train_file={prepared}/nan_label.jsonl"), "{prepared}/nan_label.jsonl:2: not valid JSON (NaN is not JSON)"),
+    InputCase("tsv_regression_label_nan", "finetune", (*TEXT, "task.regression=true", "task.metrics=[pearson]", "data.train_file={prepared}/nan_score.tsv"), "{prepared}/nan_score.tsv:3: label 'nan' is not a finite number (task.regression)"),
+    InputCase("squad_duplicate_id", "finetune", (*SQUAD, "data.train_file={prepared}/squad_duplicate_id.json"), "{prepared}/squad_duplicate_id.json: data[0].paragraphs[0].qas[1] has id=q1, as data[0].paragraphs[0].qas[0] does"),
+    InputCase("squad_lone_surrogate", "finetune", (*SQUAD, "data.train_file={prepared}/squad_surrogate.json"), "{prepared}/squad_surrogate.json: 'data[0].paragraphs[0].qas[0].question' holds a lone surrogate escape"),
+    InputCase("squad_impossible_a_string", "finetune", (*SQUAD, "data.train_file={prepared}/squad_impossible_string.json"), "{prepared}/squad_impossible_string.json: data[0].paragraphs[0].qas[0].is_impossible: expected true/false, found a string"),
+    InputCase("squad_answer_start_true", "finetune", (*SQUAD, "data.train_file={prepared}/squad_start_true.json"), "{prepared}/squad_start_true.json: data[0].paragraphs[0].qas[0].answers[0].answer_start: expected an integer, found true/false"),
+    InputCase("embed_fifo", "embed", (*EMBED, f"input_file={FIFO}"), f"input_file={FIFO}: a FIFO (named pipe); expected a regular file"),
+    InputCase("generate_prompts_fifo", "generate", (*GENERATE, f"prompts_file={FIFO}"), f"prompts_file={FIFO}: a FIFO (named pipe); expected a regular file"),
+    InputCase("finetune_train_file_fifo", "finetune", (*TEXT, f"data.train_file={FIFO}"), f"data.train_file: {FIFO} is not a file (a FIFO (named pipe))"),
+    InputCase("train_corpus_fifo", "train", (f"data.train_files=[{FIFO}]",), f"data.train_files: {FIFO} is not a file (a FIFO (named pipe))"),
+    InputCase("embed_input_a_directory", "embed", (*EMBED, "input_file={prepared}"), "input_file={prepared}: a directory; expected a regular file"),
+    # --- vocabularies: one id per token ------------------------------------------------------------------------------
+    InputCase("vocab_txt_duplicate_line", "train", ("data.tokenizer.path={prepared}/duplicate/vocab.txt",), "{prepared}/duplicate/vocab.txt:9: 'the' again (line 7); a token's line number is its id"),
+    InputCase("vocab_json_shared_id", "train", ("data.tokenizer.path={prepared}/shared_id/vocab.json", "data.tokenizer.kind=bpe"), "{prepared}/shared_id/vocab.json: tokens 'a' and 'b' share id 9; expected one id each"),
+    InputCase("tokenizer_json_bom_and_duplicate", "train", ("data.tokenizer.path={prepared}/shared_id/tokenizer.json",), "{prepared}/shared_id/tokenizer.json: tokens"),
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Handled:
+    """An unusual but legal input: the command succeeds, and ``check(outcome)`` asserts the result."""
+
+    name: str
+    command: str
+    overrides: tuple[str, ...]
+    base: tuple[str, ...] | None = None
+    env: tuple[tuple[str, str | None], ...] = ()
+
+
+HANDLED = [
+    Handled("tsv_header_bom", "finetune", (*CLASSIFY, "data.train_file={prepared}/bom.tsv", "data.validation_file={prepared}/bom.tsv")),
+    Handled("prompts_with_line_separators_and_bom", "generate", (*GENERATE, "prompts_file={prepared}/prompts.txt", "output_file={tmp}/out.jsonl")),
+]  # fmt: skip
+
+
+def _check_tsv_header_bom(outcome: dict) -> None:
+    """The header's first column is 'text' (not '\\ufefftext'): the labels are the file's, and it trained."""
+    saved = OmegaConf.load(Path(outcome["places"]["run"]) / "checkpoints" / "last" / ckpt.CONFIG_FILE)
+    assert list(saved.task.labels) == ["negative", "positive"]
+    assert "byte-order mark" in outcome["done"].stderr + _logs(outcome)
+
+
+def _check_prompts(outcome: dict) -> None:
+    """One row per line of the file, each prompt exactly its line (U+2028, U+0085 and a form feed inside it, the
+    byte-order mark dropped)."""
+    text = (Path(outcome["places"]["tmp"]) / "out.jsonl").read_text(encoding="utf-8")
+    rows = [json.loads(line) for line in text.split("\n") if line]  # not splitlines(): U+2028 is inside a row
+    assert [row["prompt"] for row in rows] == PROMPTS
+
+
+CHECKS = {"tsv_header_bom": _check_tsv_header_bom, "prompts_with_line_separators_and_bom": _check_prompts}
+
+PROMPTS = ["The history of\u2028the city", "A line\x85with a next-line", "and a\x0cform feed"]
+
+
+def _logs(outcome: dict) -> str:
+    run = Path(outcome["places"]["run"])
+    return "".join(p.read_text() for p in run.glob("*.log")) if run.is_dir() else ""
+
+
+def write_files(root: Path) -> None:
+    """The input files of the cases, byte for byte."""
+    rows = [{"text": "a fine film", "label": "pos"}, {"text": "dull", "label": None}, {"text": "ok", "label": "neg"}]
+    (root / "label_null.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "row_array.jsonl").write_text('{"text": "a", "label": "pos"}\n["b", "neg"]\n')
+    (root / "row_string.jsonl").write_text('{"text": "a", "label": "pos"}\n\n"b"\n')
+    (root / "text_array.jsonl").write_text('{"text": ["a", "b"], "label": "pos"}\n')
+    (root / "surrogate.jsonl").write_text('{"text": "fine", "label": "pos"}\n{"text": "bad \\ud800", "label": "neg"}\n')
+    (root / "nan_label.jsonl").write_text('{"text": "a", "label": 1.5}\n{"text": "b", "label": NaN}\n')
+    (root / "nan_score.tsv").write_text("text\tlabel\na\t1.5\nb\tnan\n")
+    (root / "bom.tsv").write_bytes(b"\xef\xbb\xbftext\tlabel\na fine film\tpositive\ndull\tnegative\n")
+    prompts = "\ufeff" + PROMPTS[0] + "\n" + PROMPTS[1] + "\r\n\n" + PROMPTS[2] + "\n"
+    (root / "prompts.txt").write_text(prompts, encoding="utf-8", newline="")
+    question = {"question": "who?", "id": "q1", "answers": [{"text": "Ada", "answer_start": 0}], "is_impossible": False}
+
+    def squad(name: str, *questions: dict) -> None:
+        paragraph = {"context": "Ada wrote the first program.", "qas": list(questions)}
+        text = json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [paragraph]}]})
+        (root / name).write_text(text.replace("SURROGATE", "\\udc00"))
+
+    squad("squad_duplicate_id.json", question, {**question, "question": "what?"})
+    squad("squad_surrogate.json", {**question, "question": "who SURROGATE?"})
+    squad("squad_impossible_string.json", {**question, "is_impossible": "false"})
+    squad("squad_start_true.json", {**question, "answers": [{"text": "Ada", "answer_start": True}]})
+    os.mkfifo(root / "fifo")
+
+
+def write_vocabularies(root: Path, tokenizer) -> None:
+    """A vocab.txt with a line repeated; a vocab.json + merges.txt and a tokenizer.json (with a byte-order mark) in
+    which two tokens share an id."""
+    (root / "duplicate").mkdir()
+    lines = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "the", "cat", "the", "sat"]
+    (root / "duplicate" / "vocab.txt").write_text("\n".join(lines) + "\n")
+    (root / "shared_id").mkdir()
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "<mask>": 4, "c": 5, "d": 6, "e": 7, "a": 9, "b": 9}
+    (root / "shared_id" / "vocab.json").write_text(json.dumps(vocab))
+    (root / "shared_id" / "merges.txt").write_text("#version: 0.2\n")
+    shared = json.loads(tokenizer.to_str())
+    model_vocab = shared["model"]["vocab"]
+    model_vocab[next(t for t in model_vocab if t not in ("[PAD]", "[UNK]"))] = model_vocab["[UNK]"]
+    (root / "shared_id" / "tokenizer.json").write_text("\ufeff" + json.dumps(shared), encoding="utf-8")
+
+
+def save_xl(root: Path, tokenizer) -> Path:
+    """A tiny random Transformer-XL with its CLM objective (the output bias lives in objective.safetensors), as
+    plm-train writes it, and copies whose objective file holds a NaN, an extra tensor or is missing."""
+    torch.manual_seed(0)
+    config = TransformerXLConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=16, num_layers=1, num_heads=2,
+                                 head_size=8, intermediate_size=17, mem_len=8)  # fmt: skip
+    model = TransformerXL(config)
+    objective = CausalLanguageModeling(ClmConfig(), model, vocab_from_tokenizer(tokenizer))
+    sections = {"model": OmegaConf.to_container(OmegaConf.structured(config)), "objective": {"name": "clm"}}
+    state = {"step": 1, "samples_seen": 0}
+    step = ckpt.save_checkpoint(root / "xl", 1, model, objective, state, OmegaConf.to_yaml(sections), tokenizer.to_str(), 0)
+    head = load_file(str(step / ckpt.OBJECTIVE_FILE))
+    for name, broken in (
+        ("xl_nan_head", {"bias": head["bias"].index_fill(0, torch.tensor([4]), float("nan"))}),
+        ("xl_extra_head", {**head, "adaptive.head.weight": torch.zeros(3, 16)}),
+    ):
+        shutil.copytree(step, root / name)
+        save_file(broken, str(root / name / ckpt.OBJECTIVE_FILE))
+    shutil.copytree(step, root / "xl_no_head")
+    (root / "xl_no_head" / ckpt.OBJECTIVE_FILE).unlink()
+    return step
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bad_inputs_inputs")
+    files = root / "prepared"
+    files.mkdir()
+    texts = Path(resource_path("corpora/wikitext2/train.txt")).read_text().splitlines()[:400]
+    tokenizer = tiny_tokenizer(texts, vocab_size=300)
+    bert = save_tiny_checkpoint(root / "bert", tokenizer)
+    write_files(files)
+    write_vocabularies(files, tokenizer)
+    xl = save_xl(files, tokenizer)
+    corpus = root / "corpus.txt"
+    corpus.write_text(Path(resource_path("corpora/wikitext2/train.txt")).read_text()[:6000])
+    return {"root": root, "prepared": files, "bert": bert, "xl": xl, "corpus": corpus}
+
+
+@pytest.fixture(scope="module")
+def outcomes(prepared) -> dict[str, dict]:
+    """Every case run once, two at a time: name -> the finished process, its placeholders and what its directory
+    holds afterwards besides the run directory."""
+    base_env = {**os.environ, "HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
+    base_env.pop("HYDRA_FULL_ERROR", None)
+
+    def one(case) -> tuple[str, dict]:
+        tmp = prepared["root"] / "cases" / case.name
+        tmp.mkdir(parents=True)
+        places = {
+            "files": str(FILES),
+            "tmp": str(tmp),
+            "run": str(tmp / "run"),
+            "checkpoint": str(prepared["bert"]),
+            "bert": str(prepared["bert"]),
+            "xl": str(prepared["xl"]),
+            "prepared": str(prepared["prepared"]),
+            "corpus": str(prepared["corpus"]),
+            "cache": str(prepared["root"] / "cache"),
+        }
+        env = dict(base_env)
+        for key, value in case.env:
+            env.pop(key, None) if value is None else env.__setitem__(key, value.format(**places))
+        argv = command_line(Case(case.name, case.command, case.overrides, "", base=case.base), places)
+        done = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+        left = sorted(p.name for p in tmp.iterdir() if p.name != "run")
+        return case.name, {"done": done, "places": places, "left": left}
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(one, [*CASES, *HANDLED]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input_gets_one_line(case, outcomes):
+    outcome = outcomes[case.name]
+    assert_one_error_line(case, outcome)
+    assert outcome["left"] == [], f"left in the case's directory: {outcome['left']}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", HANDLED, ids=[c.name for c in HANDLED])
+def test_unusual_input_gets_the_right_result(case, outcomes):
+    outcome = outcomes[case.name]
+    done = outcome["done"]
+    assert done.returncode == 0, f"stdout:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-3000:]}"
+    CHECKS[case.name](outcome)
