@@ -15,11 +15,13 @@ def setup() -> None:
     ConfigStore, and the resolvers the presets use. Calling it again is harmless."""
     from plm_toolkit.catalog import load_all
     from plm_toolkit.config.help import register_help_resolver
+    from plm_toolkit.data.cache import register_cache_resolver
     from plm_toolkit.data.corpus import register_resolvers
 
     register_schemas()
     load_all()
     register_resolvers()
+    register_cache_resolver()
     register_help_resolver()
 
 

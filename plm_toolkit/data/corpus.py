@@ -24,6 +24,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import datasets  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from plm_toolkit.data.cache import cache_root  # noqa: E402, F401  (its home is data/cache.py)
 from plm_toolkit.errors import ConfigError, DataError  # noqa: E402
 
 SPLITS = ("train", "validation")
@@ -48,13 +49,6 @@ def resource_path(relative: str) -> str:
 def choice(value: Any) -> str:
     """The string of a config choice, whether it arrives as a str-Enum (structured config) or a plain str."""
     return value.value if isinstance(value, Enum) else str(value)
-
-
-def cache_root(data_cfg: Any) -> Path:
-    """The data cache directory, `~` expanded and created."""
-    path = Path(os.path.expanduser(str(data_cfg.cache_dir)))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def stable_hash(*parts: Any) -> str:

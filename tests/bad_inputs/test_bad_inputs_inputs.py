@@ -30,7 +30,7 @@ from plm_toolkit.data.corpus import resource_path
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.models.transformer_xl import TransformerXL, TransformerXLConfig
 from plm_toolkit.objectives.clm import CausalLanguageModeling, ClmConfig
-from tests.bad_inputs.test_bad_inputs import FILES, Case, assert_one_error_line, command_line
+from tests.bad_inputs.test_bad_inputs import BERT, FILES, Case, assert_one_error_line, command_line
 from tests.tasks.conftest import save_tiny_checkpoint, tiny_tokenizer
 
 
@@ -46,6 +46,12 @@ SQUAD = ("task=squad2", "data.max_seq_len=48", "task.doc_stride=16", "task.max_q
 GENERATE = ("checkpoint={xl}", "max_new_tokens=2")
 EMBED = ("checkpoint={bert}", "output_file={tmp}/out.hdf5")
 FIFO = "{prepared}/fifo"
+# plm-train's tiny BERT with the default cache folder (no data.cache_dir), for one step.
+DEFAULT_CACHE = (
+    *(a for a in BERT if not a.startswith("data.cache_dir")),
+    "trainer.max_steps=1",
+    "trainer.save_every=0",
+)
 
 CASES = [
     # --- the checked reader: JSON types, Unicode, files that are no regular files -----------------------------------
@@ -69,6 +75,9 @@ CASES = [
     InputCase("vocab_txt_duplicate_line", "train", ("data.tokenizer.path={prepared}/duplicate/vocab.txt",), "{prepared}/duplicate/vocab.txt:9: 'the' again (line 7); a token's line number is its id"),
     InputCase("vocab_json_shared_id", "train", ("data.tokenizer.path={prepared}/shared_id/vocab.json", "data.tokenizer.kind=bpe"), "{prepared}/shared_id/vocab.json: tokens 'a' and 'b' share id 9; expected one id each"),
     InputCase("tokenizer_json_bom_and_duplicate", "train", ("data.tokenizer.path={prepared}/shared_id/tokenizer.json",), "{prepared}/shared_id/tokenizer.json: tokens"),
+    # --- the cache folder ------------------------------------------------------------------------------------------
+    InputCase("cache_read_only", "train", ("data.cache_dir={read_only}",), "data.cache_dir={read_only}: cannot create or write the data cache there (Permission denied)"),
+    InputCase("cache_under_a_file", "train", ("data.cache_dir={prepared}/bom.tsv/cache",), "data.cache_dir={prepared}/bom.tsv/cache: cannot create or write the data cache there (Not a directory)"),
 ]  # fmt: skip
 
 
@@ -86,6 +95,7 @@ class Handled:
 HANDLED = [
     Handled("tsv_header_bom", "finetune", (*CLASSIFY, "data.train_file={prepared}/bom.tsv", "data.validation_file={prepared}/bom.tsv")),
     Handled("prompts_with_line_separators_and_bom", "generate", (*GENERATE, "prompts_file={prepared}/prompts.txt", "output_file={tmp}/out.jsonl")),
+    Handled("cache_variable_empty", "train", (), base=DEFAULT_CACHE, env=(("PLM_TOOLKIT_CACHE", ""), ("HOME", "{tmp}/home"))),
 ]  # fmt: skip
 
 
@@ -104,7 +114,19 @@ def _check_prompts(outcome: dict) -> None:
     assert [row["prompt"] for row in rows] == PROMPTS
 
 
-CHECKS = {"tsv_header_bom": _check_tsv_header_bom, "prompts_with_line_separators_and_bom": _check_prompts}
+def _check_cache_variable_empty(outcome: dict) -> None:
+    """PLM_TOOLKIT_CACHE set to nothing counts as unset: the cache is under $HOME/.cache/plm_toolkit, and the
+    working directory holds nothing but the run (it once held the whole cache)."""
+    assert outcome["left"] == ["home"], outcome["left"]
+    cache = Path(outcome["places"]["tmp"]) / "home" / ".cache" / "plm_toolkit"
+    assert list((cache / "tokenizers").glob("*.json")), sorted(p.name for p in cache.iterdir())
+
+
+CHECKS = {
+    "tsv_header_bom": _check_tsv_header_bom,
+    "prompts_with_line_separators_and_bom": _check_prompts,
+    "cache_variable_empty": _check_cache_variable_empty,
+}
 
 PROMPTS = ["The history of\u2028the city", "A line\x85with a next-line", "and a\x0cform feed"]
 
@@ -167,7 +189,9 @@ def save_xl(root: Path, tokenizer) -> Path:
     objective = CausalLanguageModeling(ClmConfig(), model, vocab_from_tokenizer(tokenizer))
     sections = {"model": OmegaConf.to_container(OmegaConf.structured(config)), "objective": {"name": "clm"}}
     state = {"step": 1, "samples_seen": 0}
-    step = ckpt.save_checkpoint(root / "xl", 1, model, objective, state, OmegaConf.to_yaml(sections), tokenizer.to_str(), 0)
+    step = ckpt.save_checkpoint(
+        root / "xl", 1, model, objective, state, OmegaConf.to_yaml(sections), tokenizer.to_str(), 0
+    )
     head = load_file(str(step / ckpt.OBJECTIVE_FILE))
     for name, broken in (
         ("xl_nan_head", {"bias": head["bias"].index_fill(0, torch.tensor([4]), float("nan"))}),
@@ -191,9 +215,30 @@ def prepared(tmp_path_factory) -> dict[str, Path]:
     write_files(files)
     write_vocabularies(files, tokenizer)
     xl = save_xl(files, tokenizer)
+    read_only = root / "read_only"
+    read_only.mkdir()
+    read_only.chmod(0o555)
     corpus = root / "corpus.txt"
     corpus.write_text(Path(resource_path("corpora/wikitext2/train.txt")).read_text()[:6000])
-    return {"root": root, "prepared": files, "bert": bert, "xl": xl, "corpus": corpus}
+    return {
+        "root": root,
+        "prepared": files,
+        "bert": bert,
+        "xl": xl,
+        "corpus": corpus,
+        "read_only": unwritable(read_only),
+    }
+
+
+def unwritable(folder: Path) -> Path | None:
+    """``folder`` (mode 555) where this user cannot write into it, else (root) /sys where it is read-only, else None."""
+    for candidate in (folder, Path("/sys")):
+        try:
+            (candidate / ".probe").touch()
+            (candidate / ".probe").unlink()
+        except OSError:
+            return candidate
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -216,6 +261,7 @@ def outcomes(prepared) -> dict[str, dict]:
             "prepared": str(prepared["prepared"]),
             "corpus": str(prepared["corpus"]),
             "cache": str(prepared["root"] / "cache"),
+            "read_only": str(prepared["read_only"]),
         }
         env = dict(base_env)
         for key, value in case.env:
@@ -231,7 +277,9 @@ def outcomes(prepared) -> dict[str, dict]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_bad_input_gets_one_line(case, outcomes):
+def test_bad_input_gets_one_line(case, outcomes, prepared):
+    if "{read_only}" in case.expected and prepared["read_only"] is None:
+        pytest.skip("no folder here that this user cannot write to")
     outcome = outcomes[case.name]
     assert_one_error_line(case, outcome)
     assert outcome["left"] == [], f"left in the case's directory: {outcome['left']}"
