@@ -75,6 +75,12 @@ CASES = [
     InputCase("vocab_txt_duplicate_line", "train", ("data.tokenizer.path={prepared}/duplicate/vocab.txt",), "{prepared}/duplicate/vocab.txt:9: 'the' again (line 7); a token's line number is its id"),
     InputCase("vocab_json_shared_id", "train", ("data.tokenizer.path={prepared}/shared_id/vocab.json", "data.tokenizer.kind=bpe"), "{prepared}/shared_id/vocab.json: tokens 'a' and 'b' share id 9; expected one id each"),
     InputCase("tokenizer_json_bom_and_duplicate", "train", ("data.tokenizer.path={prepared}/shared_id/tokenizer.json",), "{prepared}/shared_id/tokenizer.json: tokens"),
+    # --- weights: every safetensors file a command loads is checked, the objective's as the model's ------------------
+    InputCase("generate_head_nan", "generate", ("checkpoint={prepared}/xl_nan_head", "prompt=The", "max_new_tokens=2"), "{prepared}/xl_nan_head/objective.safetensors: bias holds 1 NaN and 0 infinite value(s); expected finite weights"),
+    InputCase("generate_head_extra_tensor", "generate", ("checkpoint={prepared}/xl_extra_head", "prompt=The", "max_new_tokens=2"), "{prepared}/xl_extra_head/objective.safetensors: does not match the CausalLanguageModeling it loads into (missing keys: none; unexpected keys: adaptive.head.weight)"),
+    InputCase("generate_head_missing", "generate", ("checkpoint={prepared}/xl_no_head", "prompt=The", "max_new_tokens=2"), "{prepared}/xl_no_head/objective.safetensors: weights file not found"),
+    InputCase("export_head_nan", "export", ("{prepared}/bert_nan_head", "{tmp}/hf"), "{prepared}/bert_nan_head/objective.safetensors: mlm.head.bias holds 1 NaN and 0 infinite value(s)"),
+    InputCase("average_nan", "average", ("{prepared}/xl_run", "2", "{tmp}/averaged"), "objective.safetensors: bias holds 1 NaN and 0 infinite value(s)"),
     # --- the cache folder ------------------------------------------------------------------------------------------
     InputCase("cache_read_only", "train", ("data.cache_dir={read_only}",), "data.cache_dir={read_only}: cannot create or write the data cache there (Permission denied)"),
     InputCase("cache_under_a_file", "train", ("data.cache_dir={prepared}/bom.tsv/cache",), "data.cache_dir={prepared}/bom.tsv/cache: cannot create or write the data cache there (Not a directory)"),
@@ -201,7 +207,20 @@ def save_xl(root: Path, tokenizer) -> Path:
         save_file(broken, str(root / name / ckpt.OBJECTIVE_FILE))
     shutil.copytree(step, root / "xl_no_head")
     (root / "xl_no_head" / ckpt.OBJECTIVE_FILE).unlink()
+    shutil.copytree(step, root / "xl_run" / "checkpoints" / "step_1")
+    shutil.copytree(root / "xl_nan_head", root / "xl_run" / "checkpoints" / "step_2")
     return step
+
+
+def save_bert_nan_head(root: Path, bert: Path) -> None:
+    """A copy of the BERT checkpoint with an MLM head (objective=mlm) whose output bias holds a NaN."""
+    shutil.copytree(bert, root / "bert_nan_head")
+    saved = OmegaConf.load(bert / ckpt.CONFIG_FILE)
+    saved.objective = {"name": "mlm"}
+    OmegaConf.save(saved, root / "bert_nan_head" / ckpt.CONFIG_FILE)
+    rows = load_file(str(bert / ckpt.MODEL_FILE))["embeddings.word_embeddings.weight"].shape[0]
+    bias = torch.zeros(rows).index_fill(0, torch.tensor([2]), float("nan"))
+    save_file({"mlm.head.bias": bias}, str(root / "bert_nan_head" / ckpt.OBJECTIVE_FILE))
 
 
 @pytest.fixture(scope="module")
@@ -215,6 +234,7 @@ def prepared(tmp_path_factory) -> dict[str, Path]:
     write_files(files)
     write_vocabularies(files, tokenizer)
     xl = save_xl(files, tokenizer)
+    save_bert_nan_head(files, bert)
     read_only = root / "read_only"
     read_only.mkdir()
     read_only.chmod(0o555)
