@@ -31,6 +31,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
 from plm_toolkit import cli, failures
+from plm_toolkit.config.checks import decoding_problems
+from plm_toolkit.config.numbers import merge, number_problems
 from plm_toolkit.config.schema import Device
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.user_files import iter_lines, not_a_file
@@ -67,25 +69,23 @@ ConfigStore.instance().store(name="generate_schema", node=GenerateConfig)
 
 
 def check(cfg) -> None:
-    """One message per impossible setting, naming the key."""
+    """One message per impossible setting, naming the key: every decoding option in its domain (``DECODING_RANGES``),
+    and every number of the config one that a key can mean (``config/numbers.py``)."""
     found = []
     if (cfg.prompt is None) == (cfg.prompts_file is None):
         found.append("give exactly one of prompt=TEXT and prompts_file=PATH")
     if cfg.prompts_file is not None and not_a_file(cfg.prompts_file):
         found.append(f"prompts_file={cfg.prompts_file}: {not_a_file(cfg.prompts_file)}; expected a regular file")
-    if not 0.0 < cfg.top_p <= 1.0:
-        found.append(f"top_p={cfg.top_p}: expected a probability in (0, 1]")
-    if cfg.temperature <= 0:
-        found.append(f"temperature={cfg.temperature}: must be positive")
-    for key in ("max_new_tokens", "num_beams", "batch_size"):
-        if cfg[key] < 1:
-            found.append(f"{key}={cfg[key]}: must be at least 1")
-    if cfg.top_k < 0:
-        found.append(f"top_k={cfg.top_k}: must be 0 (off) or positive")
+    found += decoding_problems(cfg)
+    if cfg.batch_size < 1:
+        found.append(f"batch_size={cfg.batch_size}: must be at least 1")
+    if cfg.seed < 0:
+        found.append(f"seed={cfg.seed}: must be 0 or positive")
     if cfg.num_beams > 1 and cfg.do_sample:
         found.append(f"num_beams={cfg.num_beams} with do_sample=true: beam search is deterministic; pick one")
+    found = merge(found, number_problems(cfg))
     if found:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(found))
+        raise ConfigError("invalid configuration: " + "; ".join(found))
 
 
 def read_prompts(cfg) -> tuple[list[str], list[str]]:
@@ -100,7 +100,7 @@ def read_prompts(cfg) -> tuple[list[str], list[str]]:
 
 
 def encode_prompts(
-    lm: LoadedLanguageModel, prompts: list[str], max_new_tokens: int, places: list[str]
+    lm: LoadedLanguageModel, prompts: list[str], max_new_tokens: int, places: list[str], max_length_a: float = 0.0
 ) -> list[list[int]]:
     """Token ids of every prompt (no template tokens). For a causal model an empty prompt starts from the
     start-of-text token, and a prompt that leaves no room for max_new_tokens in the position table is refused,
@@ -125,11 +125,13 @@ def encode_prompts(
         ids = encoding.ids or ([vocab.bos_id] if vocab.bos_id is not None else [])
         if not ids:
             raise DataError(f"{where}: an empty prompt, and the tokenizer has no start-of-text token to start from")
-        if longest is not None and len(ids) + max_new_tokens > longest:
+        new = int(max_new_tokens + max_length_a * len(ids))  # as decoding.row_limits counts them
+        if longest is not None and len(ids) + new > longest:
+            relative = f" + max_length_a={max_length_a} x {len(ids)}" if max_length_a else ""
             raise DataError(
-                f"{where}: {len(ids)} tokens, with max_new_tokens={max_new_tokens} {len(ids) + max_new_tokens} "
+                f"{where}: {len(ids)} tokens, with max_new_tokens={max_new_tokens}{relative} {len(ids) + new} "
                 f"positions, more than the model's {longest} (max_position_embeddings); shorten the prompt or lower "
-                f"max_new_tokens ({excerpt})"
+                f"max_new_tokens{' or max_length_a' if max_length_a else ''} ({excerpt})"
             )
         out.append(ids)
     return out
@@ -181,7 +183,7 @@ def run(cfg: DictConfig) -> list[dict]:
     vocab = vocab_from_tokenizer(lm.tokenizer)
     options = {f.name: cfg[f.name] for f in dataclasses.fields(DecodingOptions)}
     search = SearchConfig(**options, eos_id=vocab.eos_id if cfg.stop_at_eos else None)
-    prompt_ids = encode_prompts(lm, prompts, cfg.max_new_tokens, places)
+    prompt_ids = encode_prompts(lm, prompts, cfg.max_new_tokens, places, cfg.max_length_a)
     generator = torch.Generator(device).manual_seed(cfg.seed)
     generated: list[list[int]] = [[] for _ in prompts]
     for group in batches(prompt_ids, cfg.batch_size, decoder.supports_padding):

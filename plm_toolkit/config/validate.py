@@ -20,8 +20,10 @@ from plm_toolkit.config.checks import (
     recipe_problems,
     value_of,
 )
+from plm_toolkit.config.numbers import merge, number_problems
 from plm_toolkit.data.parallel import resolve
 from plm_toolkit.data.plan import DataPlan
+from plm_toolkit.data.tokenizer import MAXIMUM_VOCABULARY, MINIMUM_VOCABULARY
 from plm_toolkit.data.user_files import not_a_file
 from plm_toolkit.errors import ConfigError, PlmError
 from plm_toolkit.models.base import CHARACTERS, SEGMENTS
@@ -124,6 +126,25 @@ def model_field_problems(m) -> list[str]:
     return out
 
 
+def tokenizer_problems(cfg: DictConfig) -> list[str]:
+    """The sizes of a vocabulary to train: at least what its kind always holds, at most what 32-bit token ids count
+    (the tokenizers library raised OverflowError for a negative one; vocab_size=3 trained 102 tokens without a
+    word). A trained vocabulary that the corpus makes larger still is refused after training (data/tokenizer.py)."""
+    t, kind = cfg.data.tokenizer, tokenizer_kind(cfg)
+    out: list[str] = []
+    if t.min_frequency < 0:
+        out.append(f"data.tokenizer.min_frequency={t.min_frequency}: must be 0 or positive")
+    if t.path or kind not in MINIMUM_VOCABULARY:
+        return out
+    least, what = MINIMUM_VOCABULARY[kind]
+    if not least <= t.vocab_size <= MAXIMUM_VOCABULARY:
+        out.append(
+            f"data.tokenizer.vocab_size={t.vocab_size}: expected a size from {least} (a {kind} vocabulary holds "
+            f"{what}) to {MAXIMUM_VOCABULARY} (2^31 - 1: token ids are 32-bit)"
+        )
+    return out
+
+
 def hardware_problems(h) -> list[str]:
     out: list[str] = []
     if h.max_overflow_steps < 1:
@@ -187,8 +208,9 @@ def parallel_problems(d) -> list[str]:
     return out
 
 
-def problems(cfg: DictConfig) -> list[str]:
-    """Every impossible setting found, one message each."""
+def problems(cfg: DictConfig, derive_plan: bool = True) -> list[str]:
+    """Every impossible setting found, one message each; ``derive_plan=False`` when a number is none a key can mean
+    (the plan computes with them: span corruption's window search never ends for a length of 2^70)."""
     out: list[str] = []
     m, o, d, t, opt = cfg.model, cfg.objective, cfg.data, cfg.trainer, cfg.optimizer
     if m.name not in MODELS:
@@ -233,7 +255,7 @@ def problems(cfg: DictConfig) -> list[str]:
     # The plan is derived from the objective's and model's values: only once they passed (span corruption's window
     # search never ends for objective.noise_density >= 1).
     plan = None
-    if len(out) == checked:
+    if len(out) == checked and derive_plan:
         try:
             plan = data_plan(cfg)
         except ConfigError as err:
@@ -265,6 +287,7 @@ def problems(cfg: DictConfig) -> list[str]:
         out.append(f"data.max_seq_len={d.max_seq_len}: needs at least 8 tokens")
     if d.num_workers < 0:
         out.append(f"data.num_workers={d.num_workers}: must be 0 (load in the training process) or positive")
+    out += tokenizer_problems(cfg)
     if m.get("vocab_size") is not None and d.tokenizer.path is None and m.vocab_size < d.tokenizer.vocab_size:
         out.append(
             f"model.vocab_size={m.vocab_size} is smaller than data.tokenizer.vocab_size={d.tokenizer.vocab_size}; "
@@ -352,6 +375,9 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
 def validate(cfg: DictConfig) -> None:
     """Raise one ConfigError listing every problem on one line; unknown keys first, alone (the rest may hinge on
     them)."""
-    found = unknown_keys(cfg) or (finetune_problems(cfg) if "task" in cfg else problems(cfg))
+    found = unknown_keys(cfg)
+    if not found:
+        numbers = number_problems(cfg)
+        found = merge(finetune_problems(cfg) if "task" in cfg else problems(cfg, derive_plan=not numbers), numbers)
     if found:
         raise ConfigError("invalid configuration: " + "; ".join(found))

@@ -24,7 +24,7 @@ import tokenizers
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from plm_toolkit.data.corpus import cache_root, choice, read_documents, stable_hash
-from plm_toolkit.data.sentinels import T5_SPECIAL_TOKENS, add_sentinels, sentinel_ids, t5_unigram_trainer
+from plm_toolkit.data.sentinels import NUM_SENTINELS, T5_SPECIAL_TOKENS, add_sentinels, sentinel_ids, t5_unigram_trainer
 from plm_toolkit.data.user_files import iter_lines, not_a_file, read_json, read_text
 from plm_toolkit.data.vocab import ROLE_TOKENS, Vocab
 from plm_toolkit.data.word_vocabulary import WORD_SPECIAL_TOKENS, train_word_tokenizer
@@ -278,6 +278,20 @@ def _add_specials(tokenizer: Tokenizer, xlnet_layout: bool = False) -> None:
         )
 
 
+# The fewest tokens a trained vocabulary of each kind holds, and what they are. (A word vocabulary keeps every word
+# whatever the size.)
+MINIMUM_VOCABULARY = {
+    "wordpiece": (len(SPECIAL_TOKENS) + 1, "5 special tokens and a piece"),
+    "bpe": (len(BPE_SPECIAL_TOKENS) + 256, "5 special tokens and the 256 byte symbols"),
+    "gpt2_bpe": (len(GPT2_SPECIAL_TOKENS) + 256, "<|endoftext|> and the 256 byte symbols"),
+    "unigram": (len(SPECIAL_TOKENS) + 1, "5 special tokens and a piece"),
+    "t5_unigram": (len(T5_SPECIAL_TOKENS) + NUM_SENTINELS + 1, "3 special tokens, 100 sentinels and a piece"),
+    "character": (len(SPECIAL_TOKENS) + 1, "5 special tokens and a character"),
+}
+# Token ids are stored as 32-bit integers.
+MAXIMUM_VOCABULARY = 2**31 - 1
+
+
 def tokenizer_cache_path(data_cfg: Any, corpus_fingerprint: str) -> Path:
     """Where the tokenizer trained on this corpus with these settings is cached."""
     t = data_cfg.tokenizer
@@ -354,10 +368,27 @@ def train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
         for batch in dataset.iter(batch_size=1000):
             yield batch["text"]
 
-    tokenizer.train_from_iterator(batches(), trainer=trainer, length=len(dataset))
+    try:
+        tokenizer.train_from_iterator(batches(), trainer=trainer, length=len(dataset))
+    except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exceptions
+        if "not large enough to contain all chars" not in str(e):
+            raise
+        characters = len({c for texts in batches() for text in texts for c in text if not c.isspace()})
+        needs = f"every distinct character ({characters}) and its special tokens"
+        raise _too_small(t.vocab_size, kind, documents, needs) from None
     finish(tokenizer)  # the template needs the ids of [CLS] and [SEP], which exist only now
+    if vocabulary_size(tokenizer) > int(t.vocab_size):  # the trainer keeps every character, whatever the size
+        needs = f"at least {vocabulary_size(tokenizer)} tokens (its special tokens and every distinct character)"
+        raise _too_small(t.vocab_size, kind, documents, needs)
     _atomic_save(tokenizer, path)
     return tokenizer
+
+
+def _too_small(vocab_size: int, kind: str, documents: Any, needs: str) -> DataError:
+    return DataError(
+        f"data.tokenizer.vocab_size={vocab_size}: a {kind} vocabulary of {documents.source} holds {needs}; raise "
+        "data.tokenizer.vocab_size"
+    )
 
 
 def save_tokenizer(tokenizer: Tokenizer, directory: str | Path) -> Path:

@@ -24,14 +24,17 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
+from torch import nn
 
 from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.data.corpus import resource_path
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+from plm_toolkit.models.gpt import GPT, GPT2Config
 from plm_toolkit.models.transformer_xl import TransformerXL, TransformerXLConfig
 from plm_toolkit.objectives.clm import CausalLanguageModeling, ClmConfig
 from tests.bad_inputs.test_bad_inputs import BERT, FILES, Case, assert_one_error_line, command_line
 from tests.tasks.conftest import save_tiny_checkpoint, tiny_tokenizer
+from tests.training.conftest import QUIET
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ GENERATE = ("checkpoint={xl}", "max_new_tokens=2")
 EMBED = ("checkpoint={bert}", "output_file={tmp}/out.hdf5")
 FIFO = "{prepared}/fifo"
 # plm-train's tiny BERT with the default cache folder (no data.cache_dir), for one step.
+GPT2 = ("model=gpt2_tiny", "objective=clm", "data=text_files", "data.train_files=[{corpus}]", "data.cache_dir={cache}",
+        "data.max_seq_len=32", "data.tokenizer.vocab_size=300", "trainer.batch_size=4", *QUIET)  # fmt: skip
 DEFAULT_CACHE = (
     *(a for a in BERT if not a.startswith("data.cache_dir")),
     "trainer.max_steps=1",
@@ -81,6 +86,24 @@ CASES = [
     InputCase("generate_head_missing", "generate", ("checkpoint={prepared}/xl_no_head", "prompt=The", "max_new_tokens=2"), "{prepared}/xl_no_head/objective.safetensors: weights file not found"),
     InputCase("export_head_nan", "export", ("{prepared}/bert_nan_head", "{tmp}/hf"), "{prepared}/bert_nan_head/objective.safetensors: mlm.head.bias holds 1 NaN and 0 infinite value(s)"),
     InputCase("average_nan", "average", ("{prepared}/xl_run", "2", "{tmp}/averaged"), "objective.safetensors: bias holds 1 NaN and 0 infinite value(s)"),
+    # --- numbers: no key takes NaN, an infinity, a subnormal or more than 64 bits; each key its own domain ---------
+    InputCase("generate_temperature_nan", "generate", (*GENERATE, "prompt=The", "do_sample=true", "temperature=nan"), "temperature=nan: expected a finite number in (0, inf)"),
+    InputCase("generate_temperature_inf", "generate", (*GENERATE, "prompt=The", "do_sample=true", "temperature=inf"), "temperature=inf: expected a finite number in (0, inf)"),
+    InputCase("generate_temperature_subnormal", "generate", (*GENERATE, "prompt=The", "do_sample=true", "temperature=1e-310"), "temperature=1e-310: a subnormal number"),
+    InputCase("generate_length_penalty_extreme", "generate", (*GENERATE, "prompt=The", "num_beams=2", "length_penalty=1e308"), "length_penalty=1e+308: expected a finite number in [-10, 10]"),
+    InputCase("generate_top_k_past_64_bits", "generate", (*GENERATE, "prompt=The", "do_sample=true", "top_k=99999999999999999999"), "top_k=99999999999999999999: does not fit in 64 bits"),
+    InputCase("generate_seed_negative", "generate", (*GENERATE, "prompt=The", "seed=-1"), "seed=-1: must be 0 or positive"),
+    InputCase("generate_max_length_a_past_positions", "generate", ("checkpoint={gpt2}", "prompt=The", "max_new_tokens=2", "max_length_a=50"), "prompt: 1 tokens, with max_new_tokens=2 + max_length_a=50.0 x 1 53 positions, more than the model's 32"),
+    InputCase("train_vocab_size_three", "train", ("data.tokenizer.vocab_size=3",), "data.tokenizer.vocab_size=3: expected a size from 6 (a wordpiece vocabulary holds 5 special tokens and a piece)"),
+    InputCase("train_vocab_size_negative", "train", ("data.tokenizer.vocab_size=-1",), "data.tokenizer.vocab_size=-1: expected a size from 6"),
+    InputCase("train_bpe_vocab_below_bytes", "train", ("data.tokenizer.kind=bpe", "data.tokenizer.vocab_size=200"), "data.tokenizer.vocab_size=200: expected a size from 261 (a bpe vocabulary holds 5 special tokens and the 256 byte symbols)"),
+    InputCase("train_min_frequency_negative", "train", ("data.tokenizer.min_frequency=-1",), "data.tokenizer.min_frequency=-1: must be 0 or positive"),
+    InputCase("train_vocab_below_the_alphabet", "train", ("data.tokenizer.vocab_size=40",), "data.tokenizer.vocab_size=40: a wordpiece vocabulary of {corpus} holds at least"),
+    InputCase("train_unigram_vocab_below_the_alphabet", "train", ("data.tokenizer.kind=unigram", "data.tokenizer.vocab_size=40"), "data.tokenizer.vocab_size=40: a unigram vocabulary of {corpus} holds every distinct character"),
+    InputCase("train_layer_norm_eps_subnormal", "train", ("model.layer_norm_eps=1e-320",), "model.layer_norm_eps=1e-320: a subnormal number"),
+    InputCase("train_max_steps_past_64_bits", "train", ("trainer.max_steps=99999999999999999999",), "trainer.max_steps=99999999999999999999: does not fit in 64 bits"),
+    InputCase("finetune_seed_past_64_bits", "finetune", ("trainer.seed=18446744073709551616",), "trainer.seed=18446744073709551616: does not fit in 64 bits"),
+    InputCase("translation_length_penalty_nan", "finetune", ("task=translation", "task.length_penalty=nan"), "task.length_penalty=nan: expected a finite number in [-10, 10]"),
     # --- the cache folder ------------------------------------------------------------------------------------------
     InputCase("cache_read_only", "train", ("data.cache_dir={read_only}",), "data.cache_dir={read_only}: cannot create or write the data cache there (Permission denied)"),
     InputCase("cache_under_a_file", "train", ("data.cache_dir={prepared}/bom.tsv/cache",), "data.cache_dir={prepared}/bom.tsv/cache: cannot create or write the data cache there (Not a directory)"),
@@ -101,6 +124,8 @@ class Handled:
 HANDLED = [
     Handled("tsv_header_bom", "finetune", (*CLASSIFY, "data.train_file={prepared}/bom.tsv", "data.validation_file={prepared}/bom.tsv")),
     Handled("prompts_with_line_separators_and_bom", "generate", (*GENERATE, "prompts_file={prepared}/prompts.txt", "output_file={tmp}/out.jsonl")),
+    Handled("vocab_txt_bom", "train", ("data.tokenizer.path={prepared}/bom/vocab.txt", "trainer.max_steps=1", "trainer.save_every=0")),
+    Handled("warmup_longer_than_the_run", "finetune", ("trainer.max_steps=1", "trainer.epochs=null", "trainer.save_every=0", "optimizer.warmup_steps=5")),
     Handled("cache_variable_empty", "train", (), base=DEFAULT_CACHE, env=(("PLM_TOOLKIT_CACHE", ""), ("HOME", "{tmp}/home"))),
 ]  # fmt: skip
 
@@ -128,7 +153,32 @@ def _check_cache_variable_empty(outcome: dict) -> None:
     assert list((cache / "tokenizers").glob("*.json")), sorted(p.name for p in cache.iterdir())
 
 
+def _check_warmup(outcome: dict) -> None:
+    """Legal, so it trains; but one line says that the learning rate never reaches its peak."""
+    assert (
+        "optimizer.warmup_steps=5 lasts the whole run of 1 optimizer step(s): the learning rate climbs to 20% of its peak"
+        in (outcome["done"].stderr + _logs(outcome))
+    )
+
+
+def _check_vocab_txt_bom(outcome: dict) -> None:
+    """A vocab.txt that starts with a byte-order mark: [PAD] keeps id 0 (it was "no [PAD] token"), and it trained."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(Path(outcome["places"]["run"]) / "checkpoints" / "last" / ckpt.TOKENIZER_FILE))
+    assert tokenizer.token_to_id("[PAD]") == 0 and tokenizer.token_to_id("\ufeff[PAD]") is None
+    assert "byte-order mark" in outcome["done"].stderr + _logs(outcome)
+
+
+def _check_number_prompt(outcome: dict) -> None:
+    """prompt=1e3 reaches the model as the text typed, not as Hydra's float 1000.0."""
+    row = json.loads((Path(outcome["places"]["tmp"]) / "out.jsonl").read_text())
+    assert row["prompt"] == "1e3"
+
+
 CHECKS = {
+    "vocab_txt_bom": _check_vocab_txt_bom,
+    "warmup_longer_than_the_run": _check_warmup,
     "tsv_header_bom": _check_tsv_header_bom,
     "prompts_with_line_separators_and_bom": _check_prompts,
     "cache_variable_empty": _check_cache_variable_empty,
@@ -167,6 +217,14 @@ def write_files(root: Path) -> None:
     squad("squad_impossible_string.json", {**question, "is_impossible": "false"})
     squad("squad_start_true.json", {**question, "answers": [{"text": "Ada", "answer_start": True}]})
     os.mkfifo(root / "fifo")
+    (root / "out.hdf5").mkdir()
+    (root / "sentences.txt").write_text("the cat sat\non the mat\n")
+    (root / "short.txt").write_text("The cat.\n")
+    configs = root / "configs"
+    (configs / "model").mkdir(parents=True)
+    (configs / "broken.yaml").write_text("defaults:\n  - train\n  - _self_\ntrainer:\n  max_steps: [1\n")
+    (configs / "twice.yaml").write_text("defaults:\n  - train\n  - _self_\ntrainer:\n  max_steps: 1\n  max_steps: 2\n")
+    (configs / "model" / "mine.yaml").write_text("name: bert\nhidden_size: [\n")
 
 
 def write_vocabularies(root: Path, tokenizer) -> None:
@@ -175,6 +233,9 @@ def write_vocabularies(root: Path, tokenizer) -> None:
     (root / "duplicate").mkdir()
     lines = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "the", "cat", "the", "sat"]
     (root / "duplicate" / "vocab.txt").write_text("\n".join(lines) + "\n")
+    (root / "bom").mkdir()
+    tokens = sorted(tokenizer.get_vocab(), key=tokenizer.token_to_id)
+    (root / "bom" / "vocab.txt").write_text("\ufeff" + "\n".join(tokens) + "\n", encoding="utf-8")
     (root / "shared_id").mkdir()
     vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "<mask>": 4, "c": 5, "d": 6, "e": 7, "a": 9, "b": 9}
     (root / "shared_id" / "vocab.json").write_text(json.dumps(vocab))
@@ -207,6 +268,10 @@ def save_xl(root: Path, tokenizer) -> Path:
         save_file(broken, str(root / name / ckpt.OBJECTIVE_FILE))
     shutil.copytree(step, root / "xl_no_head")
     (root / "xl_no_head" / ckpt.OBJECTIVE_FILE).unlink()
+    gpt2 = GPT(GPT2Config(vocab_size=tokenizer.get_vocab_size(), hidden_size=16, num_layers=1, num_heads=2,
+                          intermediate_size=17, max_position_embeddings=32))  # fmt: skip
+    sections = {"model": OmegaConf.to_container(OmegaConf.structured(gpt2.config)), "objective": {"name": "clm"}}
+    ckpt.save_checkpoint(root / "gpt2", 1, gpt2, nn.Module(), state, OmegaConf.to_yaml(sections), tokenizer.to_str(), 0)
     shutil.copytree(step, root / "xl_run" / "checkpoints" / "step_1")
     shutil.copytree(root / "xl_nan_head", root / "xl_run" / "checkpoints" / "step_2")
     return step
@@ -278,6 +343,7 @@ def outcomes(prepared) -> dict[str, dict]:
             "checkpoint": str(prepared["bert"]),
             "bert": str(prepared["bert"]),
             "xl": str(prepared["xl"]),
+            "gpt2": str(prepared["prepared"] / "gpt2"),
             "prepared": str(prepared["prepared"]),
             "corpus": str(prepared["corpus"]),
             "cache": str(prepared["root"] / "cache"),
@@ -303,6 +369,7 @@ def test_bad_input_gets_one_line(case, outcomes, prepared):
     outcome = outcomes[case.name]
     assert_one_error_line(case, outcome)
     assert outcome["left"] == [], f"left in the case's directory: {outcome['left']}"
+    assert not list(prepared["prepared"].glob(".*.tmp")), "a temporary file left beside an output"
 
 
 @pytest.mark.slow
