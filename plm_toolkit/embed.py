@@ -33,6 +33,7 @@ from tqdm import tqdm
 from plm_toolkit import cli
 from plm_toolkit.atomic import save_safetensors
 from plm_toolkit.cli import run_command
+from plm_toolkit.config.overrides import keep_typed_text
 from plm_toolkit.data.characters import BOS_TOKEN, EOS_TOKEN, character_ids
 from plm_toolkit.data.template import template_of
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
@@ -222,6 +223,7 @@ def embed_file(cfg: DictConfig) -> Path:
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
+    keep_typed_text(cfg)  # input_file=2024 is the file "2024"
     embed_file(cfg)
     return {}
 

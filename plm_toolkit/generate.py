@@ -33,6 +33,7 @@ from omegaconf import MISSING, DictConfig
 from plm_toolkit import cli, failures
 from plm_toolkit.config.checks import decoding_problems
 from plm_toolkit.config.numbers import merge, number_problems
+from plm_toolkit.config.overrides import keep_typed_text
 from plm_toolkit.config.schema import Device
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.user_files import iter_lines, not_a_file
@@ -171,6 +172,7 @@ def detokenize(tokenizer, ids: list[int], eos_id: int | None) -> str:
 
 
 def run(cfg: DictConfig) -> list[dict]:
+    keep_typed_text(cfg)  # prompt=1e3 is the text "1e3", not Hydra's float
     check(cfg)
     prompts, places = read_prompts(cfg)
     lm = load_language_model(cfg.checkpoint)

@@ -21,6 +21,7 @@ from plm_toolkit.config.checks import (
     value_of,
 )
 from plm_toolkit.config.numbers import merge, number_problems
+from plm_toolkit.config.overrides import keep_typed_text
 from plm_toolkit.data.parallel import resolve
 from plm_toolkit.data.plan import DataPlan
 from plm_toolkit.data.tokenizer import MAXIMUM_VOCABULARY, MINIMUM_VOCABULARY
@@ -374,7 +375,8 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
 
 def validate(cfg: DictConfig) -> None:
     """Raise one ConfigError listing every problem on one line; unknown keys first, alone (the rest may hinge on
-    them)."""
+    them). First, the text keys the command line set get the text as typed (``keep_typed_text``)."""
+    keep_typed_text(cfg)
     found = unknown_keys(cfg)
     if not found:
         numbers = number_problems(cfg)

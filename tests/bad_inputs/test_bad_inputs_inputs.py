@@ -104,6 +104,15 @@ CASES = [
     InputCase("train_max_steps_past_64_bits", "train", ("trainer.max_steps=99999999999999999999",), "trainer.max_steps=99999999999999999999: does not fit in 64 bits"),
     InputCase("finetune_seed_past_64_bits", "finetune", ("trainer.seed=18446744073709551616",), "trainer.seed=18446744073709551616: does not fit in 64 bits"),
     InputCase("translation_length_penalty_nan", "finetune", ("task=translation", "task.length_penalty=nan"), "task.length_penalty=nan: expected a finite number in [-10, 10]"),
+    # --- the command line: text Hydra's grammar cannot read gets the quoting that works; a user's own config file ----
+    InputCase("generate_prompt_comma", "generate", (*GENERATE, "prompt=Hello, world"), """cannot read the override prompt=Hello, world: its comma makes a list or a sweep; to give it as text, quote it for Hydra inside the shell's quotes: 'prompt="Hello, world"', or put the prompt in a file: prompts_file=PATH"""),
+    InputCase("generate_prompt_apostrophe", "generate", (*GENERATE, "prompt=it's"), r"""cannot parse the override prompt=it's (a character that Hydra's grammar allows only inside quotes); to give it as text, quote it for Hydra inside the shell's quotes: "prompt=\"it's\"", or put the prompt in a file"""),
+    InputCase("generate_prompt_angle_bracket", "generate", (*GENERATE, "prompt=a<b"), """cannot parse the override prompt=a<b (a character that Hydra's grammar allows only inside quotes); to give it as text, quote it for Hydra inside the shell's quotes: 'prompt="a<b"'"""),
+    InputCase("generate_prompt_double_quotes", "generate", (*GENERATE, 'prompt=say "hi"'), 'cannot parse the override prompt=say "hi" (extraneous input \'"hi"\' expecting <EOF>); to give it as text, quote it for Hydra inside the shell\'s quotes: "prompt=\'say \\"hi\\"\'"'),
+    InputCase("finetune_file_with_a_comma", "finetune", ("data.train_file=my file, v2.tsv",), """cannot read the override data.train_file=my file, v2.tsv: its comma makes a list or a sweep; to give it as text, quote it for Hydra inside the shell's quotes: 'data.train_file="my file, v2.tsv"'"""),
+    InputCase("own_config_invalid_yaml", "train", ("--config-dir={prepared}/configs", "--config-name=broken"), "{prepared}/configs/broken.yaml:6:1: not valid YAML (while parsing a flow sequence from line 5, column 14: expected ',' or ']', but got '<stream end>')"),
+    InputCase("own_config_duplicate_key", "train", ("--config-dir={prepared}/configs", "--config-name=twice"), "{prepared}/configs/twice.yaml:6:3: not valid YAML (while constructing a mapping from line 5, column 3: found duplicate key max_steps)"),
+    InputCase("own_model_preset_invalid_yaml", "train", ("model=mine", "--config-dir={prepared}/configs"), "{prepared}/configs/model/mine.yaml:3:1: not valid YAML"),
     # --- the cache folder ------------------------------------------------------------------------------------------
     InputCase("cache_read_only", "train", ("data.cache_dir={read_only}",), "data.cache_dir={read_only}: cannot create or write the data cache there (Permission denied)"),
     InputCase("cache_under_a_file", "train", ("data.cache_dir={prepared}/bom.tsv/cache",), "data.cache_dir={prepared}/bom.tsv/cache: cannot create or write the data cache there (Not a directory)"),
@@ -125,6 +134,7 @@ HANDLED = [
     Handled("tsv_header_bom", "finetune", (*CLASSIFY, "data.train_file={prepared}/bom.tsv", "data.validation_file={prepared}/bom.tsv")),
     Handled("prompts_with_line_separators_and_bom", "generate", (*GENERATE, "prompts_file={prepared}/prompts.txt", "output_file={tmp}/out.jsonl")),
     Handled("vocab_txt_bom", "train", ("data.tokenizer.path={prepared}/bom/vocab.txt", "trainer.max_steps=1", "trainer.save_every=0")),
+    Handled("prompt_looks_like_a_number", "generate", (*GENERATE, "prompt=1e3", "output_file={tmp}/out.jsonl")),
     Handled("warmup_longer_than_the_run", "finetune", ("trainer.max_steps=1", "trainer.epochs=null", "trainer.save_every=0", "optimizer.warmup_steps=5")),
     Handled("cache_variable_empty", "train", (), base=DEFAULT_CACHE, env=(("PLM_TOOLKIT_CACHE", ""), ("HOME", "{tmp}/home"))),
 ]  # fmt: skip
@@ -178,6 +188,7 @@ def _check_number_prompt(outcome: dict) -> None:
 
 CHECKS = {
     "vocab_txt_bom": _check_vocab_txt_bom,
+    "prompt_looks_like_a_number": _check_number_prompt,
     "warmup_longer_than_the_run": _check_warmup,
     "tsv_header_bom": _check_tsv_header_bom,
     "prompts_with_line_separators_and_bom": _check_prompts,

@@ -1,6 +1,7 @@
 """One range check over every number of every command's config (config/numbers.py): setting any numeric key of a
 composed config to NaN, an infinity, a subnormal float or an integer past 64 bits is refused by validation with a
-message that names that key, for every family's keys; never accepted, never a traceback or a hang."""
+message that names that key, for every family's keys; never accepted, never a traceback or a hang. And the text
+keys set on the command line keep the text as typed (config/overrides.py)."""
 
 import math
 import signal
@@ -11,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import plm_toolkit.finetune  # noqa: F401  (registers schemas, registries and resolvers)
 import plm_toolkit.train  # noqa: F401
+from plm_toolkit.config.overrides import keep_typed_text, list_elements
 from plm_toolkit.config.validate import validate
 from plm_toolkit.data.corpus import resource_path
 from plm_toolkit.errors import ConfigError
@@ -67,3 +69,15 @@ def test_every_number_no_key_can_mean_is_refused_naming_its_key(name):
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
     assert tried > 50
+
+
+def test_text_keys_keep_the_text_as_typed():
+    overrides = ["model.checkpoint=1e3", "task=classification", "task.labels=[false, 'x, y',1.50, neg]"]
+    with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
+        cfg = compose("finetune", overrides=overrides)
+    assert cfg.model.checkpoint == "1000.0" and list(cfg.task.labels) == ["False", "x, y", "1.5", "neg"]  # Hydra's
+    keep_typed_text(cfg, overrides)
+    assert cfg.model.checkpoint == "1e3" and list(cfg.task.labels) == ["false", "x, y", "1.50", "neg"]
+    assert cfg.trainer.max_steps is None or isinstance(cfg.trainer.max_steps, int)  # numbers stay numbers
+    assert list_elements("[a, 'b, c', [d, e], \"f\"]") == ["a", "'b, c'", "[d, e]", '"f"']
+    assert list_elements("[]") == [] and list_elements("x") == []
