@@ -37,7 +37,7 @@ from plm_toolkit.config.overrides import keep_typed_text
 from plm_toolkit.data.characters import BOS_TOKEN, EOS_TOKEN, character_ids
 from plm_toolkit.data.template import template_of
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
-from plm_toolkit.data.user_files import iter_lines
+from plm_toolkit.data.user_files import iter_lines, output_file
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.interop.pretrained import LoadedBackbone, load_backbone
 from plm_toolkit.tasks.base import character_width
@@ -185,6 +185,7 @@ def embed_file(cfg: DictConfig) -> Path:
     output = Path(cfg.output_file).expanduser()
     if output.suffix not in HDF5_SUFFIXES + SAFETENSORS_SUFFIXES:
         raise ConfigError(f"output_file={output}: expected a .hdf5, .h5 or .safetensors file")
+    output_file(output, "output_file")  # before any work: a folder there once failed after embedding everything
     if cfg.batch_size < 1:
         raise ConfigError(f"batch_size={cfg.batch_size}: must be at least 1")
     device_name = cfg.device.value if hasattr(cfg.device, "value") else str(cfg.device)
@@ -198,7 +199,6 @@ def embed_file(cfg: DictConfig) -> Path:
     loaded.model.to(device).eval()
     embedder = (ElmoEmbedder if character_width(loaded.model) else SubwordEmbedder)(loaded, device)
     temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp")
-    output.parent.mkdir(parents=True, exist_ok=True)
     metadata = {"checkpoint": str(loaded.source), "layers": layers, "words": "first sub-word of each word"}
     writer = Hdf5Writer(temporary) if output.suffix in HDF5_SUFFIXES else SafetensorsWriter(temporary, metadata)
     bar = tqdm(total=len(sentences), unit="line", disable=not cfg.progress_bar)
@@ -210,12 +210,12 @@ def embed_file(cfg: DictConfig) -> Path:
                     writer.write(start + offset, batch[offset], select(vectors, layers))
                 bar.update(len(batch))
         writer.close()
+        os.replace(temporary, output)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
     finally:
         bar.close()
-    os.replace(temporary, output)
     if getattr(embedder, "empty_words", 0):
         log.warning("%d word(s) had no token in the tokenizer and got zero vectors", embedder.empty_words)
     log.info("wrote %d sentences (%s layers) to %s", len(sentences), layers, output)

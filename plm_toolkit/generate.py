@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from plm_toolkit.config.numbers import merge, number_problems
 from plm_toolkit.config.overrides import keep_typed_text
 from plm_toolkit.config.schema import Device
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
-from plm_toolkit.data.user_files import iter_lines, not_a_file
+from plm_toolkit.data.user_files import iter_lines, not_a_file, output_file
 from plm_toolkit.decoding import DecodingOptions, SearchConfig, generate
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.interop.pretrained import LoadedLanguageModel, load_language_model
@@ -174,6 +175,7 @@ def detokenize(tokenizer, ids: list[int], eos_id: int | None) -> str:
 def run(cfg: DictConfig) -> list[dict]:
     keep_typed_text(cfg)  # prompt=1e3 is the text "1e3", not Hydra's float
     check(cfg)
+    output = output_file(cfg.output_file, "output_file") if cfg.output_file else None
     prompts, places = read_prompts(cfg)
     lm = load_language_model(cfg.checkpoint)
     device_name = getattr(cfg.device, "value", cfg.device)
@@ -196,10 +198,14 @@ def run(cfg: DictConfig) -> list[dict]:
         {"prompt": p, "prompt_ids": ids, "text": detokenize(lm.tokenizer, new, vocab.eos_id), "token_ids": new}
         for p, ids, new in zip(prompts, prompt_ids, generated, strict=True)
     ]
-    if cfg.output_file:
-        path = Path(cfg.output_file).expanduser()
-        path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
-        log.info("%d continuation(s) written to %s", len(rows), path)
+    if output is not None:
+        temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+        try:
+            temporary.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+            os.replace(temporary, output)
+        finally:
+            temporary.unlink(missing_ok=True)
+        log.info("%d continuation(s) written to %s", len(rows), output)
     else:
         continuing = ENCODER_DECODER not in type(model).capabilities
         for row in rows:

@@ -22,11 +22,12 @@ import logging
 import math
 import os
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from plm_toolkit.errors import DataError
+from plm_toolkit.errors import ConfigError, DataError
 
 log = logging.getLogger("plm_toolkit")
 
@@ -61,6 +62,28 @@ def regular_file(path: str | Path, key: str | None = None) -> Path:
     if reason is not None:
         where = f"{key}={path}" if key else str(path)
         raise DataError(f"{where}: {reason}; expected a regular file")
+    return path
+
+
+def output_file(path: str | Path, key: str) -> Path:
+    """``path`` (``~`` expanded) checked as a file a command may write, before it does any work: not a folder, in a
+    folder that exists or can be created, and that this user can write to; ConfigError naming ``key`` otherwise."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise ConfigError(f"{key}={path}: a directory; expected the name of a file to write")
+    above = next(p for p in path.parents if p.exists())
+    if not above.is_dir():
+        raise ConfigError(f"{key}={path}: {above} is a file, not a folder; expected a file in a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as err:
+        raise ConfigError(
+            f"{key}={path}: cannot write into {path.parent} ({err.strerror or type(err).__name__}); give a file in a "
+            "folder this user can write to"
+        ) from None
     return path
 
 

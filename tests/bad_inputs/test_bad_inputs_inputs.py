@@ -113,6 +113,10 @@ CASES = [
     InputCase("own_config_invalid_yaml", "train", ("--config-dir={prepared}/configs", "--config-name=broken"), "{prepared}/configs/broken.yaml:6:1: not valid YAML (while parsing a flow sequence from line 5, column 14: expected ',' or ']', but got '<stream end>')"),
     InputCase("own_config_duplicate_key", "train", ("--config-dir={prepared}/configs", "--config-name=twice"), "{prepared}/configs/twice.yaml:6:3: not valid YAML (while constructing a mapping from line 5, column 3: found duplicate key max_steps)"),
     InputCase("own_model_preset_invalid_yaml", "train", ("model=mine", "--config-dir={prepared}/configs"), "{prepared}/configs/model/mine.yaml:3:1: not valid YAML"),
+    # --- outputs: checked before any work, never half-written -------------------------------------------------------
+    InputCase("embed_output_a_directory", "embed", ("checkpoint={bert}", "input_file={prepared}/sentences.txt", "output_file={prepared}/out.hdf5"), "output_file={prepared}/out.hdf5: a directory; expected the name of a file to write"),
+    InputCase("embed_output_under_a_file", "embed", ("checkpoint={bert}", "input_file={prepared}/sentences.txt", "output_file={prepared}/bom.tsv/out.hdf5"), "output_file={prepared}/bom.tsv/out.hdf5: {prepared}/bom.tsv is a file, not a folder"),
+    InputCase("generate_output_a_directory", "generate", (*GENERATE, "prompt=The", "output_file={prepared}/out.hdf5"), "output_file={prepared}/out.hdf5: a directory; expected the name of a file to write"),
     # --- the cache folder ------------------------------------------------------------------------------------------
     InputCase("cache_read_only", "train", ("data.cache_dir={read_only}",), "data.cache_dir={read_only}: cannot create or write the data cache there (Permission denied)"),
     InputCase("cache_under_a_file", "train", ("data.cache_dir={prepared}/bom.tsv/cache",), "data.cache_dir={prepared}/bom.tsv/cache: cannot create or write the data cache there (Not a directory)"),
