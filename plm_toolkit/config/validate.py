@@ -356,6 +356,14 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
             out.append(f"data.{key}={d[key]}: must be at least 1 (or null for all)")
     if cfg.model.dropout is not None and not 0.0 <= cfg.model.dropout < 1.0:
         out.append(f"model.dropout={cfg.model.dropout}: expected a probability in [0, 1)")
+    for key in ("labels", "label_words"):
+        names = [str(name) for name in cfg.task.get(key) or []]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            out.append(
+                f"task.{key}={names}: {', '.join(map(repr, repeated))} more than once; each class needs a name of its "
+                "own (a repeated one leaves a class no example can have)"
+            )
     if cfg.trainer.phases:
         out.append("trainer.phases are for pretraining (plm-train); a fine-tuning run has one length")
     if cfg.hardware.get("unpad"):

@@ -79,6 +79,7 @@ CASES = [
     # --- vocabularies: one id per token ------------------------------------------------------------------------------
     InputCase("vocab_txt_duplicate_line", "train", ("data.tokenizer.path={prepared}/duplicate/vocab.txt",), "{prepared}/duplicate/vocab.txt:9: 'the' again (line 7); a token's line number is its id"),
     InputCase("vocab_json_shared_id", "train", ("data.tokenizer.path={prepared}/shared_id/vocab.json", "data.tokenizer.kind=bpe"), "{prepared}/shared_id/vocab.json: tokens 'a' and 'b' share id 9; expected one id each"),
+    InputCase("finetune_labels_repeated", "finetune", (*TEXT, "data.train_file={prepared}/bom.tsv", "task.labels=[positive,negative,positive]"), "task.labels=['positive', 'negative', 'positive']: 'positive' more than once; each class needs a name of its own"),
     InputCase("tokenizer_json_bom_and_duplicate", "train", ("data.tokenizer.path={prepared}/shared_id/tokenizer.json",), "{prepared}/shared_id/tokenizer.json: tokens"),
     # --- weights: every safetensors file a command loads is checked, the objective's as the model's ------------------
     InputCase("generate_head_nan", "generate", ("checkpoint={prepared}/xl_nan_head", "prompt=The", "max_new_tokens=2"), "{prepared}/xl_nan_head/objective.safetensors: bias holds 1 NaN and 0 infinite value(s); expected finite weights"),
@@ -117,6 +118,8 @@ CASES = [
     InputCase("embed_output_a_directory", "embed", ("checkpoint={bert}", "input_file={prepared}/sentences.txt", "output_file={prepared}/out.hdf5"), "output_file={prepared}/out.hdf5: a directory; expected the name of a file to write"),
     InputCase("embed_output_under_a_file", "embed", ("checkpoint={bert}", "input_file={prepared}/sentences.txt", "output_file={prepared}/bom.tsv/out.hdf5"), "output_file={prepared}/bom.tsv/out.hdf5: {prepared}/bom.tsv is a file, not a folder"),
     InputCase("generate_output_a_directory", "generate", (*GENERATE, "prompt=The", "output_file={prepared}/out.hdf5"), "output_file={prepared}/out.hdf5: a directory; expected the name of a file to write"),
+    # --- messages that name the file -------------------------------------------------------------------------------
+    InputCase("validation_file_shorter_than_a_window", "train", ("data.validation_files=[{prepared}/short.txt]",), "data.validation_files=[{prepared}/short.txt]: the corpus has", base=GPT2),
     # --- the cache folder ------------------------------------------------------------------------------------------
     InputCase("cache_read_only", "train", ("data.cache_dir={read_only}",), "data.cache_dir={read_only}: cannot create or write the data cache there (Permission denied)"),
     InputCase("cache_under_a_file", "train", ("data.cache_dir={prepared}/bom.tsv/cache",), "data.cache_dir={prepared}/bom.tsv/cache: cannot create or write the data cache there (Not a directory)"),
