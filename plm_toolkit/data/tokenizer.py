@@ -25,8 +25,9 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 
 from plm_toolkit.data.corpus import cache_root, choice, read_documents, stable_hash
 from plm_toolkit.data.sentinels import NUM_SENTINELS, T5_SPECIAL_TOKENS, add_sentinels, sentinel_ids, t5_unigram_trainer
-from plm_toolkit.data.user_files import iter_lines, not_a_file, read_json, read_text
+from plm_toolkit.data.user_files import not_a_file, read_text
 from plm_toolkit.data.vocab import ROLE_TOKENS, Vocab
+from plm_toolkit.data.vocabulary_files import check_ids, read_bpe_files, read_vocab_txt, vocabulary_size
 from plm_toolkit.data.word_vocabulary import WORD_SPECIAL_TOKENS, train_word_tokenizer
 from plm_toolkit.errors import DataError
 
@@ -102,62 +103,8 @@ def load_tokenizer(path: str | Path, lowercase: bool = True) -> Tokenizer:
     return tokenizer
 
 
-def check_ids(tokenizer: Tokenizer, path: Path) -> None:
-    """Refuse a vocabulary in which two tokens share an id: one of them could never be told from the other. (Ids
-    with gaps are fine: the model gets a row for every id up to the highest, ``vocabulary_size``.)"""
-    owners: dict[int, str] = {}
-    for token, index in sorted(
-        tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda item: (item[1], item[0])
-    ):
-        if index in owners:
-            raise DataError(f"{path}: tokens {owners[index]!r} and {token!r} share id {index}; expected one id each")
-        owners[index] = token
-
-
-def vocabulary_size(tokenizer: Tokenizer) -> int:
-    """The rows an embedding table needs for every id of ``tokenizer``: its highest id + 1 (its count of tokens,
-    unless a loaded vocabulary skips ids)."""
-    ids = tokenizer.get_vocab(with_added_tokens=True).values()
-    return max(ids, default=-1) + 1
-
-
-def read_vocab_txt(path: Path) -> dict[str, int]:
-    """A WordPiece vocab.txt: one token per line, the line number (from 0) is the id."""
-    vocab: dict[str, int] = {}
-    for number, token in iter_lines(path):
-        if not token.strip():
-            raise DataError(f"{path}:{number}: empty token; expected one WordPiece token per line")
-        if token in vocab:
-            raise DataError(
-                f"{path}:{number}: {token!r} again (line {vocab[token] + 1}); a token's line number is its id, so "
-                "each line must hold a different token"
-            )
-        vocab[token] = number - 1
-    if not vocab:
-        raise DataError(f"vocab file {path} is empty; expected one WordPiece token per line")
-    return vocab
-
-
 def _load_bpe_files(vocab_path: Path) -> Tokenizer:
-    merges = vocab_path.with_name(BPE_MERGES_FILE)
-    if not merges.is_file():
-        raise DataError(f"{vocab_path}: no {BPE_MERGES_FILE} beside it; a byte-level BPE vocabulary needs both")
-    vocab = read_json(vocab_path)
-    if not isinstance(vocab, dict) or not all(isinstance(i, int) and not isinstance(i, bool) for i in vocab.values()):
-        raise DataError(f"{vocab_path}: expected a JSON object of token -> integer id")
-    pairs = []
-    for number, line in iter_lines(merges):
-        if line.startswith("#version") or not line.strip():
-            continue
-        pair = line.split(" ")
-        if len(pair) != 2:
-            raise DataError(f"{merges}:{number}: {line!r}; expected one merge per line, two pieces and one space")
-        pairs.append((pair[0], pair[1]))
-    try:
-        model = models.BPE(vocab, pairs)
-    except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exceptions
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise DataError(f"{vocab_path} with {merges.name} does not load as a byte-level BPE ({first})") from e
+    model = read_bpe_files(vocab_path, vocab_path.with_name(BPE_MERGES_FILE))
     if model.token_to_id(END_OF_TEXT) is not None and model.token_to_id("<s>") is None:
         # GPT-2's files: its tokenizer adds no space before a text (GPT2Tokenizer's add_prefix_space=False).
         return gpt2_tokenizer(model, add_prefix_space=False)
