@@ -33,6 +33,7 @@ from tqdm import tqdm
 from plm_toolkit import cli
 from plm_toolkit.atomic import save_safetensors
 from plm_toolkit.cli import run_command
+from plm_toolkit.config.numbers import merge, number_problems
 from plm_toolkit.config.overrides import keep_typed_text
 from plm_toolkit.data.characters import BOS_TOKEN, EOS_TOKEN, character_ids
 from plm_toolkit.data.template import template_of
@@ -186,8 +187,11 @@ def embed_file(cfg: DictConfig) -> Path:
     if output.suffix not in HDF5_SUFFIXES + SAFETENSORS_SUFFIXES:
         raise ConfigError(f"output_file={output}: expected a .hdf5, .h5 or .safetensors file")
     output_file(output, "output_file")  # before any work: a folder there once failed after embedding everything
-    if cfg.batch_size < 1:
-        raise ConfigError(f"batch_size={cfg.batch_size}: must be at least 1")
+    found = merge(
+        [f"batch_size={cfg.batch_size}: must be at least 1"] if cfg.batch_size < 1 else [], number_problems(cfg)
+    )
+    if found:
+        raise ConfigError("invalid configuration: " + "; ".join(found))
     device_name = cfg.device.value if hasattr(cfg.device, "value") else str(cfg.device)
     if device_name == "auto":
         device_name = "cuda" if torch.cuda.is_available() else "cpu"

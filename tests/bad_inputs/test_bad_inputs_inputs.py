@@ -104,6 +104,7 @@ CASES = [
     InputCase("train_layer_norm_eps_subnormal", "train", ("model.layer_norm_eps=1e-320",), "model.layer_norm_eps=1e-320: a subnormal number"),
     InputCase("train_max_steps_past_64_bits", "train", ("trainer.max_steps=99999999999999999999",), "trainer.max_steps=99999999999999999999: does not fit in 64 bits"),
     InputCase("finetune_seed_past_64_bits", "finetune", ("trainer.seed=18446744073709551616",), "trainer.seed=18446744073709551616: does not fit in 64 bits"),
+    InputCase("embed_batch_size_past_64_bits", "embed", (*EMBED, "input_file={prepared}/sentences.txt", "batch_size=99999999999999999999"), "batch_size=99999999999999999999: does not fit in 64 bits"),
     InputCase("translation_length_penalty_nan", "finetune", ("task=translation", "task.length_penalty=nan"), "task.length_penalty=nan: expected a finite number in [-10, 10]"),
     # --- the command line: text Hydra's grammar cannot read gets the quoting that works; a user's own config file ----
     InputCase("generate_prompt_comma", "generate", (*GENERATE, "prompt=Hello, world"), """cannot read the override prompt=Hello, world: its comma makes a list or a sweep; to give it as text, quote it for Hydra inside the shell's quotes: 'prompt="Hello, world"', or put the prompt in a file: prompts_file=PATH"""),
