@@ -74,9 +74,24 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
             )
         raise CheckpointError(f"{path}: weights file not found")
     try:
-        return load_file(str(path))
+        state = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
         raise CheckpointError(f"{path}: not a readable safetensors file ({err})") from err
+    # Every tensor a checkpoint holds is a parameter (buffers are not saved): NaN or infinity anywhere is damage.
+    for name, value in state.items():
+        refuse_non_finite(path, name, value)
+    return state
+
+
+def refuse_non_finite(path: Path, name: str, value: torch.Tensor) -> None:
+    """CheckpointError naming the file and tensor when a floating-point weight holds NaN or infinity (a run that
+    diverged, a corrupt conversion): such weights load without complaint and compute garbage."""
+    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        nan, inf = int(torch.isnan(value).sum()), int(torch.isinf(value).sum())
+        raise CheckpointError(
+            f"{path}: {name} holds {nan} NaN and {inf} infinite value(s); expected finite weights (the run that "
+            "wrote them diverged, or the file is corrupt: use an earlier checkpoint)"
+        )
 
 
 def read_torch_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -131,9 +146,14 @@ def load_weights(module: nn.Module, path: Path, strict: bool = True) -> None:
     unexpected = [k for k in state if k not in own]
     if strict and (missing or unexpected):
         raise CheckpointError(
-            f"{path}: does not match the model (missing keys: {missing[:5]}, unexpected keys: {unexpected[:5]})"
+            f"{path}: does not match the {type(module).__name__} it loads into (missing keys: {_some(missing)}; "
+            f"unexpected keys: {_some(unexpected)}); expected the file written with this config"
         )
     module.load_state_dict(state, strict=False)
+
+
+def _some(names: list[str]) -> str:
+    return (", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")) if names else "none"
 
 
 def check_values(path: Path, state: dict[str, torch.Tensor], module: nn.Module, names: dict | None = None) -> None:
@@ -151,12 +171,8 @@ def check_values(path: Path, state: dict[str, torch.Tensor], module: nn.Module, 
                 f"{path}: {name} is {str(value.dtype).removeprefix('torch.')}; expected floating-point weights "
                 f"({str(target.dtype).removeprefix('torch.')}, float16 or bfloat16)"
             )
-        if key in parameters and value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            nan, inf = int(torch.isnan(value).sum()), int(torch.isinf(value).sum())
-            raise CheckpointError(
-                f"{path}: {name} holds {nan} NaN and {inf} infinite value(s); expected finite weights (the run that "
-                "wrote them diverged, or the file is corrupt: use an earlier checkpoint)"
-            )
+        if key in parameters:
+            refuse_non_finite(path, name, value)
 
 
 def rng_state() -> dict:

@@ -116,7 +116,11 @@ def choose(logits: torch.Tensor, config: SearchConfig, generator: torch.Generato
     """(B, V) -> (B,) next tokens: the argmax, or a sample of the filtered, temperature-scaled distribution."""
     if not config.do_sample:
         return logits.argmax(dim=-1)
-    logits = filter_logits(logits.float() / config.temperature, config.top_k, config.top_p)
+    # Each row's largest logit shifted to 0 first (the same distribution), divided in double precision (a float32
+    # temperature of 1e-300 is 0): a small temperature sends the others to -inf (probability 0) instead of making
+    # every probability NaN.
+    shifted = (logits - logits.amax(dim=-1, keepdim=True)).double()  # (B, V)
+    logits = filter_logits((shifted / config.temperature).float(), config.top_k, config.top_p)
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
 
 

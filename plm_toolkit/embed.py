@@ -33,9 +33,12 @@ from tqdm import tqdm
 from plm_toolkit import cli
 from plm_toolkit.atomic import save_safetensors
 from plm_toolkit.cli import run_command
+from plm_toolkit.config.numbers import merge, number_problems
+from plm_toolkit.config.overrides import keep_typed_text
 from plm_toolkit.data.characters import BOS_TOKEN, EOS_TOKEN, character_ids
 from plm_toolkit.data.template import template_of
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+from plm_toolkit.data.user_files import iter_lines, output_file
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.interop.pretrained import LoadedBackbone, load_backbone
 from plm_toolkit.tasks.base import character_width
@@ -48,15 +51,11 @@ HDF5_SUFFIXES, SAFETENSORS_SUFFIXES = (".hdf5", ".h5"), (".safetensors",)
 def read_sentences(path: Path) -> list[list[str]]:
     """The whitespace-separated words of every line; a blank line or a file that is not UTF-8 names the line."""
     sentences = []
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                words = line.split()
-                if not words:
-                    raise DataError(f"{path}:{number}: empty line; expected one sentence per line")
-                sentences.append(words)
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not UTF-8 text ({err.reason})") from None
+    for number, line in iter_lines(path, "input_file"):
+        words = line.split()
+        if not words:
+            raise DataError(f"{path}:{number}: empty line; expected one sentence per line")
+        sentences.append(words)
     if not sentences:
         raise DataError(f"{path}: no sentences")
     return sentences
@@ -187,8 +186,12 @@ def embed_file(cfg: DictConfig) -> Path:
     output = Path(cfg.output_file).expanduser()
     if output.suffix not in HDF5_SUFFIXES + SAFETENSORS_SUFFIXES:
         raise ConfigError(f"output_file={output}: expected a .hdf5, .h5 or .safetensors file")
-    if cfg.batch_size < 1:
-        raise ConfigError(f"batch_size={cfg.batch_size}: must be at least 1")
+    output_file(output, "output_file")  # before any work: a folder there once failed after embedding everything
+    found = merge(
+        [f"batch_size={cfg.batch_size}: must be at least 1"] if cfg.batch_size < 1 else [], number_problems(cfg)
+    )
+    if found:
+        raise ConfigError("invalid configuration: " + "; ".join(found))
     device_name = cfg.device.value if hasattr(cfg.device, "value") else str(cfg.device)
     if device_name == "auto":
         device_name = "cuda" if torch.cuda.is_available() else "cpu"
@@ -200,7 +203,6 @@ def embed_file(cfg: DictConfig) -> Path:
     loaded.model.to(device).eval()
     embedder = (ElmoEmbedder if character_width(loaded.model) else SubwordEmbedder)(loaded, device)
     temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp")
-    output.parent.mkdir(parents=True, exist_ok=True)
     metadata = {"checkpoint": str(loaded.source), "layers": layers, "words": "first sub-word of each word"}
     writer = Hdf5Writer(temporary) if output.suffix in HDF5_SUFFIXES else SafetensorsWriter(temporary, metadata)
     bar = tqdm(total=len(sentences), unit="line", disable=not cfg.progress_bar)
@@ -212,12 +214,12 @@ def embed_file(cfg: DictConfig) -> Path:
                     writer.write(start + offset, batch[offset], select(vectors, layers))
                 bar.update(len(batch))
         writer.close()
+        os.replace(temporary, output)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
     finally:
         bar.close()
-    os.replace(temporary, output)
     if getattr(embedder, "empty_words", 0):
         log.warning("%d word(s) had no token in the tokenizer and got zero vectors", embedder.empty_words)
     log.info("wrote %d sentences (%s layers) to %s", len(sentences), layers, output)
@@ -225,6 +227,7 @@ def embed_file(cfg: DictConfig) -> Path:
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
+    keep_typed_text(cfg)  # input_file=2024 is the file "2024"
     embed_file(cfg)
     return {}
 

@@ -25,9 +25,11 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
+import yaml
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
+from plm_toolkit.config.overrides import quoting_hint
 from plm_toolkit.errors import PlmError
 from plm_toolkit.names import did_you_mean, key_names
 from plm_toolkit.training.distributed import launched_rank, launcher_store
@@ -148,6 +150,17 @@ def _os_error(err: OSError) -> str:
     return f"{path}: {reason}" if path else f"{reason}: {err}"
 
 
+def _yaml_error(err: yaml.YAMLError) -> str:
+    """file:line:column of a YAML file that does not parse, and what the parser expected there."""
+    mark = getattr(err, "problem_mark", None)
+    where = f"{mark.name}:{mark.line + 1}:{mark.column + 1}" if mark else "a config file"
+    problem = getattr(err, "problem", None) or _first_line(str(err))
+    context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
+    if context and start:
+        context += f" from line {start.line + 1}, column {start.column + 1}"
+    return f"{where}: not valid YAML ({f'{context}: ' if context else ''}{problem})"
+
+
 def explain(err: BaseException) -> str | None:
     """The one line that explains an expected failure, or None for a bug (which keeps its traceback)."""
     if isinstance(err, PlmError):
@@ -155,9 +168,18 @@ def explain(err: BaseException) -> str | None:
     if isinstance(err, MissingConfigException):
         return _missing_option(err)
     if isinstance(err, OverrideParseException):
-        return f"cannot parse the override: {_first_line(str(err))} (see Hydra's override grammar)"
+        reason = _first_line(re.sub(r"^Error parsing override '.*'$", "", str(err), flags=re.M))
+        if reason.startswith("LexerNoViableAltException"):
+            reason = "a character that Hydra's grammar allows only inside quotes"
+        return f"cannot parse the override {err.override} ({reason}); {quoting_hint(err.override)}"
+    ambiguous = isinstance(err, HydraException) and re.match(r"Ambiguous value for argument '(.*)'\n", str(err))
+    if ambiguous:  # an unquoted comma: Hydra would read a list, or a sweep with --multirun
+        override = ambiguous.group(1)
+        return f"cannot read the override {override}: its comma makes a list or a sweep; {quoting_hint(override)}"
     if isinstance(err, HydraException):
         return _composition(err)
+    if isinstance(err, yaml.YAMLError):  # a config file of the user's own (--config-dir, --config-name)
+        return _yaml_error(err)
     if isinstance(err, OmegaConfBaseException):
         where = getattr(err, "full_key", None)
         return f"{where}: {_first_line(str(err))}" if where else _first_line(str(err))

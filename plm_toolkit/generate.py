@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,8 +32,12 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
 from plm_toolkit import cli, failures
+from plm_toolkit.config.checks import decoding_problems
+from plm_toolkit.config.numbers import merge, number_problems
+from plm_toolkit.config.overrides import keep_typed_text
 from plm_toolkit.config.schema import Device
 from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+from plm_toolkit.data.user_files import iter_lines, not_a_file, output_file
 from plm_toolkit.decoding import DecodingOptions, SearchConfig, generate
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.interop.pretrained import LoadedLanguageModel, load_language_model
@@ -48,7 +53,7 @@ class GenerateConfig(DecodingOptions):
     checkpoint: str = MISSING
     # The text to continue; or prompts_file.
     prompt: str | None = None
-    # A UTF-8 file with one prompt per line (blank lines are skipped); or prompt.
+    # A UTF-8 file with one prompt per line (a line ends at \n; blank lines are skipped); or prompt.
     prompts_file: str | None = None
     # Seeds sampling: the same seed and settings give the same texts.
     seed: int = 0
@@ -66,25 +71,23 @@ ConfigStore.instance().store(name="generate_schema", node=GenerateConfig)
 
 
 def check(cfg) -> None:
-    """One message per impossible setting, naming the key."""
+    """One message per impossible setting, naming the key: every decoding option in its domain (``DECODING_RANGES``),
+    and every number of the config one that a key can mean (``config/numbers.py``)."""
     found = []
     if (cfg.prompt is None) == (cfg.prompts_file is None):
         found.append("give exactly one of prompt=TEXT and prompts_file=PATH")
-    if cfg.prompts_file is not None and not Path(cfg.prompts_file).expanduser().is_file():
-        found.append(f"prompts_file={cfg.prompts_file}: no such file")
-    if not 0.0 < cfg.top_p <= 1.0:
-        found.append(f"top_p={cfg.top_p}: expected a probability in (0, 1]")
-    if cfg.temperature <= 0:
-        found.append(f"temperature={cfg.temperature}: must be positive")
-    for key in ("max_new_tokens", "num_beams", "batch_size"):
-        if cfg[key] < 1:
-            found.append(f"{key}={cfg[key]}: must be at least 1")
-    if cfg.top_k < 0:
-        found.append(f"top_k={cfg.top_k}: must be 0 (off) or positive")
+    if cfg.prompts_file is not None and not_a_file(cfg.prompts_file):
+        found.append(f"prompts_file={cfg.prompts_file}: {not_a_file(cfg.prompts_file)}; expected a regular file")
+    found += decoding_problems(cfg)
+    if cfg.batch_size < 1:
+        found.append(f"batch_size={cfg.batch_size}: must be at least 1")
+    if cfg.seed < 0:
+        found.append(f"seed={cfg.seed}: must be 0 or positive")
     if cfg.num_beams > 1 and cfg.do_sample:
         found.append(f"num_beams={cfg.num_beams} with do_sample=true: beam search is deterministic; pick one")
+    found = merge(found, number_problems(cfg))
     if found:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(found))
+        raise ConfigError("invalid configuration: " + "; ".join(found))
 
 
 def read_prompts(cfg) -> tuple[list[str], list[str]]:
@@ -92,18 +95,14 @@ def read_prompts(cfg) -> tuple[list[str], list[str]]:
     if cfg.prompt is not None:
         return [cfg.prompt], ["prompt"]
     path = Path(cfg.prompts_file).expanduser()
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not UTF-8 text ({err.reason}); expected one prompt per line") from None
-    numbered = [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
+    numbered = [(number, line) for number, line in iter_lines(path, "prompts_file") if line.strip()]
     if not numbered:
         raise DataError(f"{path}: no prompts; expected one prompt per line")
     return [line for _, line in numbered], [f"{path}:{number}" for number, _ in numbered]
 
 
 def encode_prompts(
-    lm: LoadedLanguageModel, prompts: list[str], max_new_tokens: int, places: list[str]
+    lm: LoadedLanguageModel, prompts: list[str], max_new_tokens: int, places: list[str], max_length_a: float = 0.0
 ) -> list[list[int]]:
     """Token ids of every prompt (no template tokens). For a causal model an empty prompt starts from the
     start-of-text token, and a prompt that leaves no room for max_new_tokens in the position table is refused,
@@ -128,11 +127,13 @@ def encode_prompts(
         ids = encoding.ids or ([vocab.bos_id] if vocab.bos_id is not None else [])
         if not ids:
             raise DataError(f"{where}: an empty prompt, and the tokenizer has no start-of-text token to start from")
-        if longest is not None and len(ids) + max_new_tokens > longest:
+        new = int(max_new_tokens + max_length_a * len(ids))  # as decoding.row_limits counts them
+        if longest is not None and len(ids) + new > longest:
+            relative = f" + max_length_a={max_length_a} x {len(ids)}" if max_length_a else ""
             raise DataError(
-                f"{where}: {len(ids)} tokens, with max_new_tokens={max_new_tokens} {len(ids) + max_new_tokens} "
+                f"{where}: {len(ids)} tokens, with max_new_tokens={max_new_tokens}{relative} {len(ids) + new} "
                 f"positions, more than the model's {longest} (max_position_embeddings); shorten the prompt or lower "
-                f"max_new_tokens ({excerpt})"
+                f"max_new_tokens{' or max_length_a' if max_length_a else ''} ({excerpt})"
             )
         out.append(ids)
     return out
@@ -172,7 +173,9 @@ def detokenize(tokenizer, ids: list[int], eos_id: int | None) -> str:
 
 
 def run(cfg: DictConfig) -> list[dict]:
+    keep_typed_text(cfg)  # prompt=1e3 is the text "1e3", not Hydra's float
     check(cfg)
+    output = output_file(cfg.output_file, "output_file") if cfg.output_file else None
     prompts, places = read_prompts(cfg)
     lm = load_language_model(cfg.checkpoint)
     device_name = getattr(cfg.device, "value", cfg.device)
@@ -184,7 +187,7 @@ def run(cfg: DictConfig) -> list[dict]:
     vocab = vocab_from_tokenizer(lm.tokenizer)
     options = {f.name: cfg[f.name] for f in dataclasses.fields(DecodingOptions)}
     search = SearchConfig(**options, eos_id=vocab.eos_id if cfg.stop_at_eos else None)
-    prompt_ids = encode_prompts(lm, prompts, cfg.max_new_tokens, places)
+    prompt_ids = encode_prompts(lm, prompts, cfg.max_new_tokens, places, cfg.max_length_a)
     generator = torch.Generator(device).manual_seed(cfg.seed)
     generated: list[list[int]] = [[] for _ in prompts]
     for group in batches(prompt_ids, cfg.batch_size, decoder.supports_padding):
@@ -195,10 +198,14 @@ def run(cfg: DictConfig) -> list[dict]:
         {"prompt": p, "prompt_ids": ids, "text": detokenize(lm.tokenizer, new, vocab.eos_id), "token_ids": new}
         for p, ids, new in zip(prompts, prompt_ids, generated, strict=True)
     ]
-    if cfg.output_file:
-        path = Path(cfg.output_file).expanduser()
-        path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
-        log.info("%d continuation(s) written to %s", len(rows), path)
+    if output is not None:
+        temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+        try:
+            temporary.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+            os.replace(temporary, output)
+        finally:
+            temporary.unlink(missing_ok=True)
+        log.info("%d continuation(s) written to %s", len(rows), output)
     else:
         continuing = ENCODER_DECODER not in type(model).capabilities
         for row in rows:

@@ -66,6 +66,15 @@ def test_sampling_is_seeded_and_top_k_one_is_greedy():
     assert sample(decoder, ids, mask, SearchConfig(max_new_tokens=12, do_sample=True, top_k=1)) == greedy
 
 
+def test_a_tiny_temperature_samples_the_most_likely_token():
+    """1e-300 is a normal float, but the logits divided by it overflowed float32: every probability was NaN."""
+    decoder = MarkovDecoder(torch.randn(7, 7))
+    ids, mask = torch.tensor([[3], [5]]), torch.ones(2, 1, dtype=torch.long)
+    greedy = sample(decoder, ids, mask, SearchConfig(max_new_tokens=12))
+    cold = SearchConfig(max_new_tokens=12, do_sample=True, temperature=1e-300)
+    assert sample(decoder, ids, mask, cold, torch.Generator().manual_seed(0)) == greedy
+
+
 def test_sampling_follows_the_distribution():
     table = torch.tensor([[0.0, math.log(3.0)], [0.0, math.log(3.0)]])  # p(1) = 0.75 everywhere
     decoder = MarkovDecoder(table)

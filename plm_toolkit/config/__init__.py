@@ -18,6 +18,7 @@ def setup() -> None:
     from plm_toolkit.catalog import load_all
     from plm_toolkit.config.glue import register_glue_schema
     from plm_toolkit.config.help import register_help_resolver
+    from plm_toolkit.data.cache import register_cache_resolver
     from plm_toolkit.data.corpus import register_resolvers
     from plm_toolkit.run_lock import launch_tag
 
@@ -25,6 +26,7 @@ def setup() -> None:
     register_glue_schema()
     load_all()
     register_resolvers()
+    register_cache_resolver()
     register_help_resolver()
     if not OmegaConf.has_resolver("plm_launch_tag"):
         # Cached, as Hydra's ${now:}: a sweep's jobs resolve their directories to the one the launcher made.

@@ -22,7 +22,15 @@ def finite(x) -> bool:
 
 
 def check_range(
-    out: list[str], key: str, value, low: float, high: float = math.inf, *, low_open=False, high_open=False
+    out: list[str],
+    key: str,
+    value,
+    low: float,
+    high: float = math.inf,
+    *,
+    low_open=False,
+    high_open=False,
+    what: str = "a finite number",
 ) -> None:
     """Append a message when ``value`` is not a finite number in the interval (NaN and infinities never pass)."""
     above = value > low if low_open else value >= low
@@ -30,7 +38,32 @@ def check_range(
     if not ok:
         left, right = "(" if low_open else "[", ")" if high_open or high == math.inf else "]"
         upper = "inf" if high == math.inf else f"{high:g}"
-        out.append(f"{key}={value}: expected a finite number in {left}{low:g}, {upper}{right}")
+        out.append(f"{key}={value}: expected {what} in {left}{low:g}, {upper}{right}")
+
+
+# The decoding options (plm-generate's keys; a translation objective's or seq2seq task's evaluation search), their
+# domains: (low, high, low_open, high_open, what). GNMT's length penalty ((5 + length) / 6)^alpha overflows a double
+# beyond |alpha| of a few hundred over long outputs; papers use 0.6 to 1.
+DECODING_RANGES = {
+    "max_new_tokens": (1, math.inf, False, False, "an integer"),
+    "max_length_b": (1, math.inf, False, False, "an integer"),
+    "max_length_a": (0.0, math.inf, False, False, "a finite number"),
+    "num_beams": (1, math.inf, False, False, "an integer"),
+    "length_penalty": (-10.0, 10.0, False, False, "a finite number"),
+    "temperature": (0.0, math.inf, True, False, "a finite number"),
+    "top_k": (0, math.inf, False, False, "0 (off) or an integer"),
+    "top_p": (0.0, 1.0, True, False, "a probability"),
+}
+
+
+def decoding_problems(options, prefix: str = "") -> list[str]:
+    """A message for every decoding option of ``options`` (a config holding some of DECODING_RANGES' keys) outside
+    its domain."""
+    out: list[str] = []
+    for key, (low, high, low_open, high_open, what) in DECODING_RANGES.items():
+        if key in options:
+            check_range(out, prefix + key, options[key], low, high, low_open=low_open, high_open=high_open, what=what)
+    return out
 
 
 # Keys that only some update rules read: the rules that do (a value other than the default elsewhere is refused,

@@ -95,8 +95,9 @@ class DataConfig:
     # Transformer-XL and XLNet read streams, windows of one token stream dealt out in order so that consecutive
     # batches continue each row's text).
     packing: Packing = Packing.auto
-    # Tokenizers and tokenized corpora are cached here, keyed by the files' contents and the settings.
-    cache_dir: str = "${oc.env:PLM_TOOLKIT_CACHE,${oc.env:HOME,.}/.cache/plm_toolkit}"
+    # Tokenizers and tokenized corpora are cached here, keyed by the files' contents and the settings. Default:
+    # $PLM_TOOLKIT_CACHE, else ~/.cache/plm_toolkit (a variable set to nothing counts as unset; empty: the default).
+    cache_dir: str = "${plm_cache_dir:}"
     # A token store folder (docs/data-store.md): plm-prepare writes it, plm-train reads it (and prepares it first
     # when it is missing or unfinished). null: a folder under cache_dir/stores keyed on the files and settings.
     store: str | None = None

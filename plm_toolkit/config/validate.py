@@ -20,9 +20,13 @@ from plm_toolkit.config.checks import (
     phase_problems,
     recipe_problems,
 )
-from plm_toolkit.config.resolve import model_class, objective_class, resolve_run, task_class
+from plm_toolkit.config.numbers import merge, number_problems
+from plm_toolkit.config.overrides import keep_typed_text
+from plm_toolkit.config.resolve import model_class, objective_class, resolve_run, task_class, tokenizer_kind
 from plm_toolkit.data.parallel import resolve
 from plm_toolkit.data.sources import source_problems
+from plm_toolkit.data.tokenizer import MAXIMUM_VOCABULARY, MINIMUM_VOCABULARY
+from plm_toolkit.data.user_files import not_a_file
 from plm_toolkit.errors import ConfigError, PlmError
 from plm_toolkit.names import did_you_mean, key_names
 from plm_toolkit.registry import MODELS, OBJECTIVES, TASKS
@@ -96,6 +100,25 @@ def model_field_problems(m) -> list[str]:
     return out
 
 
+def tokenizer_problems(cfg: DictConfig) -> list[str]:
+    """The sizes of a vocabulary to train: at least what its kind always holds, at most what 32-bit token ids count
+    (the tokenizers library raised OverflowError for a negative one; vocab_size=3 trained 102 tokens without a
+    word). A trained vocabulary that the corpus makes larger still is refused after training (data/tokenizer.py)."""
+    t, kind = cfg.data.tokenizer, tokenizer_kind(cfg)
+    out: list[str] = []
+    if t.min_frequency < 0:
+        out.append(f"data.tokenizer.min_frequency={t.min_frequency}: must be 0 or positive")
+    if t.path or kind not in MINIMUM_VOCABULARY:
+        return out
+    least, what = MINIMUM_VOCABULARY[kind]
+    if not least <= t.vocab_size <= MAXIMUM_VOCABULARY:
+        out.append(
+            f"data.tokenizer.vocab_size={t.vocab_size}: expected a size from {least} (a {kind} vocabulary holds "
+            f"{what}) to {MAXIMUM_VOCABULARY} (2^31 - 1: token ids are 32-bit)"
+        )
+    return out
+
+
 def hardware_problems(h) -> list[str]:
     out: list[str] = []
     if h.max_overflow_steps < 1:
@@ -166,8 +189,9 @@ def parallel_problems(d) -> list[str]:
     return out
 
 
-def problems(cfg: DictConfig) -> list[str]:
-    """Every impossible setting found, one message each."""
+def problems(cfg: DictConfig, derive_plan: bool = True) -> list[str]:
+    """Every impossible setting found, one message each; ``derive_plan=False`` when a number is none a key can mean
+    (the plan computes with them: span corruption's window search never ends for a length of 2^70)."""
     out: list[str] = []
     m, o, d, t, opt = cfg.model, cfg.objective, cfg.data, cfg.trainer, cfg.optimizer
     if m.name not in MODELS:
@@ -212,7 +236,7 @@ def problems(cfg: DictConfig) -> list[str]:
     # The plan is derived from the objective's and model's values: only once they passed (span corruption's window
     # search never ends for objective.noise_density >= 1).
     plan = None
-    if len(out) == checked:
+    if len(out) == checked and derive_plan:
         try:
             plan = resolve_run(cfg).plan
         except ConfigError as err:
@@ -242,6 +266,7 @@ def problems(cfg: DictConfig) -> list[str]:
     if d.num_workers < 0:
         out.append(f"data.num_workers={d.num_workers}: must be 0 (load in the training process) or positive")
     out += store_problems(d)
+    out += tokenizer_problems(cfg)
     if m.get("vocab_size") is not None and d.tokenizer.path is None and m.vocab_size < d.tokenizer.vocab_size:
         out.append(
             f"model.vocab_size={m.vocab_size} is smaller than data.tokenizer.vocab_size={d.tokenizer.vocab_size}; "
@@ -261,8 +286,11 @@ def problems(cfg: DictConfig) -> list[str]:
     out += parallel_problems(d) if parallel else file_problems(d)
     if d.dataset_path and not Path(d.dataset_path).expanduser().is_dir():
         out.append(f"data.dataset_path={d.dataset_path} is not a directory written by datasets' save_to_disk")
-    if d.tokenizer.path and not Path(d.tokenizer.path).expanduser().is_file():
-        out.append(f"data.tokenizer.path={d.tokenizer.path} is not a file (a tokenizer.json or vocab.txt)")
+    if d.tokenizer.path and not_a_file(d.tokenizer.path):
+        out.append(
+            f"data.tokenizer.path={d.tokenizer.path} is not a file ({not_a_file(d.tokenizer.path)}); expected a "
+            "tokenizer.json, vocab.txt or vocab.json"
+        )
 
     if cfg.hardware.get("unpad"):
         accepts_positions = "position_ids" in inspect.signature(model_class(m.name).forward).parameters
@@ -307,6 +335,14 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
             out.append(f"data.{key}={d[key]}: must be at least 1 (or null for all)")
     if cfg.model.dropout is not None and not 0.0 <= cfg.model.dropout < 1.0:
         out.append(f"model.dropout={cfg.model.dropout}: expected a probability in [0, 1)")
+    for key in ("labels", "label_words"):
+        names = [str(name) for name in cfg.task.get(key) or []]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            out.append(
+                f"task.{key}={names}: {', '.join(map(repr, repeated))} more than once; each class needs a name of its "
+                "own (a repeated one leaves a class no example can have)"
+            )
     if cfg.trainer.phases:
         out.append("trainer.phases are for pretraining (plm-train); a fine-tuning run has one length")
     if cfg.hardware.get("unpad"):
@@ -326,7 +362,11 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
 
 def validate(cfg: DictConfig) -> None:
     """Raise one ConfigError listing every problem on one line; unknown keys first, alone (the rest may hinge on
-    them)."""
-    found = unknown_keys(cfg) or (finetune_problems(cfg) if "task" in cfg else problems(cfg))
+    them). First, the text keys the command line set get the text as typed (``keep_typed_text``)."""
+    keep_typed_text(cfg)
+    found = unknown_keys(cfg)
+    if not found:
+        numbers = number_problems(cfg)
+        found = merge(finetune_problems(cfg) if "task" in cfg else problems(cfg, derive_plan=not numbers), numbers)
     if found:
         raise ConfigError("invalid configuration: " + "; ".join(found))

@@ -22,6 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import datasets  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from plm_toolkit.data.cache import cache_root  # noqa: E402, F401  (its home is data/cache.py)
 from plm_toolkit.data.documents import (  # noqa: E402, F401 - the sentence splitter's home, re-exported
     document_sentences,
     iter_split,
@@ -61,13 +62,6 @@ def choice(value: Any) -> str:
 def document_boundary(data_cfg: Any) -> str:
     """data.document_boundary (blank_line where a hand-built config has none)."""
     return choice(getattr(data_cfg, "document_boundary", "blank_line"))
-
-
-def cache_root(data_cfg: Any) -> Path:
-    """The data cache directory, `~` expanded and created."""
-    path = Path(os.path.expanduser(str(data_cfg.cache_dir)))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def stable_hash(*parts: Any) -> str:

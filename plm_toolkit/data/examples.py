@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import datasets
 from tokenizers import Tokenizer
 
+from plm_toolkit.data.corpus import split_files
 from plm_toolkit.data.plan import LAYOUT_BUILDERS, DataPlan
 from plm_toolkit.data.preparation import prepare_store
 from plm_toolkit.data.pretraining import build_pretraining_examples, store_unit
 from plm_toolkit.data.store import TokenStore
 from plm_toolkit.data.tokenizer import load_or_train_tokenizer, vocab_from_tokenizer
 from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.errors import DataError
 
 
 @dataclass
@@ -43,12 +46,33 @@ def prepare_pretraining_data(
     else:
         tokenizer = load_or_train_tokenizer(data_cfg)
     vocab = vocab_from_tokenizer(tokenizer)
-    if builder is not None:  # a layout an objective module registered (data/plan.py)
-        train = builder(data_cfg, tokenizer, vocab, plan, "train", seed)
-        return PretrainingData(tokenizer, vocab, train, builder(data_cfg, tokenizer, vocab, plan, "validation", seed))
-    splits = [
-        build_pretraining_examples(data_cfg, tokenizer, vocab, layout, split, seed, window, units, plan.spellings)
-        for split in ("train", "validation")
-    ]
+
+    def examples(split: str):
+        if builder is not None:  # a layout an objective module registered (data/plan.py)
+            return builder(data_cfg, tokenizer, vocab, plan, split, seed)
+        return build_pretraining_examples(
+            data_cfg, tokenizer, vocab, layout, split, seed, window, units, plan.spellings
+        )
+
+    splits = []
+    for split in ("train", "validation"):
+        with naming_split(data_cfg, split):
+            splits.append(examples(split))
     assert splits[0] is not None  # the training split always has a source, or reading it raised
     return PretrainingData(tokenizer, vocab, *splits)
+
+
+@contextmanager
+def naming_split(data_cfg: Any, split: str):
+    """A DataError about one split's examples that names none of its files ("the corpus has 5 tokens, fewer than one
+    window of 33") gets the split's key and files in front: which of the files was too short."""
+    try:
+        yield
+    except DataError as err:
+        sources = [str(data_cfg.dataset_path)] if data_cfg.dataset_path else split_files(data_cfg, split)
+        if not sources or any(source in str(err) for source in sources):
+            raise
+        where = f"data.{split}_files=[{', '.join(sources)}]"
+        if data_cfg.dataset_path:
+            where = f"data.dataset_path={data_cfg.dataset_path} ({split} split)"
+        raise DataError(f"{where}: {err}") from err

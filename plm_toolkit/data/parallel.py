@@ -32,13 +32,14 @@ from tokenizers import Tokenizer
 from plm_toolkit.data.corpus import Documents, cache_root, check_text_file, stable_hash
 from plm_toolkit.data.token_batches import TokenBatches, token_batches
 from plm_toolkit.data.tokenizer import load_or_train_tokenizer, vocab_from_tokenizer
+from plm_toolkit.data.user_files import iter_jsonl, iter_lines, json_type, not_a_file
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError, DataError
 
 log = logging.getLogger("plm_toolkit")
 
 # Bump when a change here changes what the cached files hold.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _ROWS = 2000  # pairs per written record batch / tokenizer call
 PAIRS = "one sentence per line, line-aligned with its translation"
 
@@ -61,14 +62,15 @@ def resolve(spec: str, source_lang: str, target_lang: str, key: str = "data.trai
     """The files an entry names, or DataError saying what was expected."""
     path = Path(os.path.expanduser(str(spec)))
     if path.suffix == ".jsonl":
-        if not path.is_file():
+        if not_a_file(path):
             raise DataError(
-                f"{key}: {spec} does not exist; expected a JSONL file with keys {source_lang!r} and {target_lang!r}"
+                f"{key}: {spec}: {not_a_file(path)}; expected a JSONL file with keys {source_lang!r} and "
+                f"{target_lang!r}"
             )
         return ParallelSource(str(spec), path, path)
     stem = str(path) if str(path).endswith(".") else f"{path}."
     source, target = Path(stem + source_lang), Path(stem + target_lang)
-    missing = [str(p) for p in (source, target) if not p.is_file()]
+    missing = [str(p) if not p.exists() else f"{p} ({not_a_file(p)})" for p in (source, target) if not_a_file(p)]
     if missing:
         hint = ""
         if path.is_file():
@@ -88,9 +90,8 @@ class ReadCounts:
 
 
 def _lines(path: Path) -> Iterator[str]:
-    with open(path, encoding="utf-8", newline="\n") as handle:
-        for line in handle:
-            yield line.rstrip("\n").rstrip("\r")
+    for _, line in iter_lines(path):
+        yield line
 
 
 def _aligned_lines(source: ParallelSource) -> Iterator[tuple[int, str, str]]:
@@ -117,15 +118,7 @@ def _aligned_lines(source: ParallelSource) -> Iterator[tuple[int, str, str]]:
 def _jsonl_pairs(source: ParallelSource, source_lang: str, target_lang: str) -> Iterator[tuple[int, str, str]]:
     """(line number, source text, target text) of a JSONL file; DataError naming file:line for a bad row."""
     path = source.source_path
-    for number, line in enumerate(_lines(path), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataError(f"{path}:{number}: not a JSON object ({err.msg})") from None
-        if not isinstance(row, dict):
-            raise DataError(f"{path}:{number}: expected a JSON object with keys {source_lang!r} and {target_lang!r}")
+    for number, row in iter_jsonl(path):
         texts = []
         for lang, key in ((source_lang, "data.source_lang"), (target_lang, "data.target_lang")):
             if lang not in row:
@@ -133,7 +126,7 @@ def _jsonl_pairs(source: ParallelSource, source_lang: str, target_lang: str) -> 
                     f"{path}:{number}: no key {lang!r} ({key}); the row has {', '.join(map(repr, row)) or 'none'}"
                 )
             if not isinstance(row[lang], str):
-                raise DataError(f"{path}:{number}: {lang!r} is {type(row[lang]).__name__}, expected a string")
+                raise DataError(f"{path}:{number}: {lang!r} is {json_type(row[lang])}; expected a string")
             texts.append(row[lang])
         yield number, texts[0], texts[1]
 

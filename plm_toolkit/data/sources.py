@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from plm_toolkit.data.user_files import not_a_file
 from plm_toolkit.errors import ConfigError, DataError
 
 # Characters decoded (or bytes checked) at a time while reading a piece.
@@ -96,9 +97,9 @@ def _expand(entry: str, key: str) -> list[str]:
         if not found:
             raise DataError(f"{key}: the pattern {entry} matches no file")
         return found
-    if not os.path.isfile(path):
-        what = " (a directory)" if os.path.isdir(path) else ""
-        raise DataError(f"{key}: {entry} is not a file{what}; expected a text, JSONL, .gz or .zst file or a pattern")
+    why = not_a_file(path)
+    if why:
+        raise DataError(f"{key}: {entry} is not a file ({why}); expected a text, JSONL, .gz or .zst file or a pattern")
     return [path]
 
 

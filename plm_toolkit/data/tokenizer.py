@@ -40,9 +40,11 @@ from plm_toolkit.data.pipelines import (  # noqa: F401 - re-exported: the pipeli
     running_text_tokenizer,
     unigram_tokenizer,
 )
-from plm_toolkit.data.sentinels import T5_SPECIAL_TOKENS, add_sentinels, sentinel_ids, t5_unigram_trainer
+from plm_toolkit.data.sentinels import NUM_SENTINELS, T5_SPECIAL_TOKENS, add_sentinels, sentinel_ids, t5_unigram_trainer
 from plm_toolkit.data.sources import resolve_sources
+from plm_toolkit.data.user_files import not_a_file, read_text
 from plm_toolkit.data.vocab import ROLE_TOKENS, Vocab
+from plm_toolkit.data.vocabulary_files import check_ids, read_bpe_files, read_vocab_txt, vocabulary_size
 from plm_toolkit.data.word_vocabulary import WORD_SPECIAL_TOKENS, train_word_tokenizer
 from plm_toolkit.errors import DataError
 
@@ -106,13 +108,17 @@ def load_tokenizer(path: str | Path, lowercase: bool = True) -> Tokenizer:
                 break
         else:
             raise DataError(f"tokenizer folder {path} holds none of {TOKENIZER_FILE}, vocab.txt, {BPE_VOCAB_FILE}")
-    if not path.is_file():
+    if not path.exists():
         raise DataError(f"tokenizer file {path} does not exist; expected a tokenizer.json, vocab.txt or vocab.json")
+    reason = not_a_file(path)
+    if reason is not None:
+        raise DataError(f"tokenizer file {path}: {reason}; expected a tokenizer.json, vocab.txt or vocab.json")
     if path.name == BPE_VOCAB_FILE:
         tokenizer = _load_bpe_files(path)
     elif path.suffix == ".json":
+        text = read_text(path)  # checked: a regular UTF-8 file, its byte-order mark dropped
         try:
-            tokenizer = Tokenizer.from_file(str(path))
+            tokenizer = Tokenizer.from_str(text)
         except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exceptions
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise DataError(f"tokenizer file {path} does not load ({first}); expected a tokenizer.json") from e
@@ -127,34 +133,12 @@ def load_tokenizer(path: str | Path, lowercase: bool = True) -> Tokenizer:
             if getattr(vocab, role) is None:
                 names = " or ".join(ROLE_TOKENS[role])
                 raise DataError(f"tokenizer file {path} has no {names} token; expected BERT's special tokens")
+    check_ids(tokenizer, path)
     return tokenizer
 
 
-def read_vocab_txt(path: Path) -> dict[str, int]:
-    """A WordPiece vocab.txt: one token per line, the line number (from 0) is the id."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise DataError(f"vocab file {path} is not UTF-8 text ({e.reason}); expected one token per line") from None
-    vocab: dict[str, int] = {}
-    for number, token in enumerate(lines):
-        if not token.strip():
-            raise DataError(f"{path}:{number + 1}: empty token; expected one WordPiece token per line")
-        vocab.setdefault(token, number)
-    if not vocab:
-        raise DataError(f"vocab file {path} is empty; expected one WordPiece token per line")
-    return vocab
-
-
 def _load_bpe_files(vocab_path: Path) -> Tokenizer:
-    merges = vocab_path.with_name(BPE_MERGES_FILE)
-    if not merges.is_file():
-        raise DataError(f"{vocab_path}: no {BPE_MERGES_FILE} beside it; a byte-level BPE vocabulary needs both")
-    try:
-        model = models.BPE.from_file(str(vocab_path), str(merges))
-    except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exceptions
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise DataError(f"{vocab_path} with {merges.name} does not load as a byte-level BPE ({first})") from e
+    model = read_bpe_files(vocab_path, vocab_path.with_name(BPE_MERGES_FILE))
     if model.token_to_id(END_OF_TEXT) is not None and model.token_to_id("<s>") is None:
         # GPT-2's files: its tokenizer adds no space before a text (GPT2Tokenizer's add_prefix_space=False).
         return gpt2_tokenizer(model, add_prefix_space=False)
@@ -195,6 +179,20 @@ def unigram_trainer(vocab_size: int) -> trainers.UnigramTrainer:
     )
 
 
+# The fewest tokens a trained vocabulary of each kind holds, and what they are. (A word vocabulary keeps every word
+# whatever the size.)
+MINIMUM_VOCABULARY = {
+    "wordpiece": (len(SPECIAL_TOKENS) + 1, "5 special tokens and a piece"),
+    "bpe": (len(BPE_SPECIAL_TOKENS) + 256, "5 special tokens and the 256 byte symbols"),
+    "gpt2_bpe": (len(GPT2_SPECIAL_TOKENS) + 256, "<|endoftext|> and the 256 byte symbols"),
+    "unigram": (len(SPECIAL_TOKENS) + 1, "5 special tokens and a piece"),
+    "t5_unigram": (len(T5_SPECIAL_TOKENS) + NUM_SENTINELS + 1, "3 special tokens, 100 sentinels and a piece"),
+    "character": (len(SPECIAL_TOKENS) + 1, "5 special tokens and a character"),
+}
+# Token ids are stored as 32-bit integers.
+MAXIMUM_VOCABULARY = 2**31 - 1
+
+
 def tokenizer_cache_path(data_cfg: Any, corpus_fingerprint: str) -> Path:
     """Where the tokenizer trained on this corpus with these settings is cached."""
     t = data_cfg.tokenizer
@@ -226,26 +224,31 @@ def train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
     if documents is not None:
         dataset = documents.dataset
         texts = lambda: (text for batch in dataset.iter(batch_size=1000) for text in batch["text"])  # noqa: E731
-        return _trained(data_cfg, documents.fingerprint, texts, len(dataset))
+        return _trained(data_cfg, documents.fingerprint, texts, len(dataset), documents.source)
     sources = resolve_sources(data_cfg, "train")
     boundary, column = document_boundary(data_cfg), str(data_cfg.text_column)
     budget = int(getattr(data_cfg.tokenizer, "train_sample_bytes", 100_000_000))
     fingerprint = stable_hash("sources", [s.record() for s in sources], boundary, column, budget)
-    return _trained(data_cfg, fingerprint, lambda: sample_texts(sources, budget, boundary, column))
+    named = ", ".join(s.path for s in sources)
+    return _trained(data_cfg, fingerprint, lambda: sample_texts(sources, budget, boundary, column), source=named)
 
 
-def _trained(data_cfg: Any, fingerprint: str, texts: Callable[[], Iterable[str]], length: int | None = None):
+def _trained(
+    data_cfg: Any, fingerprint: str, texts: Callable[[], Iterable[str]], length: int | None = None, source: str = ""
+):
     path = tokenizer_cache_path(data_cfg, fingerprint)
     if path.is_file():
         return load_tokenizer(path)
-    tokenizer = train_on_texts(data_cfg, texts, length)
+    tokenizer = train_on_texts(data_cfg, texts, length, source)
     _atomic_save(tokenizer, path)
     return tokenizer
 
 
-def train_on_texts(data_cfg: Any, texts: Callable[[], Iterable[str]], length: int | None = None) -> Tokenizer:
+def train_on_texts(
+    data_cfg: Any, texts: Callable[[], Iterable[str]], length: int | None = None, source: str = "the corpus"
+) -> Tokenizer:
     """A vocabulary of `data.tokenizer.kind` and `data.tokenizer.vocab_size` trained on the texts that ``texts()``
-    yields (``length``: how many, for the trainer's own bookkeeping)."""
+    yields (``length``: how many, for the trainer's own bookkeeping; ``source``: the files, for messages)."""
     t = data_cfg.tokenizer
     kind = tokenizer_kind(data_cfg)
     if kind == "word":
@@ -292,9 +295,26 @@ def train_on_texts(data_cfg: Any, texts: Callable[[], Iterable[str]], length: in
         if batch:
             yield batch
 
-    tokenizer.train_from_iterator(batches(), trainer=trainer, length=length)
+    try:
+        tokenizer.train_from_iterator(batches(), trainer=trainer, length=length)
+    except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exceptions
+        if "not large enough to contain all chars" not in str(e):
+            raise
+        characters = len({c for texts in batches() for text in texts for c in text if not c.isspace()})
+        needs = f"every distinct character ({characters}) and its special tokens"
+        raise _too_small(t.vocab_size, kind, source, needs) from None
     finish(tokenizer)  # the template needs the ids of [CLS] and [SEP], which exist only now
+    if vocabulary_size(tokenizer) > int(t.vocab_size):  # the trainer keeps every character, whatever the size
+        needs = f"at least {vocabulary_size(tokenizer)} tokens (its special tokens and every distinct character)"
+        raise _too_small(t.vocab_size, kind, source, needs)
     return tokenizer
+
+
+def _too_small(vocab_size: int, kind: str, source: str, needs: str) -> DataError:
+    return DataError(
+        f"data.tokenizer.vocab_size={vocab_size}: a {kind} vocabulary of {source or 'the corpus'} holds {needs}; "
+        "raise data.tokenizer.vocab_size"
+    )
 
 
 def save_tokenizer(tokenizer: Tokenizer, directory: str | Path) -> Path:
@@ -322,7 +342,7 @@ def vocab_from_tokenizer(tokenizer: Tokenizer, source: str | Path | None = None)
         ids[role] = found[0] if found else None
     vocab = tokenizer.get_vocab(with_added_tokens=True)
     return Vocab(
-        size=tokenizer.get_vocab_size(with_added_tokens=True),
+        size=vocabulary_size(tokenizer),
         sentinel_ids=sentinel_ids(tokenizer),
         tokens=tuple(sorted(vocab, key=vocab.__getitem__)),
         continuation_ids=continuation_ids(tokenizer),

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from plm_toolkit.data.user_files import iter_lines
 from plm_toolkit.errors import ConfigError, DataError
 
 WORD, PHRASE, ENTITY, NONE = 0, 1, 2, 3
@@ -194,16 +195,8 @@ def read_lexicon(path: str | Path, key: str, segmenter: str, ignore_case: bool, 
     """A lexicon file: UTF-8, one entry per line (text before a tab; blank lines skipped), split into words as the
     corpus is. Entries of fewer than ``min_words`` words are left out (a single word is already a unit)."""
     path = Path(path).expanduser()
-    if not path.is_file():
-        raise DataError(f"{key}={path}: no such file; expected a UTF-8 text file with one entry per line")
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise DataError(f"{path}:{line}: not valid UTF-8 ({e.reason}); {key} must be UTF-8 text") from None
     entries = []
-    for line in text.splitlines():
+    for _, line in iter_lines(path, key):
         entry = line.split("\t", 1)[0].strip()
         if entry:
             entries.append([entry[s:e] for s, e in split_words(entry, segmenter)])

@@ -17,6 +17,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
 from plm_toolkit.data.characters import BOS_TOKEN, EOS_TOKEN
+from plm_toolkit.data.user_files import iter_lines
 from plm_toolkit.errors import DataError
 
 UNK_TOKEN = "<UNK>"
@@ -53,13 +54,17 @@ def train_word_tokenizer(texts: Iterable[str]) -> Tokenizer:
 
 
 def read_bilm_vocab(path: Path) -> Tokenizer:
-    """A bilm-tf vocabulary file: one word per line (``!!!MAXTERMID`` skipped, as bilm-tf does)."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise DataError(f"{path}: not a readable UTF-8 vocabulary file ({err})") from None
-    words = [line.strip() for line in lines if line.strip() and line.strip() != "!!!MAXTERMID"]
-    return word_tokenizer(words)
+    """A bilm-tf vocabulary file: one word per line (``!!!MAXTERMID`` skipped, as bilm-tf does); a word on two lines
+    is refused (its id would be one line's, and every later word's would shift by one)."""
+    first: dict[str, int] = {}
+    for number, line in iter_lines(path):
+        word = line.strip()
+        if not word or word == "!!!MAXTERMID":
+            continue
+        if word in first:
+            raise DataError(f"{path}:{number}: {word!r} again (line {first[word]}); expected each word on one line")
+        first[word] = number
+    return word_tokenizer(first)
 
 
 def write_bilm_vocab(tokenizer: Tokenizer, path: Path) -> bool:

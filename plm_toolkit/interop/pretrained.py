@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -32,6 +33,7 @@ from plm_toolkit import checkpoint as ckpt
 from plm_toolkit import registry
 from plm_toolkit.catalog import load_all
 from plm_toolkit.data.tokenizer import load_tokenizer, vocab_from_tokenizer
+from plm_toolkit.data.vocabulary_files import vocabulary_size
 from plm_toolkit.errors import CheckpointError, ConfigError
 from plm_toolkit.interop.config_check import check_model_config
 from plm_toolkit.interop.finetuned_head import read_finetuned_head
@@ -166,7 +168,7 @@ def check_vocabulary(model: nn.Module, tokenizer: Tokenizer, tokenizer_file: Pat
         rows = model.input_embeddings.num_embeddings
     except (NotImplementedError, AttributeError):  # ELMo reads characters; adaptive embeddings have no one table
         return
-    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    size = vocabulary_size(tokenizer)
     if size > rows:
         raise CheckpointError(
             f"{tokenizer_file}: {size} tokens, but the model's word embeddings have {rows} rows; expected at most "
@@ -256,13 +258,13 @@ def load_language_model(path: str | Path) -> LoadedLanguageModel:
         saved = read_config_yaml(step_dir / ckpt.CONFIG_FILE)
         section = saved.get("objective")
         name = section.name if section is not None and "name" in section else None
-        objective_file = step_dir / ckpt.OBJECTIVE_FILE
-        state = ckpt.read_weights(objective_file) if name and objective_file.is_file() else {}
+        load_state = partial(_load_objective_file, step_dir / ckpt.OBJECTIVE_FILE)
         objective_config = typed_objective_config(name, section) if name in registry.OBJECTIVES else None
         source, kind = step_dir, "plm_train"
     elif (path / "config.json").is_file():
         model, tokenizer_file, imported = import_hf_backbone(path)
         name, state = imported.objective, imported.objective_state
+        load_state = (lambda objective: objective.load_state_dict(state)) if state else (lambda objective: None)
         objective_config = registry.OBJECTIVES.get(name).config_cls(**imported.objective_overrides)
         source, kind = path, f"hf:{json.loads((path / 'config.json').read_text()).get('model_type')}"
     else:
@@ -280,7 +282,7 @@ def load_language_model(path: str | Path) -> LoadedLanguageModel:
     check_vocabulary(model, tokenizer, tokenizer_file)
     tokenizer.no_truncation()
     tokenizer.no_padding()
-    head = _lm_head(model, name, objective_config, state, vocab_from_tokenizer(tokenizer), source)
+    head = _lm_head(model, name, objective_config, load_state, vocab_from_tokenizer(tokenizer), source)
     return LoadedLanguageModel(model.eval(), head, tokenizer, source, kind)
 
 
@@ -289,15 +291,21 @@ def typed_objective_config(name: str, section):
     return OmegaConf.to_object(OmegaConf.merge(schema, section))
 
 
-def _lm_head(model: nn.Module, name: str | None, objective_config, state, vocab, source: Path):
+def _load_objective_file(path: Path, objective: nn.Module) -> None:
+    """A plm-train checkpoint's objective.safetensors into ``objective``, checked as the model's weights are (every
+    tensor present, none extra, finite); an objective without parameters may come without the file."""
+    if path.is_file() or any(True for _ in objective.parameters()):
+        ckpt.load_weights(objective, path)
+
+
+def _lm_head(model: nn.Module, name: str | None, objective_config, load_state, vocab, source: Path):
     """The next-token scorer: the objective's (``next_token_logits``), else an encoder-decoder's own output layer
     (``logits``: a translation run, a fine-tuned seq2seq checkpoint), else, for a family whose LM head is the tied
     embedding alone (GPT), that embedding."""
     if name in registry.OBJECTIVES and objective_config is not None:
         objective = registry.OBJECTIVES.get(name).builder(objective_config, model, vocab)
         if hasattr(objective, "next_token_logits"):
-            if state:
-                objective.load_state_dict(state)
+            load_state(objective)
             objective.eval()
             return lambda hidden: objective.next_token_logits(model, hidden)
     if ENCODER_DECODER in type(model).capabilities:

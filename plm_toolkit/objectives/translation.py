@@ -20,6 +20,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
+from plm_toolkit.config.checks import decoding_problems
 from plm_toolkit.data.collate import IGNORE_INDEX, shift_right
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.decoding import SearchConfig, generate
@@ -57,13 +58,9 @@ class TranslationConfig:
 
 def check_decoding(config, prefix: str) -> None:
     """ConfigError naming the key for an impossible decoding setting (``prefix``: objective or task)."""
-    if config.num_beams < 1:
-        raise ConfigError(f"{prefix}.num_beams={config.num_beams}: beam search needs at least 1 beam (1 = greedy)")
-    if config.max_length_a < 0 or config.max_length_b < 1:
-        raise ConfigError(
-            f"{prefix}.max_length_a={config.max_length_a}, {prefix}.max_length_b={config.max_length_b}: the output "
-            "length limit a x source length + b needs a >= 0 and b >= 1"
-        )
+    found = decoding_problems(config, f"{prefix}.")
+    if found:
+        raise ConfigError("; ".join(found))
 
 
 def search_config(config, eos_id: int) -> SearchConfig:

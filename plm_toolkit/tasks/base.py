@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,6 +20,7 @@ from torch import nn
 
 from plm_toolkit.config.schema import FinetuneMode, FinetuneModeConfig
 from plm_toolkit.data.template import Template, template_of  # noqa: F401  (the tasks' import path)
+from plm_toolkit.data.user_files import not_a_file
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.models.base import CHARACTERS, Representations
 from plm_toolkit.objectives.base import Objective
@@ -173,7 +173,8 @@ class Task(Objective):
     def file_problems(cls, config, data_cfg) -> list[str]:
         """The data files that are not there, one message each (validation calls it before any work)."""
         keys = ("train_file", "validation_file")
-        return [f"data.{k}: {data_cfg[k]} is not a file" for k in keys if data_cfg[k] and not _is_file(data_cfg[k])]
+        found = {k: not_a_file(data_cfg[k]) for k in keys if data_cfg[k]}
+        return [f"data.{k}: {data_cfg[k]} is not a file ({reason})" for k, reason in found.items() if reason]
 
     def encode(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> Representations:
         """What the head reads: the backbone's representations, or in features mode the task encoder's over the
@@ -184,10 +185,6 @@ class Task(Objective):
 
     def collator(self) -> PadCollator:
         return PadCollator(self.vocab.padding_id)
-
-
-def _is_file(path: str) -> bool:
-    return Path(path).expanduser().is_file()
 
 
 def limit(items: list, max_items: int | None, what: str) -> list:

@@ -9,8 +9,8 @@ below is the same for all. The head reads the backbone's sequence summary (BERT:
 from __future__ import annotations
 
 import csv
-import json
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from plm_toolkit.data.characters import token_strings, word_character_ids
+from plm_toolkit.data.user_files import iter_jsonl, iter_lines, scalar_text
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.objectives.base import ObjectiveOutput
@@ -84,29 +85,23 @@ class Row:
 
 
 def _rows(path: Path):
-    """(line number, fields) of a TSV (GLUE: no quoting), CSV or JSONL file; fields are a list or a dict."""
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    with open(path, encoding="utf-8", newline="") as handle:
-        if path.suffix == ".jsonl":
-            for number, line in enumerate(handle, start=1):
-                if line.strip():
-                    try:
-                        yield number, json.loads(line)
-                    except json.JSONDecodeError as err:
-                        raise DataError(f"{path}:{number}: not a JSON object ({err.msg})") from None
-            return
-        reader = (
-            csv.reader(handle, delimiter=",")
-            if path.suffix == ".csv"
-            else csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
-        )
-        try:
-            for fields in reader:
-                if fields:
-                    yield reader.line_num, fields
-        except (csv.Error, UnicodeDecodeError) as err:
-            raise DataError(f"{path}:{reader.line_num + 1}: unreadable ({err})") from None
+    """(line number, fields) of a TSV (GLUE: no quoting), CSV or JSONL file (``data/user_files.py``'s checked reader);
+    fields are a list, or a JSON object."""
+    if path.suffix == ".jsonl":
+        yield from iter_jsonl(path)
+        return
+    lines = (line + "\n" for _, line in iter_lines(path))
+    reader = (
+        csv.reader(lines, delimiter=",")
+        if path.suffix == ".csv"
+        else csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
+    )
+    try:
+        for fields in reader:
+            if fields:
+                yield reader.line_num, fields
+    except csv.Error as err:
+        raise DataError(f"{path}:{reader.line_num}: unreadable ({err})") from None
 
 
 def _column(spec: str, names: list[str] | None, path: Path, key: str, keys: bool = False) -> Any:
@@ -149,7 +144,7 @@ def read_columns(
             missing = [str(where[k]) for k in specs if where[k] not in fields]
             if missing:
                 raise DataError(f"{path}:{number}: missing key(s) {', '.join(missing)}")
-            values = {k: str(fields[where[k]]) for k in specs}
+            values = {k: scalar_text(fields[where[k]], path, number, where[k]) for k in specs}
         else:
             needed = max(max(where.values()) + 1, width)
             if skip_malformed and len(fields) != needed:
@@ -194,9 +189,12 @@ def label_targets(rows: list[Row], labels: list[str], regression: bool, path) ->
     for row in rows:
         if regression:
             try:
-                out.append(float(row.label))
+                value = float(row.label)
             except ValueError:
-                raise DataError(f"{path}:{row.line}: label {row.label!r} is not a number (task.regression)") from None
+                value = math.nan
+            if not math.isfinite(value):
+                raise DataError(f"{path}:{row.line}: label {row.label!r} is not a finite number (task.regression)")
+            out.append(value)
         elif row.label not in index:
             raise DataError(
                 f"{path}:{row.line}: label {row.label!r} is not among the training labels {labels}; set task.labels"

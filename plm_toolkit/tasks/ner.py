@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from plm_toolkit.data.characters import template_character_ids, token_strings
+from plm_toolkit.data.user_files import iter_lines
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import DataError
 from plm_toolkit.objectives.base import ObjectiveOutput
@@ -55,29 +56,26 @@ def _check_tag(tag: str, path: Path, line: int) -> None:
 
 def read_conll(path: str | Path) -> list[Sentence]:
     """Sentences of a CoNLL column file; every line must have as many columns as the file's first one."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
+    path = Path(path).expanduser()
     sentences, words, tags, lines = [], [], [], []
     width = None
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            fields = line.split()
-            if not fields or fields[0] == "-DOCSTART-":
-                if words:
-                    sentences.append(Sentence(words, tags, lines))
-                words, tags, lines = [], [], []
-                continue
-            width = width or len(fields)
-            if len(fields) != width or width < 2:
-                raise DataError(
-                    f"{path}:{number}: {len(fields)} column(s), expected {max(width, 2)} (token ... tag) like the "
-                    "first line"
-                )
-            _check_tag(fields[-1], path, number)
-            words.append(fields[0])
-            tags.append(fields[-1])
-            lines.append(number)
+    for number, line in iter_lines(path):
+        fields = line.split()
+        if not fields or fields[0] == "-DOCSTART-":
+            if words:
+                sentences.append(Sentence(words, tags, lines))
+            words, tags, lines = [], [], []
+            continue
+        width = width or len(fields)
+        if len(fields) != width or width < 2:
+            raise DataError(
+                f"{path}:{number}: {len(fields)} column(s), expected {max(width, 2)} (token ... tag) like the "
+                "first line"
+            )
+        _check_tag(fields[-1], path, number)
+        words.append(fields[0])
+        tags.append(fields[-1])
+        lines.append(number)
     if words:
         sentences.append(Sentence(words, tags, lines))
     if not sentences:

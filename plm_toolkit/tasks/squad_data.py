@@ -11,7 +11,6 @@ decoding may start an answer in.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from plm_toolkit.data.characters import template_character_ids, token_strings
+from plm_toolkit.data.user_files import json_type, read_json
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import ConfigError, DataError
 from plm_toolkit.tasks.base import Template, template_of
@@ -74,13 +74,18 @@ class Window:
     max_context: list[bool] = field(default_factory=list)
 
 
+JSON_TYPES = {str: "a string", int: "an integer", list: "an array", bool: "true/false", dict: "an object"}
+
+
 def _get(node, key: str, kind: type, path: Path, where: str):
     if not isinstance(node, dict) or key not in node:
         raise DataError(f"{path}: {where}: missing {key!r}; expected the official SQuAD JSON layout")
     value = node[key]
-    if not isinstance(value, kind):
-        expected = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-        raise DataError(f"{path}: {where}.{key}: expected {expected}, found {type(value).__name__}")
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    # JSON's true/false is a Python int too: an answer_start of true is no position.
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in kinds):
+        expected = " or ".join(JSON_TYPES[k] for k in kinds)
+        raise DataError(f"{path}: {where}.{key}: expected {expected}, found {json_type(value)}")
     return value
 
 
@@ -90,15 +95,10 @@ def read_squad(path: str | Path, training: bool = False) -> tuple[list[SquadExam
     A question marked ``is_impossible: false`` without answers contradicts itself: a training file is refused
     (naming its id); an evaluation file keeps it as unanswerable, as the official script scores it, and counts it.
     """
-    path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            dataset = json.load(handle)
-    except json.JSONDecodeError as err:
-        raise DataError(f"{path}:{err.lineno}:{err.colno}: not valid JSON ({err.msg})") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise DataError(f"{path}: unreadable ({err})") from None
+    path = Path(path).expanduser()
+    dataset = read_json(path)
     examples, contexts, contradictions = [], [], []
+    seen: dict[str, str] = {}  # question id -> where it first appears
     for i, article in enumerate(_get(dataset, "data", list, path, "top level")):
         for j, paragraph in enumerate(_get(article, "paragraphs", list, path, f"data[{i}]")):
             where_p = f"data[{i}].paragraphs[{j}]"
@@ -109,8 +109,14 @@ def read_squad(path: str | Path, training: bool = False) -> tuple[list[SquadExam
                 for n, answer in enumerate(_get(qa, "answers", list, path, where)):
                     text = _get(answer, "text", str, path, f"{where}.answers[{n}]")
                     answers.append((text, _get(answer, "answer_start", int, path, f"{where}.answers[{n}]")))
-                impossible = bool(qa.get("is_impossible", False))
+                impossible = _get(qa, "is_impossible", bool, path, where) if "is_impossible" in qa else False
                 qid = str(_get(qa, "id", (str, int), path, where))
+                if qid in seen:
+                    raise DataError(
+                        f"{path}: {where} has id={qid}, as {seen[qid]} does; SQuAD's evaluation scores answers by "
+                        "question id, so each question needs an id of its own"
+                    )
+                seen[qid] = where
                 if qa.get("is_impossible") is False and not answers:
                     if training:
                         raise DataError(

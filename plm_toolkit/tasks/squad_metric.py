@@ -20,6 +20,7 @@ import re
 import string
 import sys
 
+from plm_toolkit.data.user_files import read_json
 from plm_toolkit.errors import DataError
 from plm_toolkit.tasks.squad_data import read_squad
 
@@ -146,16 +147,6 @@ def span_threshold_search(golds: dict[str, list[str]], spans: dict[str, str], nu
     }
 
 
-def _read_json(path: str, what: str):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as err:
-        raise DataError(f"{path}:{err.lineno}:{err.colno}: not valid JSON ({err.msg}); expected {what}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise DataError(f"{path}: unreadable ({err}); expected {what}") from None
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data_file")
@@ -166,8 +157,8 @@ def main() -> None:
     try:
         examples, _ = read_squad(args.data_file)
         golds = {e.qid: [text for text, _ in e.answers] for e in examples}
-        predictions = _read_json(args.pred_file, "question id -> answer text")
-        odds = _read_json(args.na_prob_file, "question id -> no-answer score") if args.na_prob_file else None
+        predictions = read_json(args.pred_file)
+        odds = read_json(args.na_prob_file) if args.na_prob_file else None
         if not isinstance(predictions, dict) or (odds is not None and not isinstance(odds, dict)):
             raise DataError(f"{args.pred_file}: expected one JSON object: question id -> answer text")
     except DataError as err:

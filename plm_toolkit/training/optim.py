@@ -7,6 +7,7 @@ be taken), wrapped in ``LambdaLR`` so their position is saved and restored with 
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 from dataclasses import dataclass
 
@@ -15,6 +16,8 @@ from torch import nn
 
 from plm_toolkit.errors import ConfigError
 from plm_toolkit.training.scaled_adam import AdamWScale, Lamb
+
+log = logging.getLogger("plm_toolkit")
 
 
 def parameter_groups(module: nn.Module, weight_decay: float) -> list[dict]:
@@ -177,10 +180,26 @@ def schedule_factor(cfg, max_steps: int, time_based: bool = False) -> ScheduleFa
     total = cfg.total_steps or max_steps
     warmup = cfg.warmup_steps or (0 if time_based else int(round(cfg.warmup_ratio * total)))
     kind = cfg.schedule.value if hasattr(cfg.schedule, "value") else cfg.schedule
+    if warmup >= max_steps > 0 and kind != "constant_then_inverse_sqrt" and not time_based:
+        log.warning(long_warmup(cfg, warmup, max_steps))
     factor = ScheduleFactor(kind, warmup, total, cfg.min_lr_ratio, int(cfg.d_model), cfg.warmup_start)
     if time_based:
         factor.time_based, factor.warmup_fraction = True, float(cfg.warmup_ratio)
     return factor
+
+
+def long_warmup(cfg, warmup: int, max_steps: int) -> str:
+    """The warning for a warm-up that lasts the whole run: legal (a scaled-down run of a paper recipe keeps its
+    warm-up on purpose), but the learning rate never reaches its peak, which is rarely what was meant."""
+    key = f"optimizer.warmup_steps={cfg.warmup_steps}" if cfg.warmup_steps else (
+        f"optimizer.warmup_ratio={cfg.warmup_ratio} of optimizer.total_steps={cfg.total_steps} ({warmup} steps)"
+    )  # fmt: skip
+    start = float(cfg.warmup_start)
+    reached = start + (1.0 - start) * max_steps / warmup
+    return (
+        f"{key} lasts the whole run of {max_steps} optimizer step(s): the learning rate climbs to {reached:.0%} of "
+        "its peak and never decays; shorten the warm-up or train for longer"
+    )
 
 
 def build_scheduler(

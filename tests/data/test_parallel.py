@@ -78,7 +78,7 @@ def test_jsonl_row_without_a_language_key_names_file_and_line(tmp_path):
     with pytest.raises(DataError, match=rf"{path}:2: expected a JSON object"):
         read_parallel(data_cfg(tmp_path, [str(path)]), "train")
     path.write_text('{"en": "a", "de": 3}\n')
-    with pytest.raises(DataError, match=rf"{path}:1: 'de' is int, expected a string"):
+    with pytest.raises(DataError, match=rf"{path}:1: 'de' is a number; expected a string"):
         read_parallel(data_cfg(tmp_path, [str(path)]), "train")
 
 
