@@ -11,16 +11,18 @@ import logging
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from plm_toolkit import cli
 from plm_toolkit.cli import run_command
-from plm_toolkit.config.validate import data_plan, tokenizer_kind, validate
+from plm_toolkit.config.resolve import resolve_run
+from plm_toolkit.config.validate import validate
 from plm_toolkit.data.examples import prepare_pretraining_data
 from plm_toolkit.data.preparation import prepare_store
 from plm_toolkit.data.pretraining import store_unit
 from plm_toolkit.data.store import TokenStore
 from plm_toolkit.errors import ConfigError
+from plm_toolkit.tasks.entity_tagger import with_entity_tagger
 
 log = logging.getLogger("plm_toolkit")
 
@@ -28,14 +30,16 @@ log = logging.getLogger("plm_toolkit")
 def run(cfg: DictConfig, run_dir: Path) -> dict:
     """Prepare (or resume, or find finished) the store of ``cfg``; prints a summary as JSON on stdout."""
     validate(cfg)
-    plan = data_plan(cfg)
-    if plan.layout == "parallel" or plan.units is not None or plan.layout not in (
+    resolved = resolve_run(cfg)
+    # ERNIE's units need the entity tagger its objective names (built here, as plm-train builds it).
+    plan = with_entity_tagger(resolved.plan)
+    if plan.layout == "parallel" or plan.layout not in (
         "streams", "full_sentences", "sentence_pairs", "segment_pairs", "sentence_streams"
     ):  # fmt: skip
         what = "parallel text" if plan.layout == "parallel" else f"objective={cfg.objective.name}'s data"
         raise ConfigError(f"plm-prepare writes token stores for monolingual text; {what} is prepared by plm-train")
-    data_cfg = OmegaConf.merge(cfg.data, {"tokenizer": {"kind": tokenizer_kind(cfg)}})
-    store = TokenStore(prepare_store(data_cfg, store_unit(plan.layout), plan.spellings))
+    data_cfg = resolved.data
+    store = TokenStore(prepare_store(data_cfg, store_unit(plan.layout, plan.units), plan.spellings, plan.units))
     # The files the run's layout writes once (full-sentence blocks, sentence pairs for trainer.seed) are written
     # now too, so that plm-train starts at once.
     data = prepare_pretraining_data(data_cfg, plan, int(cfg.trainer.seed))

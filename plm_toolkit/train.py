@@ -54,6 +54,8 @@ def prepare_data(cfg: DictConfig, data_cfg: DictConfig, plan, process, checkpoin
     """The run's tokenizer and examples, with ``trainer.phases``' examples of each phase (or None). A resumed run
     keeps its checkpoint's tokenizer (and the store it was tokenized into, where that is still there)."""
     seed = cfg.trainer.seed
+    # The tagger ERNIE's units come from (its weights key their store); phases build theirs in prepare_phases.
+    plan = with_entity_tagger(plan)
 
     def examples(data_cfg):
         if plan.layout == "parallel":
@@ -61,14 +63,13 @@ def prepare_data(cfg: DictConfig, data_cfg: DictConfig, plan, process, checkpoin
         if cfg.trainer.phases:
             phases = prepare_phases(cfg, data_cfg, seed, with_entity_tagger)
             return phases[0].data, phases
-        return prepare_pretraining_data(data_cfg, with_entity_tagger(plan), seed), None
+        return prepare_pretraining_data(data_cfg, plan, seed), None
 
     tokenizer_file = checkpoint.path / ckpt.TOKENIZER_FILE if checkpoint is not None else None
-    if plan.layout == "parallel" or plan.units is not None:
+    if plan.layout == "parallel":
         if tokenizer_file is not None and tokenizer_file.is_file():
             data_cfg = OmegaConf.merge(data_cfg, {"tokenizer": {"path": str(tokenizer_file)}})
-        # Caches that datasets writes (parallel text, ERNIE's knowledge units): rank 0 builds them first, then the
-        # others read them.
+        # The cache that datasets writes for parallel text: rank 0 builds it first, then the others read it.
         if not process.is_main:
             barrier(process)
         prepared = examples(data_cfg)
@@ -76,7 +77,8 @@ def prepare_data(cfg: DictConfig, data_cfg: DictConfig, plan, process, checkpoin
             barrier(process)
         return prepared
     if tokenizer_file is not None and tokenizer_file.is_file():
-        data_cfg = resumed_store(data_cfg, tokenizer_file, store_unit(plan.layout), plan.spellings)
+        unit = store_unit(plan.layout, plan.units)
+        data_cfg = resumed_store(data_cfg, tokenizer_file, unit, plan.spellings, plan.units)
     # The token store: every rank opens it; the first to take its lock prepares it (and the files a packed layout
     # writes once) while the others wait on the file system, not in a collective that could time out (data/lock.py).
     return examples(data_cfg)
