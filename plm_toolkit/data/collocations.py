@@ -121,12 +121,14 @@ class SpilledCounts:
         self.units: Counter[str] = Counter()
         self.pairs: Counter[str] = Counter()
         self.total = 0
+        self.lettered = 0  # words with a letter
         self.runs = 0
 
     def add(self, units: list[Unit], pairs: list[Pair]) -> None:
         self.units.update(map(_key, units))
         self.pairs.update(_key(a) + _HALF + _key(b) for a, b in pairs)
         self.total += len(units)
+        self.lettered += sum(any(c.isalpha() for c in word) for unit in units for word in unit)
         if len(self.units) + len(self.pairs) >= self.spill_entries:
             self.spill()
 

@@ -181,9 +181,9 @@ def start_counting(segmenter: str, joined: list[set[Pair]], boundary: str, text_
     _counting.update(segmenter=segmenter, joined=joined, boundary=boundary, text_column=text_column)
 
 
-def count_piece(job: dict) -> int:
+def count_piece(job: dict) -> tuple[int, int]:
     """Count the units and pairs of ``job``'s piece into sorted runs in ``job["folder"]``; returns how many units
-    it counted."""
+    it counted, and how many words with a letter."""
     source, piece = Source(**job["source"]), Piece(**job["piece"])
     counts = SpilledCounts(Path(job["folder"]), job["stem"], job.get("spill_entries", SPILL_ENTRIES))
     segmenter, joined = _counting["segmenter"], _counting["joined"]
@@ -194,4 +194,4 @@ def count_piece(job: dict) -> int:
             for sentence in split_sentences(line):
                 counts.add(*sentence_units([sentence[s:e] for s, e in split_words(sentence, segmenter)], joined))
     counts.spill()
-    return counts.total
+    return counts.total, counts.lettered

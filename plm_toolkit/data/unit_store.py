@@ -132,10 +132,13 @@ def learn_phrases(folder: Path, data_cfg: Any, plan: dict, sources: Any, process
         workers = max(1, min(processes, len(jobs)))
         if workers == 1:
             start_counting(*setup)
-            total = sum(map(count_piece, jobs))
+            counted = list(map(count_piece, jobs))
         else:
             with worker_pool(workers, start_counting, setup) as pool:
-                total = sum(pool.imap(count_piece, jobs))
+                counted = list(pool.imap(count_piece, jobs))
+        total = sum(units for units, _ in counted)
+        if not any(lettered for _, lettered in counted):  # refused before a pass is logged
+            raise no_letters([record["path"] for record in records])
         found = merge_counts(scratch, total, min_count, threshold)
         log.info("collocation pass %d over %d units in %d pieces: %d pairs join", number + 1, total, len(jobs),
                  len(found))  # fmt: skip
@@ -154,11 +157,15 @@ def split_summary(folder: Path, split: str, shards: int, sources: list[str]) -> 
         counts.merge(json.loads(counts_file(folder / split / f"{number:05d}").read_text(encoding="utf-8")))
     summary = counts.summary()
     if summary["words_with_letters"] == 0:
-        raise DataError(
-            f"{', '.join(sources)} has no letters (only digits, punctuation or symbols); knowledge masking needs text "
-            "to find words, phrases and entities in"
-        )
+        raise no_letters(sources)
     return summary
+
+
+def no_letters(sources: list[str]) -> DataError:
+    return DataError(
+        f"{', '.join(sources)} has no letters (only digits, punctuation or symbols); knowledge masking needs text "
+        "to find words, phrases and entities in"
+    )
 
 
 def log_units(split: str, info: dict, sources: Any) -> None:

@@ -36,11 +36,11 @@ def test_a_killed_preparation_of_units_resumes_to_the_same_store(tmp_path):
         *(f"data.{k}={v}" for k, v in fields.items()),
     ]
     command = [sys.executable, "-m", "plm_toolkit.prepare", *overrides, f"data.store={tmp_path / 'killed'}"]
-    killed = subprocess.run(command, env={**os.environ, KILL_AFTER: "2"}, capture_output=True)
+    killed = subprocess.run(command, cwd=tmp_path, env={**os.environ, KILL_AFTER: "2"}, capture_output=True)
     assert killed.returncode == -9, killed.stderr.decode()[-2000:]
     assert (tmp_path / "killed" / "phrases.txt").is_file() and not (tmp_path / "killed" / "manifest.json").exists()
     assert len(list((tmp_path / "killed" / "train").glob("*.idx"))) == 2
-    resumed = subprocess.run(command, capture_output=True, text=True)
+    resumed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     summary = json.loads(resumed.stdout.strip().splitlines()[-1])
     assert summary["unit"] == "units" and summary["examples"]["layout"] == "full_sentences"
