@@ -21,12 +21,12 @@ from plm_toolkit.config.resolve import resolve_run, saved_config
 from plm_toolkit.data import prepare_pretraining_data
 from plm_toolkit.data.collate import Collator, Seq2SeqCollator
 from plm_toolkit.data.parallel import prepare_parallel_data
+from plm_toolkit.data.parallel_store import resumed_parallel_store
 from plm_toolkit.data.preparation import resumed_store
 from plm_toolkit.data.pretraining import store_unit
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import PlmError
 from plm_toolkit.tasks.entity_tagger import with_entity_tagger
-from plm_toolkit.training.distributed import barrier
 from plm_toolkit.training.phases import prepare_phases
 
 log = logging.getLogger("plm_toolkit")
@@ -66,17 +66,9 @@ def prepare_data(cfg: DictConfig, data_cfg: DictConfig, plan, process, checkpoin
         return prepare_pretraining_data(data_cfg, plan, seed), None
 
     tokenizer_file = checkpoint.path / ckpt.TOKENIZER_FILE if checkpoint is not None else None
-    if plan.layout == "parallel":
-        if tokenizer_file is not None and tokenizer_file.is_file():
-            data_cfg = OmegaConf.merge(data_cfg, {"tokenizer": {"path": str(tokenizer_file)}})
-        # The cache that datasets writes for parallel text: rank 0 builds it first, then the others read it.
-        if not process.is_main:
-            barrier(process)
-        prepared = examples(data_cfg)
-        if process.is_main:
-            barrier(process)
-        return prepared
-    if tokenizer_file is not None and tokenizer_file.is_file():
+    if tokenizer_file is not None and tokenizer_file.is_file() and plan.layout == "parallel":
+        data_cfg = resumed_parallel_store(data_cfg, tokenizer_file)
+    elif tokenizer_file is not None and tokenizer_file.is_file():
         unit = store_unit(plan.layout, plan.units)
         data_cfg = resumed_store(data_cfg, tokenizer_file, unit, plan.spellings, plan.units)
     # The token store: every rank opens it; the first to take its lock prepares it (and the files a packed layout

@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,12 +109,14 @@ def prepare_store(data_cfg: Any, unit: str, spellings: bool = False, units: Any 
             raise DataError(f"data.store={folder} holds other files; remove it or give another folder")
     splits = {split: resolve_sources(data_cfg, split) for split in SPLITS}
     folder = store_folder(data_cfg, settings, splits)
-    run_once(
-        folder.parent / f".{folder.name}.lock",
-        lambda: (folder / MANIFEST).is_file(),
-        lambda: _prepare(folder, data_cfg, settings, splits, explicit, units),
-        f"the token store {folder} to be prepared",
-    )
+    return finished_store(folder, lambda: _prepare(folder, data_cfg, settings, splits, explicit, units), settings)
+
+
+def finished_store(folder: Path, prepare: Callable[[], None], settings: dict) -> Path:
+    """``folder`` once it holds a finished store (prepared by ``prepare()`` here, or by another process, waited
+    for), whose settings are ``settings`` (else DataError naming the first that differs)."""
+    done = lambda: (folder / MANIFEST).is_file()  # noqa: E731
+    run_once(folder.parent / f".{folder.name}.lock", done, prepare, f"the token store {folder} to be prepared")
     check_settings(read_manifest(folder)["settings"], settings, folder)
     return folder
 
@@ -147,6 +150,7 @@ _WORDS = {
         "document_sentences": "documents tokenized whole with their sentence starts (streams and full sentences)",
         "sentences": "sentences tokenized one by one (sentence pairs and sentence streams)",
         "units": "sentences tokenized one by one with their knowledge units' join codes (ERNIE)",
+        "pairs": "sentence pairs for translation",
     },
 }
 
@@ -191,7 +195,7 @@ def check_settings(stored: dict, wanted: dict, folder: Path) -> None:
 def _prepare(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit: bool, units: Any = None) -> None:
     started = time.perf_counter()
     records = {split: [s.record() for s in sources] for split, sources in splits.items() if sources}
-    plan = _read_plan(folder, settings, records, explicit)
+    plan = read_plan(folder, settings, records, explicit)
     folder.mkdir(parents=True, exist_ok=True)
     if plan is None:  # written first: the tokenizer of a resumed preparation is the one its plan led to
         boundary, shard_bytes = document_boundary(data_cfg), getattr(data_cfg, "shard_bytes", None)
@@ -209,7 +213,7 @@ def _prepare(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit
         wanted = 1
     jobs = _jobs(folder, data_cfg, plan, tokenizer)
     setup = (tokenizer.to_str(), settings["unit"], unk_id)
-    processes, cpu = _run(jobs, wanted, start_worker, setup, tokenize_piece, finder)
+    processes, cpu = run_jobs(jobs, wanted, start_worker, setup, tokenize_piece, finder)
     manifest = {"format": "plm_toolkit token store", "settings": settings, "vocab_size": tokenizer.get_vocab_size(),
                 "tokenizer": stable_hash(tokenizer.to_str()), "splits": {}}  # fmt: skip
     for split, pieces in plan["pieces"].items():
@@ -241,7 +245,7 @@ def _prepare(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit
     )  # fmt: skip
 
 
-def _read_plan(folder: Path, settings: dict, records: dict, explicit: bool) -> dict | None:
+def read_plan(folder: Path, settings: dict, records: dict, explicit: bool) -> dict | None:
     """The plan of an unfinished preparation of the same store (resumed), or None to start afresh."""
     path = folder / PLAN
     plan = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
@@ -296,7 +300,7 @@ def _jobs(folder: Path, data_cfg: Any, plan: dict, tokenizer: Tokenizer) -> list
     return jobs
 
 
-def _run(jobs: list[dict], wanted: int, initializer, setup: tuple, work, finder=None) -> tuple[int, float]:
+def run_jobs(jobs: list[dict], wanted: int, initializer, setup: tuple, work, finder=None) -> tuple[int, float]:
     """Run ``work`` on every job (a piece to tokenize into its shard), in this process or in a pool of at most
     ``wanted`` worker processes, each set up by ``initializer(*setup, progress counter, finder)`` (a finder with a
     tagger stays in this process); returns how many processes, and the CPU seconds the pieces took."""

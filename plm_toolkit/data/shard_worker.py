@@ -96,11 +96,7 @@ def tokenize_piece(job: dict) -> float:
         writer.finish({**read, "split": job["split"]})
     except OSError as err:
         writer.abandon()
-        if err.errno in _FULL:
-            raise DataError(
-                f"no space left writing token store shard {stem}.bin ({os.strerror(err.errno)}); free some space or "
-                "set data.store to a larger disk: the finished shards are kept and preparation resumes from them"
-            ) from None
+        raise_if_full(err, stem)
         raise
     except BaseException:
         writer.abandon()
@@ -149,6 +145,15 @@ def _spellings(encoding, text: str, unk_id: int | None) -> list[tuple[int, str]]
     return [
         (k, text[s:e]) for k, (i, (s, e)) in enumerate(zip(encoding.ids, encoding.offsets, strict=True)) if i == unk_id
     ]
+
+
+def raise_if_full(err: OSError, stem: Path) -> None:
+    """DataError naming the shard when ``err`` says the disk is full (or the file too large)."""
+    if err.errno in _FULL:
+        raise DataError(
+            f"no space left writing token store shard {stem}.bin ({os.strerror(err.errno)}); free some space or "
+            "set data.store to a larger disk: the finished shards are kept and preparation resumes from them"
+        ) from None
 
 
 def maybe_kill(finished: int) -> None:
