@@ -117,7 +117,9 @@ def test_a_killed_preparation_resumes_to_the_same_store(tmp_path):
         *(f"data.{k}={v}" for k, v in fields.items()),
     ]
     env = {**os.environ, KILL_AFTER: "2"}
-    killed = subprocess.run([sys.executable, "-m", "plm_toolkit.prepare", *overrides], env=env, capture_output=True)
+    # In its own folder: a killed plm-prepare leaves its working directory's run lock behind.
+    command = [sys.executable, "-m", "plm_toolkit.prepare", *overrides]
+    killed = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True)
     assert killed.returncode == -9, killed.stderr.decode()[-2000:]
     assert not (tmp_path / "killed" / "manifest.json").exists()
     assert len(list((tmp_path / "killed" / "train").glob("*.idx"))) == 2
