@@ -155,10 +155,14 @@ _WORDS = {
 }
 
 
+# Settings of a store that are data.* keys of the run.
+_DATA_KEYS = ("document_boundary", "text_column", "source_lang", "target_lang")
+
+
 def check_settings(stored: dict, wanted: dict, folder: Path) -> None:
     """DataError naming the first setting in which a finished store differs from what the run needs (a store with
     sentence starts serves streams too; one with spellings serves a run without)."""
-    for key, value in wanted.items():
+    for key, value in sorted(wanted.items(), key=lambda item: item[0] != "unit"):  # what it holds, first
         have = stored.get(key)
         if key == "unit" and have == "document_sentences" and value == "documents":
             continue
@@ -185,10 +189,10 @@ def check_settings(stored: dict, wanted: dict, folder: Path) -> None:
                 "this run's: prepare a store for this run (plm-prepare, same overrides) or leave data.store unset"
             )
         if have != value:
-            words = _WORDS.get(key, {})
+            words, name = _WORDS.get(key, {}), f"data.{key}" if key in _DATA_KEYS else key
             raise DataError(
-                f"data.store={folder} holds {words.get(have, f'{key}={have}')}; this run needs "
-                f"{words.get(value, f'{key}={value}')}: prepare a store for it (plm-prepare with the same overrides)"
+                f"data.store={folder} holds {words.get(have, f'{name}={have}')}; this run needs "
+                f"{words.get(value, f'{name}={value}')}: prepare a store for it (plm-prepare with the same overrides)"
             )
 
 
