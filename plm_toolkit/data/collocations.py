@@ -33,7 +33,7 @@ Unit = tuple[str, ...]
 Pair = tuple[Unit, Unit]
 
 # Distinct units and pairs a process counts before it writes them to a sorted run on disk (about 200 bytes each).
-SPILL_ENTRIES = 1_000_000
+SPILL_ENTRIES = 100_000
 # Separators of a count key (never in a word: words hold no whitespace, and these are whitespace to Python).
 _WORD, _HALF = "\x1f", "\x1e"
 
