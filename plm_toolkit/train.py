@@ -50,7 +50,7 @@ def build_model(model_cfg: DictConfig, vocab_size: int, pad_id: int | None = Non
     return registry.MODELS.get(config.name).builder(config), config
 
 
-def prepare_data(cfg: DictConfig, data_cfg: DictConfig, plan, process, checkpoint: ckpt.Checkpoint | None):
+def prepare_data(cfg: DictConfig, data_cfg: DictConfig, plan, checkpoint: ckpt.Checkpoint | None):
     """The run's tokenizer and examples, with ``trainer.phases``' examples of each phase (or None). A resumed run
     keeps its checkpoint's tokenizer (and the store it was tokenized into, where that is still there)."""
     seed = cfg.trainer.seed
@@ -82,7 +82,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
     resolved = resolve_run(cfg)
     plan = resolved.plan
-    data, phases = prepare_data(cfg, resolved.data, plan, process, checkpoint)
+    data, phases = prepare_data(cfg, resolved.data, plan, checkpoint)
     collate = (
         Seq2SeqCollator(data.vocab.padding_id, data.vocab.require("eos_id", "translation"))
         if plan.layout == "parallel"
