@@ -154,17 +154,21 @@ def write_results(run_dir: Path, objective) -> None:
     log.info("eval results: %s %s", run_dir / EVAL_RESULTS, json.dumps(metrics))
 
 
-def run_command(run: Callable[[DictConfig, Path], dict], cfg: DictConfig) -> float | None:
+def run_command(
+    run: Callable[[DictConfig, Path], dict], cfg: DictConfig, writes_run_directory: bool = True
+) -> float | None:
     """Run in Hydra's output directory. An expected failure (bad input, impossible config: ``failures.explain``)
     prints one line on stderr, goes to the run's log file too, and makes the command exit with status 1; anything
     else is a bug and keeps its traceback. Returns the final evaluation loss (else the training loss) for Hydra
-    sweepers that optimise an objective."""
+    sweepers that optimise an objective. ``writes_run_directory=False`` (plm-prepare, whose "run directory" is the
+    working directory): no lock file is taken there."""
     failures.task_started()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     finished = False
     try:
         adopt_submitit_environment()  # a submitit task's rank, before the lock
-        if "trainer" in cfg and launched_rank() == 0:  # the process that writes a run's checkpoints holds its folder
+        # The process that writes a run's checkpoints holds its folder.
+        if writes_run_directory and "trainer" in cfg and launched_rank() == 0:
             lock_run_directory(run_dir)
         final = run(cfg, run_dir)
         finished = True

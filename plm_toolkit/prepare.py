@@ -18,10 +18,13 @@ from plm_toolkit.cli import run_command
 from plm_toolkit.config.resolve import resolve_run
 from plm_toolkit.config.validate import validate
 from plm_toolkit.data.examples import prepare_pretraining_data
+from plm_toolkit.data.parallel import prepare_parallel_data
+from plm_toolkit.data.parallel_store import prepare_parallel_store
 from plm_toolkit.data.preparation import prepare_store
 from plm_toolkit.data.pretraining import store_unit
 from plm_toolkit.data.store import TokenStore
 from plm_toolkit.errors import ConfigError
+from plm_toolkit.tasks.entity_tagger import with_entity_tagger
 
 log = logging.getLogger("plm_toolkit")
 
@@ -30,24 +33,30 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     """Prepare (or resume, or find finished) the store of ``cfg``; prints a summary as JSON on stdout."""
     validate(cfg)
     resolved = resolve_run(cfg)
-    plan = resolved.plan
-    if plan.layout == "parallel" or plan.units is not None or plan.layout not in (
-        "streams", "full_sentences", "sentence_pairs", "segment_pairs", "sentence_streams"
-    ):  # fmt: skip
-        what = "parallel text" if plan.layout == "parallel" else f"objective={cfg.objective.name}'s data"
-        raise ConfigError(f"plm-prepare writes token stores for monolingual text; {what} is prepared by plm-train")
+    # ERNIE's units need the entity tagger its objective names (built here, as plm-train builds it).
+    plan = with_entity_tagger(resolved.plan)
+    if plan.layout not in ("streams", "full_sentences", "sentence_pairs", "segment_pairs", "sentence_streams",
+                           "parallel"):  # fmt: skip
+        raise ConfigError(
+            f"plm-prepare writes token stores; objective={cfg.objective.name}'s data is prepared by plm-train"
+        )
     data_cfg = resolved.data
-    store = TokenStore(prepare_store(data_cfg, store_unit(plan.layout), plan.spellings))
-    # The files the run's layout writes once (full-sentence blocks, sentence pairs for trainer.seed) are written
-    # now too, so that plm-train starts at once.
-    data = prepare_pretraining_data(data_cfg, plan, int(cfg.trainer.seed))
+    seed = int(cfg.trainer.seed)
+    if plan.layout == "parallel":  # sentence pairs for translation (their batches are checked, and made at start)
+        store = TokenStore(prepare_parallel_store(data_cfg))
+        data = prepare_parallel_data(data_cfg, seed)
+    else:
+        store = TokenStore(prepare_store(data_cfg, store_unit(plan.layout, plan.units), plan.spellings, plan.units))
+        # The files the run's layout writes once (full-sentence blocks, sentence pairs for trainer.seed) are
+        # written now too, so that plm-train starts at once.
+        data = prepare_pretraining_data(data_cfg, plan, seed)
     manifest = store.manifest
     summary = {
         "store": str(store.folder),
         "unit": manifest["settings"]["unit"],
         "vocab_size": manifest["vocab_size"],
         "splits": {
-            name: {key: info[key] for key in ("bytes", "tokens", "documents", "sentences", "shards")}
+            name: {key: info[key] for key in ("bytes", "tokens", "documents", "sentences", "shards") if key in info}
             for name, info in manifest["splits"].items()
         },
         "prepared": manifest["prepared"],
@@ -59,7 +68,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
 @hydra.main(version_base="1.3", config_path="pkg://plm_toolkit.configs", config_name="prepare")
 def hydra_main(cfg: DictConfig) -> float | None:
-    return run_command(run, cfg)
+    return run_command(run, cfg, writes_run_directory=False)
 
 
 def main() -> None:

@@ -21,12 +21,12 @@ from plm_toolkit.config.resolve import resolve_run, saved_config
 from plm_toolkit.data import prepare_pretraining_data
 from plm_toolkit.data.collate import Collator, Seq2SeqCollator
 from plm_toolkit.data.parallel import prepare_parallel_data
+from plm_toolkit.data.parallel_store import resumed_parallel_store
 from plm_toolkit.data.preparation import resumed_store
 from plm_toolkit.data.pretraining import store_unit
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.errors import PlmError
 from plm_toolkit.tasks.entity_tagger import with_entity_tagger
-from plm_toolkit.training.distributed import barrier
 from plm_toolkit.training.phases import prepare_phases
 
 log = logging.getLogger("plm_toolkit")
@@ -50,10 +50,12 @@ def build_model(model_cfg: DictConfig, vocab_size: int, pad_id: int | None = Non
     return registry.MODELS.get(config.name).builder(config), config
 
 
-def prepare_data(cfg: DictConfig, data_cfg: DictConfig, plan, process, checkpoint: ckpt.Checkpoint | None):
+def prepare_data(cfg: DictConfig, data_cfg: DictConfig, plan, checkpoint: ckpt.Checkpoint | None):
     """The run's tokenizer and examples, with ``trainer.phases``' examples of each phase (or None). A resumed run
     keeps its checkpoint's tokenizer (and the store it was tokenized into, where that is still there)."""
     seed = cfg.trainer.seed
+    # The tagger ERNIE's units come from (its weights key their store); phases build theirs in prepare_phases.
+    plan = with_entity_tagger(plan)
 
     def examples(data_cfg):
         if plan.layout == "parallel":
@@ -61,22 +63,14 @@ def prepare_data(cfg: DictConfig, data_cfg: DictConfig, plan, process, checkpoin
         if cfg.trainer.phases:
             phases = prepare_phases(cfg, data_cfg, seed, with_entity_tagger)
             return phases[0].data, phases
-        return prepare_pretraining_data(data_cfg, with_entity_tagger(plan), seed), None
+        return prepare_pretraining_data(data_cfg, plan, seed), None
 
     tokenizer_file = checkpoint.path / ckpt.TOKENIZER_FILE if checkpoint is not None else None
-    if plan.layout == "parallel" or plan.units is not None:
-        if tokenizer_file is not None and tokenizer_file.is_file():
-            data_cfg = OmegaConf.merge(data_cfg, {"tokenizer": {"path": str(tokenizer_file)}})
-        # Caches that datasets writes (parallel text, ERNIE's knowledge units): rank 0 builds them first, then the
-        # others read them.
-        if not process.is_main:
-            barrier(process)
-        prepared = examples(data_cfg)
-        if process.is_main:
-            barrier(process)
-        return prepared
-    if tokenizer_file is not None and tokenizer_file.is_file():
-        data_cfg = resumed_store(data_cfg, tokenizer_file, store_unit(plan.layout), plan.spellings)
+    if tokenizer_file is not None and tokenizer_file.is_file() and plan.layout == "parallel":
+        data_cfg = resumed_parallel_store(data_cfg, tokenizer_file)
+    elif tokenizer_file is not None and tokenizer_file.is_file():
+        unit = store_unit(plan.layout, plan.units)
+        data_cfg = resumed_store(data_cfg, tokenizer_file, unit, plan.spellings, plan.units)
     # The token store: every rank opens it; the first to take its lock prepares it (and the files a packed layout
     # writes once) while the others wait on the file system, not in a collective that could time out (data/lock.py).
     return examples(data_cfg)
@@ -88,7 +82,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
     resolved = resolve_run(cfg)
     plan = resolved.plan
-    data, phases = prepare_data(cfg, resolved.data, plan, process, checkpoint)
+    data, phases = prepare_data(cfg, resolved.data, plan, checkpoint)
     collate = (
         Seq2SeqCollator(data.vocab.padding_id, data.vocab.require("eos_id", "translation"))
         if plan.layout == "parallel"

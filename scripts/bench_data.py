@@ -185,6 +185,7 @@ MODELS = {
     "roberta": (["model=roberta_tiny"], "full_sentences"),
     "t5": (["model=t5_tiny"], "streams (span corruption)"),
     "elmo": (["model=elmo_tiny", "data.max_seq_len=20"], "sentence_streams"),
+    "ernie": (["model=ernie_tiny"], "full_sentences with knowledge units (collocations learned)"),
 }
 TRAIN = ["trainer.batch_size=8", "trainer.log_every=1", "trainer.eval_every=0", "trainer.save_every=0",
          "trainer.progress_bar=false", "trainer.tensorboard=false", "hardware=cpu"]  # fmt: skip

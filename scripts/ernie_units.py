@@ -8,7 +8,8 @@ phrases and entities, the most frequent of each, and the seconds each step took.
 Phrases come from a lexicon (--phrase-lexicon) or are learned by collocation scores (--min-count, --threshold,
 --passes); entities from a gazetteer (--gazetteer, or the entity strings of a CoNLL file's gold tags with
 --gazetteer-from-conll) and/or a task=ner checkpoint (--entity-tagger). The corpus is tokenized with a WordPiece
-vocabulary (--tokenizer, default the bert-base-uncased vocab.txt of ../shared/data/models) and cached in --cache-dir.
+vocabulary (--tokenizer, default the bert-base-uncased vocab.txt of ../shared/data/models) into a token store of
+units (docs/data-store.md) under --cache-dir, by --num-proc worker processes.
 """
 
 from __future__ import annotations
@@ -53,13 +54,15 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--segmenter", default="regex", choices=["regex", "jieba"])
     parser.add_argument("--cache-dir", default=None, help="default: a fresh temporary folder (counts from scratch)")
+    parser.add_argument("--num-proc", type=int, default=None, help="worker processes (default: the cores available)")
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO))
     import plm_toolkit.train  # noqa: F401  (registries: the entity tagger loads a backbone)
-    from plm_toolkit.data.corpus import read_documents
-    from plm_toolkit.data.tokenizer import load_tokenizer
-    from plm_toolkit.data.unit_corpus import TaggedSources, tokenize_with_units, unit_summary
+    from plm_toolkit.config.schema import DataConfig, TokenizerConfig
+    from plm_toolkit.data.preparation import prepare_store
+    from plm_toolkit.data.store import TokenStore
+    from plm_toolkit.data.unit_corpus import TaggedSources
     from plm_toolkit.tasks.entity_tagger import EntityTagger
 
     scratch_folder = tempfile.TemporaryDirectory(prefix="ernie_units-")  # removed when the script exits
@@ -82,25 +85,23 @@ def main() -> None:
         collocation_threshold=args.threshold,
         collocation_passes=args.passes,
     )
-    data_cfg = OmegaConf.create(
-        {
-            "dataset_path": None,
-            "train_files": [str(c) for c in args.corpus],
-            "validation_files": [],
-            "cache_dir": str(cache),
-        }
+    data_cfg = OmegaConf.structured(
+        DataConfig(
+            train_files=[str(c) for c in args.corpus],
+            cache_dir=str(cache),
+            num_proc=args.num_proc,
+            tokenizer=TokenizerConfig(path=str(args.tokenizer)),
+        )
     )
     started = time.perf_counter()
-    documents = read_documents(data_cfg, "train")
-    tokenizer = load_tokenizer(args.tokenizer)
     tagged = TaggedSources(sources, EntityTagger(args.entity_tagger)) if args.entity_tagger else sources
-    tokenized = tokenize_with_units(documents, tokenizer, data_cfg, tagged)
+    store = TokenStore(prepare_store(data_cfg, "units", units=tagged))
     result["seconds"] = round(time.perf_counter() - started, 1)
     result["settings"] = {k: v for k, v in vars(sources).items() if v is not None}
-    learned = sorted((cache / "units").glob("phrases-*.txt"))
-    if learned:
-        result["learned_phrase_types"] = len(learned[-1].read_text(encoding="utf-8").splitlines())
-    result |= unit_summary(tokenized.cache_files[0]["filename"])
+    learned = store.folder / "phrases.txt"
+    if learned.is_file():
+        result["learned_phrase_types"] = len(learned.read_text(encoding="utf-8").splitlines())
+    result |= store.manifest["splits"]["train"]["units"]
     print(json.dumps(result, indent=1, ensure_ascii=False))
 
 

@@ -34,15 +34,16 @@ def prepare_pretraining_data(
 ) -> PretrainingData:
     """Tokenizer (loaded or trained), then the train and validation examples in `layout` (a layout name, or an
     objective's ``DataPlan``, which also gives the window, the knowledge units' sources and whether the examples
-    carry the spelling of unknown tokens); all cached.
+    carry the spelling of unknown tokens); from the token store (``data/store.py``).
     ``window`` = (length, stride) of the "streams" layout; ``units``: where knowledge units come from, when the
     objective masks them (``data/unit_corpus.py``)."""
     plan = layout if isinstance(layout, DataPlan) else DataPlan(str(getattr(layout, "value", layout)))
     if isinstance(layout, DataPlan):
         layout, window, units = layout.layout, layout.stream_window, layout.units
     builder = LAYOUT_BUILDERS.get(plan.layout)
-    if builder is None and units is None:  # the store's own tokenizer (a given data.store may hold any)
-        tokenizer = TokenStore(prepare_store(data_cfg, store_unit(plan.layout), plan.spellings)).tokenizer
+    if builder is None:  # the store's own tokenizer (a given data.store may hold any)
+        folder = prepare_store(data_cfg, store_unit(plan.layout, units), plan.spellings, units)
+        tokenizer = TokenStore(folder).tokenizer
     else:
         tokenizer = load_or_train_tokenizer(data_cfg)
     vocab = vocab_from_tokenizer(tokenizer)

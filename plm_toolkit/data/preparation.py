@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from plm_toolkit.data.tokenizer import (
     tokenizer_kind,
     vocab_from_tokenizer,
 )
+from plm_toolkit.data.unit_store import split_summary, unit_finder, units_difference, units_settings
 from plm_toolkit.data.workers import CONTEXT, available_cores, worker_pool
 from plm_toolkit.errors import DataError
 
@@ -68,9 +70,9 @@ def tokenizer_settings(data_cfg: Any) -> dict:
     }
 
 
-def store_settings(data_cfg: Any, unit: str, spellings: bool) -> dict:
-    """Every setting that changes what a store holds."""
-    return {
+def store_settings(data_cfg: Any, unit: str, spellings: bool, units: Any = None) -> dict:
+    """Every setting that changes what a store holds (``units``: where a store of knowledge units finds them)."""
+    settings = {
         "version": STORE_VERSION,
         "unit": unit,
         "spellings": bool(spellings),
@@ -78,6 +80,9 @@ def store_settings(data_cfg: Any, unit: str, spellings: bool) -> dict:
         "text_column": str(data_cfg.text_column),
         "tokenizer": tokenizer_settings(data_cfg),
     }
+    if unit == "units":
+        settings["units"] = units_settings(units)
+    return settings
 
 
 def store_folder(data_cfg: Any, settings: dict, splits: dict[str, list[Source] | None]) -> Path:
@@ -88,10 +93,11 @@ def store_folder(data_cfg: Any, settings: dict, splits: dict[str, list[Source] |
     return cache_root(data_cfg) / "stores" / stable_hash(settings, records)
 
 
-def prepare_store(data_cfg: Any, unit: str, spellings: bool = False) -> Path:
+def prepare_store(data_cfg: Any, unit: str, spellings: bool = False, units: Any = None) -> Path:
     """The folder of a finished store for ``data_cfg`` holding ``unit`` (``data/shard_worker.py``), prepared here
-    (or by another process, waited for) when it is missing or unfinished."""
-    settings = store_settings(data_cfg, unit, spellings)
+    (or by another process, waited for) when it is missing or unfinished; ``units``: the sources of knowledge
+    units (the objective config, ``data/unit_store.py``) for unit ``units``."""
+    settings = store_settings(data_cfg, unit, spellings, units)
     explicit = bool(getattr(data_cfg, "store", None))
     if explicit:
         folder = Path(os.path.expanduser(str(data_cfg.store)))
@@ -103,17 +109,19 @@ def prepare_store(data_cfg: Any, unit: str, spellings: bool = False) -> Path:
             raise DataError(f"data.store={folder} holds other files; remove it or give another folder")
     splits = {split: resolve_sources(data_cfg, split) for split in SPLITS}
     folder = store_folder(data_cfg, settings, splits)
-    run_once(
-        folder.parent / f".{folder.name}.lock",
-        lambda: (folder / MANIFEST).is_file(),
-        lambda: _prepare(folder, data_cfg, settings, splits, explicit),
-        f"the token store {folder} to be prepared",
-    )
+    return finished_store(folder, lambda: _prepare(folder, data_cfg, settings, splits, explicit, units), settings)
+
+
+def finished_store(folder: Path, prepare: Callable[[], None], settings: dict) -> Path:
+    """``folder`` once it holds a finished store (prepared by ``prepare()`` here, or by another process, waited
+    for), whose settings are ``settings`` (else DataError naming the first that differs)."""
+    done = lambda: (folder / MANIFEST).is_file()  # noqa: E731
+    run_once(folder.parent / f".{folder.name}.lock", done, prepare, f"the token store {folder} to be prepared")
     check_settings(read_manifest(folder)["settings"], settings, folder)
     return folder
 
 
-def resumed_store(data_cfg: Any, tokenizer_file: Path, unit: str, spellings: bool = False) -> Any:
+def resumed_store(data_cfg: Any, tokenizer_file: Path, unit: str, spellings: bool = False, units: Any = None) -> Any:
     """``data_cfg`` for a run resumed from a checkpoint whose tokenizer is ``tokenizer_file``: the store the run was
     prepared into where it still holds that tokenizer (nothing is tokenized again), else a store prepared with that
     tokenizer (data.tokenizer.path). A given data.store must hold the checkpoint's tokenizer."""
@@ -129,7 +137,7 @@ def resumed_store(data_cfg: Any, tokenizer_file: Path, unit: str, spellings: boo
                 "resume with the store the run trained on"
             )
         return data_cfg
-    settings = store_settings(data_cfg, unit, spellings)
+    settings = store_settings(data_cfg, unit, spellings, units)
     folder = store_folder(data_cfg, settings, {split: resolve_sources(data_cfg, split) for split in SPLITS})
     if (folder / MANIFEST).is_file() and load_tokenizer(folder / TOKENIZER).to_str() == wanted:
         return OmegaConf.merge(data_cfg, {"store": str(folder)})
@@ -141,14 +149,20 @@ _WORDS = {
         "documents": "documents tokenized whole, as written (streams)",
         "document_sentences": "documents tokenized whole with their sentence starts (streams and full sentences)",
         "sentences": "sentences tokenized one by one (sentence pairs and sentence streams)",
+        "units": "sentences tokenized one by one with their knowledge units' join codes (ERNIE)",
+        "pairs": "sentence pairs for translation",
     },
 }
+
+
+# Settings of a store that are data.* keys of the run.
+_DATA_KEYS = ("document_boundary", "text_column", "source_lang", "target_lang")
 
 
 def check_settings(stored: dict, wanted: dict, folder: Path) -> None:
     """DataError naming the first setting in which a finished store differs from what the run needs (a store with
     sentence starts serves streams too; one with spellings serves a run without)."""
-    for key, value in wanted.items():
+    for key, value in sorted(wanted.items(), key=lambda item: item[0] != "unit"):  # what it holds, first
         have = stored.get(key)
         if key == "unit" and have == "document_sentences" and value == "documents":
             continue
@@ -169,18 +183,23 @@ def check_settings(stored: dict, wanted: dict, folder: Path) -> None:
                         f"{setting}: prepare a store with this run's settings (plm-prepare) or leave data.store unset"
                     )
             continue
-        if have != value:
-            words = _WORDS.get(key, {})
+        if key == "units" and have != value:
             raise DataError(
-                f"data.store={folder} holds {words.get(have, f'{key}={have}')}; this run needs "
-                f"{words.get(value, f'{key}={value}')}: prepare a store for it (plm-prepare with the same overrides)"
+                f"data.store={folder} holds knowledge units found with another {units_difference(have, value)} than "
+                "this run's: prepare a store for this run (plm-prepare, same overrides) or leave data.store unset"
+            )
+        if have != value:
+            words, name = _WORDS.get(key, {}), f"data.{key}" if key in _DATA_KEYS else key
+            raise DataError(
+                f"data.store={folder} holds {words.get(have, f'{name}={have}')}; this run needs "
+                f"{words.get(value, f'{name}={value}')}: prepare a store for it (plm-prepare with the same overrides)"
             )
 
 
-def _prepare(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit: bool) -> None:
+def _prepare(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit: bool, units: Any = None) -> None:
     started = time.perf_counter()
     records = {split: [s.record() for s in sources] for split, sources in splits.items() if sources}
-    plan = _read_plan(folder, settings, records, explicit)
+    plan = read_plan(folder, settings, records, explicit)
     folder.mkdir(parents=True, exist_ok=True)
     if plan is None:  # written first: the tokenizer of a resumed preparation is the one its plan led to
         boundary, shard_bytes = document_boundary(data_cfg), getattr(data_cfg, "shard_bytes", None)
@@ -191,8 +210,14 @@ def _prepare(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit
     tokenizer = _tokenizer(folder, data_cfg)
     unk_id = vocab_from_tokenizer(tokenizer).require("unk_id", "keeping the spelling of unknown words") if (
         settings["spellings"]) else None  # fmt: skip
+    wanted = int(getattr(data_cfg, "num_proc", None) or available_cores())
+    finder = unit_finder(folder, data_cfg, plan, units, wanted) if settings["unit"] == "units" else None
+    if finder is not None and finder.tagger is not None:
+        log.info("the entity tagger tags the corpus in this process (one piece at a time; docs/data-store.md)")
+        wanted = 1
     jobs = _jobs(folder, data_cfg, plan, tokenizer)
-    processes, cpu = _run(jobs, tokenizer.to_str(), settings["unit"], unk_id, data_cfg)
+    setup = (tokenizer.to_str(), settings["unit"], unk_id)
+    processes, cpu = run_jobs(jobs, wanted, start_worker, setup, tokenize_piece, finder)
     manifest = {"format": "plm_toolkit token store", "settings": settings, "vocab_size": tokenizer.get_vocab_size(),
                 "tokenizer": stable_hash(tokenizer.to_str()), "splits": {}}  # fmt: skip
     for split, pieces in plan["pieces"].items():
@@ -201,7 +226,10 @@ def _prepare(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit
             source.check_unchanged()
         headers = [Shard.open(folder / split / f"{k:05d}").header for k in range(len(pieces))]
         _check_text(split, sources, pieces, headers, choice(data_cfg.document_boundary))
+        if finder is not None:  # the units found (a split whose text has no letter is refused here)
+            manifest["splits"][split] = {"units": split_summary(folder, split, len(pieces), [s.path for s in sources])}
         manifest["splits"][split] = {
+            **manifest["splits"].get(split, {}),
             "sources": plan["sources"][split],
             "shards": len(pieces),
             "bytes": sum(s.size for s in sources),
@@ -221,7 +249,7 @@ def _prepare(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit
     )  # fmt: skip
 
 
-def _read_plan(folder: Path, settings: dict, records: dict, explicit: bool) -> dict | None:
+def read_plan(folder: Path, settings: dict, records: dict, explicit: bool) -> dict | None:
     """The plan of an unfinished preparation of the same store (resumed), or None to start afresh."""
     path = folder / PLAN
     plan = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
@@ -276,25 +304,26 @@ def _jobs(folder: Path, data_cfg: Any, plan: dict, tokenizer: Tokenizer) -> list
     return jobs
 
 
-def _run(jobs: list[dict], tokenizer_json: str, unit: str, unk_id: int | None, data_cfg: Any) -> tuple[int, float]:
-    """Tokenize the jobs' pieces, in this process or a pool of worker processes; returns how many processes, and
-    the CPU seconds the pieces took."""
-    wanted = getattr(data_cfg, "num_proc", None) or available_cores()
-    processes = max(1, min(int(wanted), len(jobs)))
+def run_jobs(jobs: list[dict], wanted: int, initializer, setup: tuple, work, finder=None) -> tuple[int, float]:
+    """Run ``work`` on every job (a piece to tokenize into its shard), in this process or in a pool of at most
+    ``wanted`` worker processes, each set up by ``initializer(*setup, progress counter, finder)`` (a finder with a
+    tagger stays in this process); returns how many processes, and the CPU seconds the pieces took."""
+    processes = max(1, min(wanted, len(jobs)))
     total = sum(job["bytes"] for job in jobs)
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="tokenizing", disable=None, dynamic_ncols=True)
     try:
         if processes == 1:
-            start_worker(tokenizer_json, unit, unk_id)
+            initializer(*setup, None, finder)
             cpu = 0.0
             for finished, job in enumerate(jobs, 1):
-                cpu += tokenize_piece(job)
+                cpu += work(job)
                 bar.update(job["bytes"])
                 maybe_kill(finished)
             return 1, cpu
         counter = CONTEXT.Value("q", 0)
-        with worker_pool(processes, start_worker, (tokenizer_json, unit, unk_id, counter)) as pool:
-            results = [pool.apply_async(tokenize_piece, (job,)) for job in jobs]
+        carried = finder.without_tagger() if finder is not None else None
+        with worker_pool(processes, initializer, (*setup, counter, carried)) as pool:
+            results = [pool.apply_async(work, (job,)) for job in jobs]
             cpu = 0.0
             for finished, result in enumerate(results, 1):
                 while not result.ready():

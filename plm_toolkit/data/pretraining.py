@@ -6,7 +6,7 @@ The store is prepared once (``data/preparation.py``, or ``plm-prepare``); what a
 boundaries, sentence pairs) is written once beside it, keyed on every setting that changes it. Masking is not done
 here: objectives mask each batch afresh (RoBERTa's dynamic masking, section 4.1).
 
-ERNIE's knowledge units are still tokenized into an Arrow cache by ``data/unit_corpus.py`` and packed here.
+ERNIE's knowledge units are full-sentence blocks of a store that holds a join code per token (``data/unit_store.py``).
 """
 
 from __future__ import annotations
@@ -16,27 +16,21 @@ import os
 from pathlib import Path
 from typing import Any
 
-import datasets
-import pyarrow as pa
 from tokenizers import Tokenizer
 
-from plm_toolkit.data.corpus import cache_root, choice, read_documents, stable_hash
+from plm_toolkit.data.corpus import cache_root, choice, stable_hash
 from plm_toolkit.data.layouts import SentenceStreamWindows, StreamWindows
 from plm_toolkit.data.packed import PACKED_VERSION, FullSentenceBlocks, SentencePairs
 from plm_toolkit.data.plan import LAYOUTS, STREAM_LAYOUTS
 from plm_toolkit.data.preparation import prepare_store
 from plm_toolkit.data.store import TokenStore
-from plm_toolkit.data.template import Template, template_of
-from plm_toolkit.data.unit_corpus import tokenize_with_units, unit_documents, wrap_with_codes
-from plm_toolkit.data.units import NONE as NO_UNIT
+from plm_toolkit.data.template import template_of
+from plm_toolkit.data.unit_store import log_units
 from plm_toolkit.data.vocab import Vocab
 from plm_toolkit.data.workers import available_cores
 from plm_toolkit.errors import DataError
 
 PAIR_LAYOUTS = ("sentence_pairs", "segment_pairs")
-# Bump when a change to this file changes what the cached files hold.
-FORMAT_VERSION = 4
-_BATCH = 256  # documents per batch
 
 logger = logging.getLogger(__name__)
 
@@ -70,14 +64,14 @@ def build_pretraining_examples(
         raise DataError(f"knowledge units travel with full_sentences packing only, not {layout}")
     if spellings and layout != "sentence_streams":
         raise ValueError(f"token spellings travel with sentence_streams packing only, not {layout}")
-    if units is not None:
-        return _unit_blocks(data_cfg, tokenizer, vocab, split, units)
-    store = TokenStore(prepare_store(data_cfg, store_unit(layout), spellings))
+    store = TokenStore(prepare_store(data_cfg, store_unit(layout, units), spellings, units))
     if store.tokenizer.to_str() != tokenizer.to_str():
         raise DataError(f"the token store {store.folder} holds another tokenizer than the one given")
     part = store.split(split)
     if part is None:
         return None
+    if units is not None:
+        log_units(split, part.info, units)
     if layout in STREAM_LAYOUTS:
         length, stride = window or (max_seq_len + 1, max_seq_len)
         if layout == "streams":
@@ -113,9 +107,12 @@ def build_pretraining_examples(
     return SentencePairs(part, cls_id, sep_id, settings, seed, folder / name, processes)
 
 
-def store_unit(layout: str) -> str:
+def store_unit(layout: str, units: Any = None) -> str:
     """What a layout needs the store to hold (``data/shard_worker.py``): running text for streams, running text
-    with sentence starts for full sentences, sentences one by one for the sentence layouts."""
+    with sentence starts for full sentences, sentences one by one for the sentence layouts, and sentences one by
+    one with their join codes for full sentences of knowledge units (``units``: their sources)."""
+    if units is not None:
+        return "units"
     return {"streams": "documents", "full_sentences": "document_sentences"}.get(layout, "sentences")
 
 
@@ -127,69 +124,10 @@ def layout_folder(store: TokenStore, data_cfg: Any) -> Path:
     return cache_root(data_cfg) / "layouts" / store.fingerprint
 
 
-def _unit_blocks(data_cfg: Any, tokenizer: Tokenizer, vocab: Vocab, split: str, units: Any) -> datasets.Dataset | None:
-    """ERNIE's full-sentence blocks with a join code per token, from the unit corpus's Arrow cache."""
-    documents = read_documents(data_cfg, split)
-    if documents is None:
-        return None
-    tokenized = tokenize_with_units(documents, tokenizer, data_cfg, units)
-    settings = ("full_sentences", int(data_cfg.max_seq_len), FORMAT_VERSION)
-    path = cache_root(data_cfg) / "examples" / f"{stable_hash(tokenized._fingerprint, settings)}.arrow"
-    single = template_of(tokenizer, pair=False)
-    return _full_sentences(tokenized, single, vocab.document_separator, int(data_cfg.max_seq_len), path)
-
-
-# --- step 2b: RoBERTa full sentences ----------------------------------------------------------------------
-
-
-def _full_sentences(
-    tokenized: datasets.Dataset, template: Template, separator: int, max_seq_len: int, path: Path
-) -> datasets.Dataset:
-    """Contiguous sentences packed up to max_seq_len (RoBERTa's FULL-SENTENCES, section 4.2), crossing document
-    boundaries with ``separator`` between documents, each block wrapped by the tokenizer's single-text template
-    (BERT: ``[CLS] ... [SEP]``). Sequential over the corpus, so it is written here with pyarrow (one pass,
-    constant memory) rather than by a per-document map. A corpus tokenized with its knowledge units
-    (``data/unit_corpus.py``) keeps them: each token travels with its join code, special tokens get ``NONE``."""
-    with_units = "units" in tokenized.column_names
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        columns = [("input_ids", pa.list_(pa.int32())), ("token_type_ids", pa.list_(pa.int8()))]
-        schema = pa.schema(columns + ([("units", pa.list_(pa.int8()))] if with_units else []))
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        # With units, every item is an (id, join code) pair: the packing is the same, the codes come along.
-        documents = unit_documents(tokenized, _BATCH) if with_units else _iter_documents(tokenized)
-        with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-            rows: list[list] = []
-            budget = max_seq_len - template.num_special
-            for block in pack_full_sentences(documents, budget, (separator, NO_UNIT) if with_units else separator):
-                rows.append(wrap_with_codes(template, block) if with_units else template.assemble(block)[0])
-                if len(rows) == 1000:
-                    writer.write_batch(_record_batch(rows, schema))
-                    rows = []
-            if rows:
-                writer.write_batch(_record_batch(rows, schema))
-        os.replace(temporary, path)
-    return datasets.Dataset.from_file(str(path))
-
-
-def _iter_documents(tokenized: datasets.Dataset, column: str = "sentences"):
-    for batch in tokenized.iter(batch_size=_BATCH):
-        yield from batch[column]
-
-
-def _record_batch(rows: list[list], schema: pa.Schema) -> pa.RecordBatch:
-    """Rows of ids, or of (id, join code) pairs when the schema has a units column."""
-    if "units" in schema.names:
-        ids = [[i for i, _ in r] for r in rows]
-        arrays = [pa.array(ids, schema.field(0).type), pa.array([[0] * len(r) for r in rows], schema.field(1).type)]
-        arrays.append(pa.array([[u for _, u in r] for r in rows], schema.field(2).type))
-        return pa.record_batch(arrays, schema)
-    types = [[0] * len(r) for r in rows]
-    return pa.record_batch([pa.array(rows, schema.field(0).type), pa.array(types, schema.field(1).type)], schema)
-
-
 def pack_full_sentences(documents, max_tokens: int, sep_id: int):
-    """Yield blocks of at most `max_tokens` ids: whole sentences in corpus order, `sep_id` between documents.
+    """RoBERTa's packing over lists of sentences, the reference ``packed.pack_blocks`` computes from a shard's
+    index (the tests compare them). Yield blocks of at most `max_tokens` ids: whole sentences in corpus order,
+    `sep_id` between documents.
 
     A block is closed when the next sentence does not fit; a block never starts or ends with the document
     separator; a sentence longer than a block is cut into block-sized pieces.

@@ -5,7 +5,9 @@ writes its shard as it goes, so its memory does not grow with the corpus. What i
 - ``documents``: each document whole, as written (GPT, Transformer-XL, XLNet, T5 streams);
 - ``document_sentences``: the same, with the token position where each sentence starts (RoBERTa's full sentences);
 - ``sentences``: each sentence alone, as BERT's pairs and ELMo's sentence streams have always read them; with
-  ``unk_id``, also the spelling of every token that id stands for (ELMo's character CNN).
+  ``unk_id``, also the spelling of every token that id stands for (ELMo's character CNN);
+- ``units``: each sentence alone with the join code of every token (ERNIE's knowledge units, found by the
+  ``finder`` the worker is given, ``data/unit_corpus.py``); the shard's unit counts go beside it.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ from plm_toolkit.data.piece_reader import read_piece
 from plm_toolkit.data.pipelines import running_text_tokenizer
 from plm_toolkit.data.sources import Piece, Source
 from plm_toolkit.data.store import ShardWriter
+from plm_toolkit.data.unit_corpus import UnitCounts, encode_units, write_counts
 from plm_toolkit.errors import DataError
 
-UNITS = ("documents", "document_sentences", "sentences")
+UNITS = ("documents", "document_sentences", "sentences", "units")
+# Units tokenized sentence by sentence, with the tokenizer as it is (no running-text copy).
+SENTENCE_UNITS = ("sentences", "units")
 # Text gathered (characters) before one encode_batch call.
 _BATCH_CHARACTERS = 1 << 18
 _BATCH_TEXTS = 4096
@@ -38,14 +43,16 @@ KILL_AFTER = "PLM_TOOLKIT_PREPARE_KILL_AFTER"
 _worker: dict = {}
 
 
-def start_worker(tokenizer_json: str, unit: str, unk_id: int | None, counter=None) -> None:
-    """Set up this process (a pool initializer): the tokenizer, what to tokenize, the shared progress counter."""
+def start_worker(tokenizer_json: str, unit: str, unk_id: int | None, counter=None, finder=None) -> None:
+    """Set up this process (a pool initializer): the tokenizer, what to tokenize, the shared progress counter and,
+    for unit ``units``, the finder of knowledge units."""
     tokenizer = Tokenizer.from_str(tokenizer_json)
     _worker.update(
-        tokenizer=tokenizer if unit == "sentences" else running_text_tokenizer(tokenizer),
+        tokenizer=tokenizer if unit in SENTENCE_UNITS else running_text_tokenizer(tokenizer),
         unit=unit,
         unk_id=unk_id,
         counter=counter,
+        finder=finder,
     )
 
 
@@ -55,9 +62,12 @@ def tokenize_piece(job: dict) -> float:
     source, piece = Source(**job["source"]), Piece(**job["piece"])
     source.check_unchanged()
     stem = Path(job["stem"])
-    writer = ShardWriter(
-        stem, job["dtype"], sentences=_worker["unit"] != "documents", spellings=_worker["unk_id"] is not None
-    )
+    unit = _worker["unit"]
+    writer = ShardWriter(stem, job["dtype"], sentences=unit != "documents", spellings=_worker["unk_id"] is not None,
+                         codes=unit == "units")  # fmt: skip
+    if unit == "units":
+        _worker["finder"].source = source.path
+        _worker["counts"] = UnitCounts()
     digest = hashlib.sha256()
     reported = 0
 
@@ -80,15 +90,13 @@ def tokenize_piece(job: dict) -> float:
                 batch, size = [], 0
         _encode(batch, writer)
         source.check_unchanged()
+        if unit == "units":
+            write_counts(stem, _worker["counts"])
         read = {"source": source.path, "piece": [piece.start, piece.end], "sha256": digest.hexdigest()}
         writer.finish({**read, "split": job["split"]})
     except OSError as err:
         writer.abandon()
-        if err.errno in _FULL:
-            raise DataError(
-                f"no space left writing token store shard {stem}.bin ({os.strerror(err.errno)}); free some space or "
-                "set data.store to a larger disk: the finished shards are kept and preparation resumes from them"
-            ) from None
+        raise_if_full(err, stem)
         raise
     except BaseException:
         writer.abandon()
@@ -102,6 +110,9 @@ def _encode(batch: list[tuple[str, bool]], writer: ShardWriter) -> None:
     if not batch:
         return
     tokenizer, unit, unk_id = _worker["tokenizer"], _worker["unit"], _worker["unk_id"]
+    if unit == "units":
+        encode_units(batch, writer, tokenizer, _worker["finder"], _worker["counts"])
+        return
     if unit == "sentences":
         per_text = [document_sentences(text) for text, _ in batch]
         flat = [sentence for sentences in per_text for sentence in sentences]
@@ -134,6 +145,15 @@ def _spellings(encoding, text: str, unk_id: int | None) -> list[tuple[int, str]]
     return [
         (k, text[s:e]) for k, (i, (s, e)) in enumerate(zip(encoding.ids, encoding.offsets, strict=True)) if i == unk_id
     ]
+
+
+def raise_if_full(err: OSError, stem: Path) -> None:
+    """DataError naming the shard when ``err`` says the disk is full (or the file too large)."""
+    if err.errno in _FULL:
+        raise DataError(
+            f"no space left writing token store shard {stem}.bin ({os.strerror(err.errno)}); free some space or "
+            "set data.store to a larger disk: the finished shards are kept and preparation resumes from them"
+        ) from None
 
 
 def maybe_kill(finished: int) -> None:

@@ -18,7 +18,9 @@ byte offset), then the arrays, each starting at a multiple of 8 bytes:
 - ``sentence_ends`` (int64) and ``document_sentences`` (int64, cumulative sentence counts at each document's end),
   for stores prepared with sentence boundaries;
 - ``unknown_positions`` (int64), ``unknown_ends`` (int64) and ``unknown_text`` (uint8): the spelling (UTF-8) of
-  every token the vocabulary maps to unk, for ELMo's character CNN (``data/spellings.py``).
+  every token the vocabulary maps to unk, for ELMo's character CNN (``data/spellings.py``);
+- ``units`` (int8, one per token): the join code of every token of a store of ERNIE's knowledge units
+  (``data/units.py``).
 A shard is written under temporary names, synced and renamed, its index last: a shard whose index exists is whole.
 """
 
@@ -63,7 +65,7 @@ def sync_rename(temporary: Path, final: Path) -> None:
 class ShardWriter:
     """Writes one shard: tokens sentence by sentence, a document end after each document's last sentence."""
 
-    def __init__(self, stem: Path, dtype: np.dtype, sentences: bool, spellings: bool):
+    def __init__(self, stem: Path, dtype: np.dtype, sentences: bool, spellings: bool, codes: bool = False):
         self.stem, self.dtype = stem, np.dtype(dtype)
         self.temporary = stem.with_name(f".{stem.name}.{os.getpid()}.tmp")
         self.ids_file = open(self.temporary.with_suffix(".bin"), "wb")  # noqa: SIM115 - closed in finish()
@@ -76,10 +78,14 @@ class ShardWriter:
         self.spelled = spellings
         if spellings:
             self.arrays.update(unknown_positions=array("q"), unknown_ends=array("q"), unknown_text=array("B"))
+        if codes:
+            self.arrays["units"] = array("b")
 
-    def add_sentence(self, ids, spellings: list[tuple[int, str]] = ()) -> None:
-        """Append one sentence's ids (a non-empty sequence); ``spellings``: (position in the sentence, text) of
-        its unk tokens."""
+    def add_sentence(self, ids, spellings: list[tuple[int, str]] = (), codes=None) -> None:
+        """Append one sentence's ids; ``spellings``: (position in the sentence, text) of its unk tokens; ``codes``:
+        the join code of each of its tokens (a store of knowledge units)."""
+        if codes is not None:
+            self.arrays["units"].extend(codes)
         if self.spelled:
             for position, text in spellings:
                 self.arrays["unknown_positions"].append(self.tokens + position)
@@ -92,9 +98,9 @@ class ShardWriter:
         if len(self.buffer) >= _FLUSH_TOKENS:
             self._flush()
 
-    def end_document(self) -> None:
-        """Close the current document; one that got no token is dropped."""
-        if self.tokens > self.document_start:
+    def end_document(self, keep_empty: bool = False) -> None:
+        """Close the current document; one that got no token is dropped, unless ``keep_empty``."""
+        if self.tokens > self.document_start or keep_empty:
             self.arrays["document_ends"].append(self.tokens)
             if "document_sentences" in self.arrays:
                 self.arrays["document_sentences"].append(len(self.arrays["sentence_ends"]))
@@ -132,7 +138,7 @@ class ShardWriter:
             self.temporary.with_suffix(suffix).unlink(missing_ok=True)
 
 
-_NUMPY = {"q": np.int64, "B": np.uint8}
+_NUMPY = {"q": np.int64, "B": np.uint8, "b": np.int8}
 
 
 def write_index(path: Path, header: dict, arrays: dict[str, np.ndarray]) -> None:
@@ -267,8 +273,9 @@ class StoreSplit:
         return np.concatenate([[0], np.cumsum([s.num_documents for s in self.shards])]).astype(np.int64)
 
     def documents(self, column: str = "sentences"):
-        """Each document in order as a list of sentences: token-id lists (``sentences``) or the spellings of their
-        unk tokens (``unknown``). A store without sentence starts gives each document as one sentence."""
+        """Each document in order as a list of sentences: token-id lists (``sentences``), the spellings of their
+        unk tokens (``unknown``) or their tokens' join codes (``units``, a store of knowledge units). A store
+        without sentence starts gives each document as one sentence."""
         for shard in self.shards:
             for document in range(shard.num_documents):
                 yield _document(shard, document, column)
@@ -290,7 +297,8 @@ def _document(shard: Shard, document: int, column: str) -> list:
     if column == "unknown":
         spellings = _Spellings(shard)
         return [spellings.between(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
-    return [shard.ids[a:b].tolist() for a, b in zip(bounds, bounds[1:], strict=False)]
+    values = shard.array("units") if column == "units" else shard.ids
+    return [values[a:b].tolist() for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 class _Spellings:

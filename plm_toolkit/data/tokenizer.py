@@ -224,18 +224,20 @@ def train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
     if documents is not None:
         dataset = documents.dataset
         texts = lambda: (text for batch in dataset.iter(batch_size=1000) for text in batch["text"])  # noqa: E731
-        return _trained(data_cfg, documents.fingerprint, texts, len(dataset), documents.source)
+        return train_cached(data_cfg, documents.fingerprint, texts, len(dataset), documents.source)
     sources = resolve_sources(data_cfg, "train")
     boundary, column = document_boundary(data_cfg), str(data_cfg.text_column)
     budget = int(getattr(data_cfg.tokenizer, "train_sample_bytes", 100_000_000))
     fingerprint = stable_hash("sources", [s.record() for s in sources], boundary, column, budget)
     named = ", ".join(s.path for s in sources)
-    return _trained(data_cfg, fingerprint, lambda: sample_texts(sources, budget, boundary, column), source=named)
+    return train_cached(data_cfg, fingerprint, lambda: sample_texts(sources, budget, boundary, column), source=named)
 
 
-def _trained(
+def train_cached(
     data_cfg: Any, fingerprint: str, texts: Callable[[], Iterable[str]], length: int | None = None, source: str = ""
-):
+) -> Tokenizer:
+    """The vocabulary trained on ``texts()``, cached under ``fingerprint`` (what identifies the texts); ``source``
+    names them in messages."""
     path = tokenizer_cache_path(data_cfg, fingerprint)
     if path.is_file():
         return load_tokenizer(path)

@@ -191,10 +191,18 @@ class Lexicon:
         return found
 
 
+def lexicon_path(path: str | Path, key: str) -> Path:
+    """The lexicon file ``key`` names; DataError when there is none."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise DataError(f"{key}={path}: no such file; expected a UTF-8 text file with one entry per line")
+    return path
+
+
 def read_lexicon(path: str | Path, key: str, segmenter: str, ignore_case: bool, min_words: int) -> Lexicon:
     """A lexicon file: UTF-8, one entry per line (text before a tab; blank lines skipped), split into words as the
     corpus is. Entries of fewer than ``min_words`` words are left out (a single word is already a unit)."""
-    path = Path(path).expanduser()
+    path = lexicon_path(path, key)
     entries = []
     for _, line in iter_lines(path, key):
         entry = line.split("\t", 1)[0].strip()

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import random
 import shutil
-from types import SimpleNamespace
 
 import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 import plm_toolkit.finetune as finetune
-from plm_toolkit.data.corpus import read_documents
 from plm_toolkit.data.plan import DataPlan
-from plm_toolkit.data.unit_corpus import TaggedSources, UnitFinder, tokenize_with_units
+from plm_toolkit.data.unit_corpus import TaggedSources
+from plm_toolkit.data.unit_store import units_settings
 from plm_toolkit.errors import CheckpointError
 from plm_toolkit.objectives.knowledge_masking import ner_checkpoint
 from plm_toolkit.tasks.entity_tagger import EntityTagger, with_entity_tagger
-from tests.data.test_units import data_config, sources
+from tests.data.test_units import coded_sentences, sources, units_store
 from tests.tasks.conftest import QUIET, save_tiny_checkpoint, tiny_tokenizer
 
 PEOPLE = ["Alice Walker", "Bob", "Carol King", "Dmitri", "Erin Brown", "Farid"]
@@ -71,17 +70,10 @@ def test_tagger_finds_the_entities_it_learned(ner_run, tmp_path):
     assert tagger(held_out) == [[(0, 2), (4, 6)], [(0, 1), (2, 3)], []]
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("Alice Walker went to Lagos. Farid wrote about New York.\n\nErin Brown lives in Paris.\n")
-    config = data_config([corpus], tmp_path / "cache")
-    tokenized = tokenize_with_units(
-        read_documents(config, "train"),
-        tagger.tokenizer,
-        config,
-        TaggedSources(sources(entity_tagger=str(ner_run / "run"), collocation_passes=0), tagger),
-    )
-    stats = tmp_path / "cache" / "tokenized"
-    summary = next(stats.glob("*.units.json")).read_text()
-    assert '"entities": 6' in summary
-    assert len(tokenized) == 2
+    tagged = TaggedSources(sources(entity_tagger=str(ner_run / "run"), collocation_passes=0), tagger)
+    store = units_store([corpus], tmp_path / "cache", tagger.tokenizer, tagged, num_proc=2)
+    assert store.manifest["splits"]["train"]["units"]["entities"] == 6
+    assert len(coded_sentences(store)) == 2
 
 
 @pytest.mark.slow
@@ -112,4 +104,4 @@ def test_plm_train_builds_the_tagger_its_objective_names(ner_run):
     assert isinstance(tagged, TaggedSources) and tagged.word_segmenter == "regex"
     assert tagged.tagger([["Bob", "visited", "Kyoto", "."]]) == [[(0, 1), (2, 3)]]
     with pytest.raises(ValueError, match="names a tagger that was not built"):
-        UnitFinder(sources(entity_tagger=str(ner_run / "run"), collocation_passes=0), SimpleNamespace(source="t"), None)
+        units_settings(sources(entity_tagger=str(ner_run / "run"), collocation_passes=0))

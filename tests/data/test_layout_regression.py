@@ -1,8 +1,9 @@
-"""The sentence layouts (and WordPiece full sentences) give exactly the examples they gave before the token store:
-same ids, same order, for a fixed seed, on the bundled corpus.
+"""The sentence layouts (and WordPiece full sentences), ERNIE's knowledge units and translation's token batches give
+exactly the examples they gave before the token store: same ids, same order, for a fixed seed.
 
-The digests were recorded from the datasets-based pipeline (commit 96446b1) before the store replaced it; a change
-in them is a change in what every BERT, ALBERT, ELMo or BERT-MLM run trains on, and needs a reason in its commit.
+The digests were recorded from the datasets-based pipelines before the store replaced them (commit 96446b1 for the
+sentence layouts, fffa5b6 for ERNIE's units and parallel text); a change in them is a change in what every BERT,
+ALBERT, ELMo, BERT-MLM, ERNIE or Transformer run trains on, and needs a reason in its commit.
 """
 
 import hashlib
@@ -14,9 +15,12 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from plm_toolkit.config.schema import DataConfig, TokenizerConfig
+from plm_toolkit.config.schema import DataConfig, ParallelDataConfig, TokenizerConfig
 from plm_toolkit.data import DataPlan, prepare_pretraining_data
 from plm_toolkit.data.corpus import resource_path
+from plm_toolkit.data.parallel import prepare_parallel_data
+from plm_toolkit.data.units import ENTITY, PHRASE
+from plm_toolkit.objectives.knowledge_masking import KnowledgeMaskingConfig
 
 RECORDED = {
     "sentence_pairs": (5185, "8bb26d3f65e7ae9ac3b54a9417b262fe0a9b24d1dce851764f2f13f9ed421b39"),
@@ -77,3 +81,63 @@ def test_sentence_layouts_give_the_recorded_examples(layout, cache, vocab_txt):
     )
     examples = prepare_pretraining_data(cfg, plan, seed=5).train
     assert (len(examples), examples_digest(examples)) == RECORDED[layout]
+
+
+def test_knowledge_units_give_the_recorded_examples(cache, vocab_txt, tmp_path):
+    """ERNIE's full-sentence blocks with their join codes: entities from a gazetteer, phrases learned from the
+    corpus by collocation scores (two passes, the defaults)."""
+    gazetteer = tmp_path / "gazetteer.txt"
+    gazetteer.write_text("North Korea\nUnited States\nDu Fu\nWorld War II\nNew York\n", encoding="utf-8")
+    units = KnowledgeMaskingConfig(entity_gazetteer=str(gazetteer))
+    cfg = OmegaConf.structured(
+        DataConfig(
+            train_files=[resource_path("corpora/wikitext2/train.txt")],
+            cache_dir=str(cache),
+            max_seq_len=40,
+            tokenizer=TokenizerConfig(kind="wordpiece", path=vocab_txt),
+        )
+    )
+    examples = prepare_pretraining_data(cfg, DataPlan("full_sentences", units=units), seed=5).train
+    assert set(examples[0]) == {"input_ids", "token_type_ids", "units"}
+    codes = Counter(code for row in examples for code in row["units"])
+    assert codes[PHRASE] > 1000 and codes[ENTITY] > 50  # learned phrases and the gazetteer's entities are there
+    assert (len(examples), examples_digest(examples)) == (
+        8972,
+        "5866481547a94c6c574efa72b9354bdd19948bdfcf0c9f2675519c55a054baec",
+    )
+
+
+def batches_digest(batches) -> str:
+    """sha256 over every token batch in order: each row's index, source ids and target ids."""
+    digest = hashlib.sha256()
+    for i in range(len(batches)):
+        for row in batches[i]:
+            values = [row["index"], -1, *row["source_ids"], -1, *row["target_ids"]]
+            digest.update(np.asarray(values, dtype=np.int64).tobytes() + b"\x01")
+        digest.update(b"\x02")
+    return digest.hexdigest()
+
+
+def test_parallel_text_gives_the_recorded_batches(shared_data, cache):
+    """Translation's token batches on the shared en-de pairs (a prefix for training, JSONL for validation), with
+    a fixed tokenizer, sentences cut to data.max_seq_len, and the validation references."""
+    root = shared_data / "translation" / "en-de"
+    vocab = shared_data / "models" / "bert-base-uncased" / "vocab.txt"
+    cfg = OmegaConf.structured(
+        ParallelDataConfig(
+            name="parallel",
+            train_files=[str(root / "train")],
+            validation_files=[str(root / "dev.jsonl")],
+            cache_dir=str(cache),
+            max_seq_len=24,
+            max_tokens=300,
+            max_sentences=16,
+            tokenizer=TokenizerConfig(kind="wordpiece", path=str(vocab)),
+        )
+    )
+    data = prepare_parallel_data(cfg, seed=5)
+    assert (len(data.train), data.train.num_rows(), len(data.validation)) == (1922, 27583, 117)
+    assert batches_digest(data.train) == "8d9271b417b9132cf8e5f0e743b541e63f290bd460317731ef3a4d1b52979c65"
+    assert batches_digest(data.validation) == "01e9c475706ab82717b693eb094b371f62c7ad311d7c8988cc18f4707acedaf1"
+    references = hashlib.sha256("\n".join(data.references).encode()).hexdigest()
+    assert references == "4c4768b1eb6a0e3c8fb260428e86e99519279e3eb2642dd0eeda49bbad99a89f"

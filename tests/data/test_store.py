@@ -117,8 +117,10 @@ def test_a_killed_preparation_resumes_to_the_same_store(tmp_path):
         *(f"data.{k}={v}" for k, v in fields.items()),
     ]
     env = {**os.environ, KILL_AFTER: "2"}
-    killed = subprocess.run([sys.executable, "-m", "plm_toolkit.prepare", *overrides], env=env, capture_output=True)
+    command = [sys.executable, "-m", "plm_toolkit.prepare", *overrides]
+    killed = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True)
     assert killed.returncode == -9, killed.stderr.decode()[-2000:]
+    assert not (tmp_path / ".lock").exists()  # plm-prepare writes nothing but its store, not even a run lock
     assert not (tmp_path / "killed" / "manifest.json").exists()
     assert len(list((tmp_path / "killed" / "train").glob("*.idx"))) == 2
     resumed = prepare_store(config(tmp_path, [corpus], store=str(tmp_path / "killed"), **fields), "documents")

@@ -1,19 +1,20 @@
 """Knowledge units: words, pre-segmented marks, lexicon and gazetteer matching, collocation phrases, join codes
-aligned with real tokenizers, the cached unit corpus on WikiText-2, jieba for Chinese, and the bad inputs."""
+aligned with real tokenizers, the token store of units on WikiText-2, jieba for Chinese, and the bad inputs."""
 
 from __future__ import annotations
 
-import logging
+import random
 import re
 from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
 
+from plm_toolkit.config.schema import DataConfig, TokenizerConfig
 from plm_toolkit.data.collocations import learn_phrases
-from plm_toolkit.data.corpus import read_documents
+from plm_toolkit.data.preparation import prepare_store
+from plm_toolkit.data.store import TokenStore
 from plm_toolkit.data.tokenizer import load_tokenizer
-from plm_toolkit.data.unit_corpus import tokenize_with_units
 from plm_toolkit.data.units import (
     ENTITY,
     NONE,
@@ -48,10 +49,31 @@ def sources(**overrides) -> SimpleNamespace:
     return SimpleNamespace(**{**base, **overrides})
 
 
-def data_config(files: list, cache) -> OmegaConf:
-    return OmegaConf.create(
-        {"dataset_path": None, "train_files": [str(f) for f in files], "validation_files": [], "cache_dir": str(cache)}
+def data_config(files: list, cache, tokenizer, **fields) -> OmegaConf:
+    """A data group reading ``files`` with ``tokenizer`` (a Tokenizer, saved under ``cache``), in one process."""
+    cache.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(cache / "tokenizer.json"))
+    fields = {"num_proc": 1, **fields}
+    return OmegaConf.structured(
+        DataConfig(
+            train_files=[str(f) for f in files],
+            cache_dir=str(cache),
+            tokenizer=TokenizerConfig(path=str(cache / "tokenizer.json")),
+            **fields,
+        )
     )
+
+
+def units_store(files: list, cache, tokenizer, units, **fields) -> TokenStore:
+    """The token store of ``files``' knowledge units found from ``units`` (the objective's keys)."""
+    return TokenStore(prepare_store(data_config(files, cache, tokenizer, **fields), "units", units=units))
+
+
+def coded_sentences(store: TokenStore, split: str = "train") -> list[list[tuple[list[int], list[int]]]]:
+    """Each document of ``split`` as (token ids, join codes) per sentence."""
+    part = store.split(split)
+    documents = zip(part.documents(), part.documents("units"), strict=True)
+    return [list(zip(ids, codes, strict=True)) for ids, codes in documents]
 
 
 @pytest.fixture(scope="module")
@@ -170,64 +192,52 @@ def test_collocations_find_multi_word_names_on_wikitext2(shared_data):
 
 
 @pytest.mark.slow
-def test_gazetteer_and_collocations_on_wikitext2(shared_data, bert_tokenizer, tmp_path, caplog):
+def test_gazetteer_and_collocations_on_wikitext2(shared_data, bert_tokenizer, tmp_path):
     corpus = shared_data / "wikitext2" / "wiki.valid.tokens"
     gazetteer = tmp_path / "gazetteer.txt"
     gazetteer.write_text("New York\nUnited States\nWorld War II\n")
-    config = data_config([corpus], tmp_path / "cache")
-    documents = read_documents(config, "train")
-    with caplog.at_level(logging.INFO, logger="plm_toolkit"):
-        tokenized = tokenize_with_units(documents, bert_tokenizer, config, sources(entity_gazetteer=str(gazetteer)))
-    logged = next(r.getMessage() for r in caplog.records if "knowledge units" in r.getMessage())
-    counts = dict(
-        (k, int(v)) for v, k in re.findall(r"(\d+) (distinct phrases|distinct entities|phrases|entities)", logged)
-    )
+    store = units_store([corpus], tmp_path / "cache", bert_tokenizer, sources(entity_gazetteer=str(gazetteer)))
+    counts = store.manifest["splits"]["train"]["units"]
     # Every occurrence in the text is found (WikiText's tokens keep the names apart from punctuation).
     text = corpus.read_text(encoding="utf-8")
     expected = sum(len(re.findall(rf"\b{n}\b", text)) for n in ("New York", "United States", "World War II"))
-    assert counts["entities"] == expected and counts["distinct entities"] == 3
-    assert counts["phrases"] > 1000 and counts["distinct phrases"] > 100
+    assert counts["entities"] == expected and counts["distinct_entities"] == 3
+    assert counts["phrases"] > 1000 and counts["distinct_phrases"] > 100
+    assert {name for name, _ in counts["top_entities"]} == {"New York", "United States", "World War II"}
     # The tokens of each occurrence are joined: at the entity level, or inside a longer phrase that holds the
     # entity ("New York City").
     vocab = bert_tokenizer.get_vocab()
     new, york = vocab["new"], vocab["york"]
     joined = seen = 0
-    for row in tokenized.select(range(200)):
-        for ids, codes in zip(row["sentences"], row["units"], strict=True):
+    for document in coded_sentences(store)[:200]:
+        for ids, codes in document:
             assert len(ids) == len(codes)
             for i in range(1, len(ids)):
                 if ids[i - 1] == new and ids[i] == york:
                     seen += 1
                     joined += codes[i] == ENTITY
     assert seen > 0 and joined >= seen / 2
-    # A second run reads the cache and reports the same counts.
-    caplog.clear()
-    with caplog.at_level(logging.INFO, logger="plm_toolkit"):
-        tokenize_with_units(documents, bert_tokenizer, config, sources(entity_gazetteer=str(gazetteer)))
-    assert any(logged == r.getMessage() for r in caplog.records)
 
 
 def test_text_without_letters_is_refused(tmp_path, shared_data_module, bert_tokenizer):
     corpus = tmp_path / "digits.txt"
     corpus.write_text("123 456 , 789 .\n\n3.14 -- 2.71 !!!\n")
-    config = data_config([corpus], tmp_path / "cache")
     with pytest.raises(DataError, match=rf"{corpus} has no letters"):
-        tokenize_with_units(read_documents(config, "train"), bert_tokenizer, config, sources())
+        units_store([corpus], tmp_path / "cache", bert_tokenizer, sources())
 
 
 def test_presegmented_corpus(tmp_path, shared_data_module, bert_tokenizer):
     corpus = tmp_path / "marked.txt"
     corpus.write_text("The {{Eiffel Tower}} stands in {{Paris}} . It is [[made of iron]] .\n\nA second document .\n")
-    config = data_config([corpus], tmp_path / "cache")
-    tokenized = tokenize_with_units(read_documents(config, "train"), bert_tokenizer, config, sources(presegmented=True))
-    first = tokenized[0]
-    tokens = [bert_tokenizer.id_to_token(i) for i in first["sentences"][0]]
+    store = units_store([corpus], tmp_path / "cache", bert_tokenizer, sources(presegmented=True))
+    first = coded_sentences(store)[0]
+    tokens = [bert_tokenizer.id_to_token(i) for i in first[0][0]]
     assert "{" not in tokens and "[" not in tokens  # the marks are gone
-    codes = first["units"][0]
+    codes = first[0][1]
     tower = tokens.index("tower")
     assert codes[1] == NONE and set(codes[2:tower]) <= {WORD, ENTITY} and codes[tower] == ENTITY  # Eiffel Tower
     assert codes[tower + 1] == NONE  # stands
-    second = dict(zip([bert_tokenizer.id_to_token(i) for i in first["sentences"][1]], first["units"][1], strict=True))
+    second = dict(zip([bert_tokenizer.id_to_token(i) for i in first[1][0]], first[1][1], strict=True))
     assert second["of"] == PHRASE and second["iron"] == PHRASE and second["made"] == NONE
 
 
@@ -240,12 +250,42 @@ def test_chinese_words_by_jieba(tmp_path, shared_data_module):
     corpus = tmp_path / "zh.txt"
     corpus.write_text(text + "\n")
     tokenizer = tiny_tokenizer([text] * 5, vocab_size=60)
-    config = data_config([corpus], tmp_path / "cache")
-    tokenized = tokenize_with_units(
-        read_documents(config, "train"), tokenizer, config, sources(word_segmenter="jieba", collocation_passes=0)
-    )
-    ids, codes = tokenized[0]["sentences"][0], tokenized[0]["units"][0]
+    store = units_store([corpus], tmp_path / "cache", tokenizer, sources(word_segmenter="jieba", collocation_passes=0))
+    ids, codes = coded_sentences(store)[0][0]
     tokens = [tokenizer.id_to_token(i) for i in ids]
     # Characters are the tokens; jieba's words join them at the word level (what Chinese BERT-wwm masks whole).
     assert tokens[:7] == ["我", "爱", "北", "京", "天", "安", "门"]
     assert codes[:7] == [NONE, NONE, NONE, WORD, NONE, WORD, WORD]
+
+
+def test_collocations_counted_in_pieces_find_the_phrases_counted_in_memory(tmp_path, monkeypatch):
+    """Phrases learned while preparing a store (each piece counted apart, counts spilled to disk in sorted runs and
+    merged as streams) are the phrases ``learn_phrases`` finds over the same sentences in memory."""
+    from plm_toolkit.data import collocations
+    from plm_toolkit.data.documents import split_sentences
+    from tests.tasks.conftest import tiny_tokenizer
+
+    rng = random.Random(3)
+    filler = [f"w{k}" for k in range(150)]
+    names = ["New York", "Stock Exchange", "Buenos Aires", "Ada Lovelace", "World War II"]
+    lines = []
+    for _ in range(300):
+        words = [rng.choice(filler) for _ in range(12)]
+        for _ in range(rng.randrange(3)):
+            words.insert(rng.randrange(len(words)), rng.choice(names))
+        if rng.random() < 0.3:
+            words.insert(rng.randrange(len(words)), "New York Stock Exchange")
+        lines.append(" ".join(words) + ". " + " ".join(rng.choice(filler) for _ in range(5)) + ".")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(lines) + "\n")
+    sentences = [words_of(s) for line in lines for s in split_sentences(line)]
+    expected = learn_phrases(lambda: iter(sentences), min_count=5, threshold=20.0)
+    assert ("New", "York", "Stock", "Exchange") in expected and ("Buenos", "Aires") in expected
+    monkeypatch.setattr(collocations, "SPILL_ENTRIES", 64)  # many runs per piece
+    units = sources(collocation_threshold=20.0)
+    tokenizer = tiny_tokenizer(lines, vocab_size=200)
+    store = units_store([corpus], tmp_path / "cache", tokenizer, units, shard_bytes=4096)
+    assert store.manifest["splits"]["train"]["shards"] > 3
+    learned = (store.folder / "phrases.txt").read_text(encoding="utf-8").splitlines()
+    assert {tuple(line.split(" ")) for line in learned} == expected
+    assert not (store.folder / ".collocations").exists()  # the runs are removed
