@@ -53,6 +53,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="families whose store and first training steps are measured (memory, start-up)",
     )
     parser.add_argument("--skip-datasets", action="store_true", help="leave out the datasets.map pipeline")
+    parser.add_argument(
+        "--layouts-only",
+        action="store_true",
+        help="only each family's store and first steps (--models): no encode_batch reference, no datasets.map",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the workdir (corpus, stores, caches)")
     return parser.parse_args(argv)
 
@@ -211,26 +216,16 @@ def preparation_row(store: Path, run: dict, size: int, processes: int) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    if not args.source.is_file():
-        raise SystemExit(f"error: {args.source} not found; give --source (WikiText-2's wiki.test.raw)")
-    work = args.workdir
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    corpus = work / "corpus.txt"
-    size = make_corpus(args.source, corpus, int(args.size_mb * 1e6))
-    log(f"corpus: {size / 1e6:.1f} MB in {corpus}")
+def against_encode_batch(args, work: Path, corpus: Path, size: int, common: list[str], result: dict) -> Path:
+    """GPT-2's preparation with 1 and ``args.processes`` workers against raw ``encode_batch`` on the same text, and
+    plm-train's start-up on that store, into ``result``; returns the tokenizer they share."""
     python = sys.executable
-    common = ["data=text_files", f"data.train_files=[{corpus}]", f"data.cache_dir={work / 'cache'}",
-              f"data.tokenizer.vocab_size={args.vocab_size}", f"data.max_seq_len={args.max_seq_len}"]  # fmt: skip
     gpt2 = MODELS["gpt2"][0]
     prepare = [python, "-m", "plm_toolkit.prepare", *gpt2, *common]
     # The tokenizer, trained once on the default sample; the timed runs below are given it.
     first = measured([*prepare, f"data.store={work / 'store_0'}", "data.num_proc=1"])
     tokenizer = work / "store_0" / "tokenizer.json"
     log(f"tokenizer trained and store prepared in {first['seconds']:.1f} s")
-    result: dict = {"corpus_mb": size / 1e6, "processes": args.processes, "repeats": args.repeats}
     result["first_preparation"] = {"seconds": first["seconds"], "peak_anon_mb": first["peak_anon_mb"]}
     # Raw encode_batch and preparation alternate, and each keeps its best time: a shared machine's load falls on
     # both alike.
@@ -264,6 +259,25 @@ def main(argv: list[str] | None = None) -> dict:
     started = measured(train, until_file=work / "run" / "metrics.jsonl")
     result["train"] = {"seconds": started["seconds"], "first_step_seconds": started["marked"],
                        "peak_anon_mb": started["peak_anon_mb"]}  # fmt: skip
+    return tokenizer
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    if not args.source.is_file():
+        raise SystemExit(f"error: {args.source} not found; give --source (WikiText-2's wiki.test.raw)")
+    work = args.workdir
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    corpus = work / "corpus.txt"
+    size = make_corpus(args.source, corpus, int(args.size_mb * 1e6))
+    log(f"corpus: {size / 1e6:.1f} MB in {corpus}")
+    python = sys.executable
+    common = ["data=text_files", f"data.train_files=[{corpus}]", f"data.cache_dir={work / 'cache'}",
+              f"data.tokenizer.vocab_size={args.vocab_size}", f"data.max_seq_len={args.max_seq_len}"]  # fmt: skip
+    result: dict = {"corpus_mb": size / 1e6, "processes": args.processes, "repeats": args.repeats}
+    if not args.layouts_only:
+        tokenizer = against_encode_batch(args, work, corpus, size, common, result)
     result["layouts"] = {}
     for name in args.models:  # each family's own store (its tokenizer trained), then a few steps on it
         overrides, layout = MODELS[name]
@@ -282,10 +296,10 @@ def main(argv: list[str] | None = None) -> dict:
             "store_mb": folder_bytes(store) / 1e6,
         }
         log(f"{name}: prepared in {prepared['seconds']:.1f} s, first step at {trained['marked']:.1f} s")
-    if not args.skip_datasets:
+    if not (args.skip_datasets or args.layouts_only):
         cache = work / "datasets_cache"
         mapped = measured([python, "-c", DATASETS_MAP, str(tokenizer), str(corpus), str(cache), str(args.processes),
-                           str(args.max_seq_len + 1)], env=one_thread)  # fmt: skip
+                           str(args.max_seq_len + 1)], env={"TOKENIZERS_PARALLELISM": "false"})  # fmt: skip
         result["datasets_map"] = {
             "seconds": json.loads(mapped["stdout"])["seconds"],
             "processes": args.processes,
