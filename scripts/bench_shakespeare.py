@@ -39,7 +39,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", type=Path, default=SOURCE, help="tinyshakespeare's input.txt")
     parser.add_argument("--steps", type=int, default=2000, help="optimizer steps (the recipe's schedule follows)")
-    parser.add_argument("--new-tokens", type=int, default=300, help="characters of the greedy sample")
+    # The recipe's block is 64 characters, and plm-generate does not slide a window past the model's positions.
+    parser.add_argument("--new-tokens", type=int, default=64 - len(PROMPT), help="characters of the greedy sample")
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args()
     if not args.source.is_file():
