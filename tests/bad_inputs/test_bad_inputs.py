@@ -312,11 +312,9 @@ def prepare_decoders(prepared: Path, tokenizer) -> None:
     save_untrained(prepared / "transformer_xl", TransformerXL(config), tokenizer)
 
 
-@pytest.fixture(scope="session")
-def pretrained_run(tmp_path_factory, bpe_tokenizer) -> dict[str, Path]:
-    """A finished 2-step plm-train run (its checkpoint is the backbone of the fine-tuning cases), and the folders
-    of the cases that cannot be static files."""
-    root = tmp_path_factory.mktemp("bad_inputs")
+def train_tiny_run(root: Path) -> Path:
+    """A finished 2-step plm-train run of the tiny BERT in ``root/run`` on a small corpus ``root/corpus.txt`` (data
+    cache ``root/cache``); returns the corpus."""
     docs = Path(resource_path("corpora/wikitext2/train.txt")).read_text().split("\n\n")
     corpus = root / "corpus.txt"
     corpus.write_text("\n\n".join(docs[:6])[:20000])
@@ -324,6 +322,15 @@ def pretrained_run(tmp_path_factory, bpe_tokenizer) -> dict[str, Path]:
     with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
         cfg = compose("train", overrides=[*overrides, "trainer.max_steps=2"])
     train_run(cfg, root / "run")
+    return corpus
+
+
+@pytest.fixture(scope="session")
+def pretrained_run(tmp_path_factory, bpe_tokenizer) -> dict[str, Path]:
+    """A finished 2-step plm-train run (its checkpoint is the backbone of the fine-tuning cases), and the folders
+    of the cases that cannot be static files."""
+    root = tmp_path_factory.mktemp("bad_inputs")
+    corpus = train_tiny_run(root)
     checkpoint = root / "run" / "checkpoints" / "step_2"
 
     prepared = root / "prepared"

@@ -22,14 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_module
 
-from plm_toolkit.data.corpus import resource_path
-from plm_toolkit.train import run as train_run
-from tests.bad_inputs.test_bad_inputs import FILES, Case, command_line
+from tests.bad_inputs.test_bad_inputs import FILES, Case, command_line, train_tiny_run
 from tests.bad_inputs.test_bad_inputs import test_bad_input_gets_one_line_and_loses_nothing as one_line_and_nothing_lost
 from tests.conftest import tree_digest
-from tests.training.conftest import QUIET, TINY
+from tests.training.conftest import QUIET
 
 
 @dataclass(frozen=True)
@@ -75,13 +72,7 @@ CASES = [
 def finished_run(tmp_path_factory) -> dict[str, Path]:
     """A finished 2-step plm-train run of a tiny BERT on a small corpus."""
     root = tmp_path_factory.mktemp("faults")
-    docs = Path(resource_path("corpora/wikitext2/train.txt")).read_text().split("\n\n")
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n\n".join(docs[:6])[:20000])
-    overrides = [*TINY, "data=text_files", f"data.train_files=[{corpus}]", f"data.cache_dir={root / 'cache'}"]
-    with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
-        cfg = compose("train", overrides=[*overrides, "trainer.max_steps=2"])
-    train_run(cfg, root / "run")
+    corpus = train_tiny_run(root)
     return {"root": root, "corpus": corpus, "run": root / "run", "cache": root / "cache"}
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from plm_toolkit.data.shard_worker import KILL_AFTER
 from plm_toolkit.data.store import Shard
-from tests.bad_inputs.test_bad_inputs import Case, command_line
+from tests.bad_inputs.test_bad_inputs import Case, assert_one_error_line, command_line
 
 CORPUS = "".join(f"Document {k} starts.\nIts second line; number {k}.\n\n" for k in range(400))
 GPT = ("model=gpt2", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=37",
@@ -115,13 +115,7 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
 @pytest.mark.parametrize("store_case", CASES, ids=[c.case.name for c in CASES])
 def test_bad_store_input_gets_one_line_and_leaves_no_half_written_shard(store_case, outcomes):
     outcome = outcomes[store_case.case.name]
-    done = outcome["done"]
-    output = f"stdout:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-3000:]}"
-    assert done.returncode == 1, output
-    assert "Traceback" not in done.stdout + done.stderr, output
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), output
-    assert store_case.case.expected.format(**outcome["places"]) in lines[0], output
+    assert_one_error_line(store_case.case, outcome)
     left = [p for p in outcome["tmp"].rglob("*") if p.name.endswith((".tmp", ".part")) or p.suffix == ".lock"]
     assert left == [], f"temporary files left behind: {left}"
     store = outcome["tmp"] / "store"
