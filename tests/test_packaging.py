@@ -3,8 +3,9 @@ is missing from a wheel, and setuptools warns about it on every install)."""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 

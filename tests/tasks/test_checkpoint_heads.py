@@ -260,8 +260,7 @@ def test_evaluation_only_reports_the_checkpoints_own_accuracy(tiny_checkpoint, f
     from plm_toolkit.commands.finetune import run
     from plm_toolkit.data.tokenization.tokenizer import load_tokenizer
     from plm_toolkit.tasks.glue.classification import read_rows
-
-    from .conftest import SST2_DEV
+    from tests.tasks.conftest import SST2_DEV
 
     tokenizer = load_tokenizer(tiny_checkpoint / "tokenizer.json")
     tokenizer.enable_truncation(max_length=40)
@@ -293,9 +292,8 @@ def test_a_head_with_its_own_dense_layer_trains_and_resumes_exactly(tiny_checkpo
     from safetensors.torch import load_file
 
     from plm_toolkit.commands.finetune import run
+    from tests.commands.test_finetune import FAST, SST2
     from tests.training.conftest import read_metrics
-
-    from .test_finetune import FAST, SST2
 
     hf_folder_with_tokenizer(tiny_checkpoint, tmp_path / "hf", "electra")
     common = [*SST2, *FAST, f"model.checkpoint={tmp_path / 'hf'}", "data.max_train_samples=32", "optimizer.lr=1e-3",
@@ -313,7 +311,7 @@ def test_a_head_with_its_own_dense_layer_trains_and_resumes_exactly(tiny_checkpo
 def test_plm_embed_reads_a_fine_tuned_folder_and_leaves_its_head_out(tmp_path, caplog):
     from safetensors.torch import load_file
 
-    from tests.test_embed import embed
+    from tests.commands.test_embed import embed
 
     reference = hf_model("bert", "token")
     folder = save(reference, tmp_path / "hf")

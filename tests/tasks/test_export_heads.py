@@ -27,8 +27,7 @@ from plm_toolkit.tasks.ner import NerConfig, TokenClassification
 from plm_toolkit.tasks.squad.data import SquadConfig
 from plm_toolkit.tasks.squad.task import QuestionAnswering
 from tests.conftest import save_finetuned
-
-from .test_checkpoint_heads import TOLERANCE, batch, max_diff
+from tests.tasks.test_checkpoint_heads import TOLERANCE, batch, max_diff
 
 transformers = pytest.importorskip("transformers")
 
@@ -190,8 +189,7 @@ def test_a_dense_layer_whose_activation_is_not_recorded_is_refused(tmp_path, tok
 def test_a_fine_tuned_tagger_exports_through_the_command_line_and_evaluates_the_same(finetune_config, tmp_path):
     """plm-finetune task=ner, plm-export, plm-finetune trainer.epochs=0 model.checkpoint=<export>: the same tags."""
     from plm_toolkit.commands.finetune import run
-
-    from .test_finetune import FAST
+    from tests.commands.test_finetune import FAST
 
     tagged = ["Apple B-corporation", "Inc I-corporation", "hired O", "Mary B-person", "Smith I-person", "for O",
               "Star B-creative-work", "Wars I-creative-work"]  # fmt: skip

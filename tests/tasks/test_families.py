@@ -16,9 +16,8 @@ from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core import registry
 from plm_toolkit.interop.hf import export_hf
 from plm_toolkit.interop.pretrained import load_backbone
+from tests.commands.test_finetune import FAST, SST2, falls
 from tests.training.conftest import read_metrics
-
-from .test_finetune import FAST, SST2, falls
 
 ODD = dict(hidden_size=36, num_layers=2, num_heads=3, intermediate_size=37)
 FAMILIES = {

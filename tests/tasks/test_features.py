@@ -7,9 +7,8 @@ from safetensors.torch import load_file
 from plm_toolkit.commands.finetune import run
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.interop.pretrained import load_backbone
+from tests.tasks.conftest import SST2_DEV, SST2_TRAIN
 from tests.training.conftest import read_metrics
-
-from .conftest import SST2_DEV, SST2_TRAIN
 
 FAST = ["optimizer.lr=1e-2", "optimizer.warmup_ratio=0", "trainer.batch_size=16"]
 FEATURES = [

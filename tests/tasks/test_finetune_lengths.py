@@ -13,8 +13,7 @@ from omegaconf import open_dict
 from plm_toolkit.config.lengths import command_line_values, steps_over_epochs
 from plm_toolkit.config.validate import validate
 from plm_toolkit.core.errors import ConfigError
-
-from .conftest import SST2_DEV, SST2_TRAIN
+from tests.tasks.conftest import SST2_DEV, SST2_TRAIN
 
 SST2 = [f"data.train_file={SST2_TRAIN}", f"data.validation_file={SST2_DEV}"]
 

@@ -29,9 +29,8 @@ from plm_toolkit.tasks.ner import NerConfig, TokenClassification
 from plm_toolkit.tasks.squad.data import SquadConfig
 from plm_toolkit.tasks.squad.task import QuestionAnswering
 from tests.conftest import save_finetuned
+from tests.tasks.conftest import QUIET, SST2_DEV, SST2_TRAIN
 from tests.training.conftest import read_metrics
-
-from .conftest import QUIET, SST2_DEV, SST2_TRAIN
 
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 RELATIONS = ["capital", "currency", "language"]

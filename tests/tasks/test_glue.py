@@ -9,8 +9,7 @@ import plm_toolkit.commands.finetune  # noqa: F401
 from plm_toolkit.core.errors import DataError
 from plm_toolkit.tasks.glue.classification import ClassificationConfig, SequenceClassification, read_rows
 from plm_toolkit.tasks.metrics import accuracy, f1, matthews, pearson, spearman
-
-from .conftest import SST2_DEV, SST2_TRAIN
+from tests.tasks.conftest import SST2_DEV, SST2_TRAIN
 
 
 def preset(name: str) -> ClassificationConfig:

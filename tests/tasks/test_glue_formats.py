@@ -11,8 +11,7 @@ import pytest
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.tasks.glue.classification import read_rows
 from plm_toolkit.tasks.glue.suite import BENCHMARK, TASKS, check_files, find_tasks, read_test_rows
-
-from . import test_glue
+from tests.tasks import test_glue
 
 # Composing a preset takes a quarter of a second; each is read-only here.
 preset = functools.cache(test_glue.preset)

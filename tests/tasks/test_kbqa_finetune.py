@@ -14,10 +14,9 @@ from tokenizers import Tokenizer
 from plm_toolkit.commands.finetune import run
 from plm_toolkit.tasks.kbqa.data import gold_answers, read_questions
 from plm_toolkit.tasks.kbqa.knowledge_base import read_kb
-
-from .conftest import QUIET, save_tiny_checkpoint, tiny_tokenizer
-from .test_families import save_family_checkpoint
-from .test_features import tiny_elmo_folder  # noqa: F401  (a fixture)
+from tests.tasks.conftest import QUIET, save_tiny_checkpoint, tiny_tokenizer
+from tests.tasks.test_families import save_family_checkpoint
+from tests.tasks.test_features import tiny_elmo_folder  # noqa: F401  (a fixture)
 
 DATA = Path(__file__).parent / "files" / "kbqa"
 KB = [f"task.kb_triples={DATA / 'kb_triples.tsv'}", f"task.kb_names={DATA / 'kb_names.tsv'}"]

@@ -10,8 +10,7 @@ import torch
 
 from plm_toolkit.commands.finetune import run
 from plm_toolkit.data.batching.loader import EpochPermutations, LengthGroupedPermutations
-
-from .conftest import SST2_DEV, SST2_TRAIN
+from tests.tasks.conftest import SST2_DEV, SST2_TRAIN
 
 
 def sst2_lengths() -> list[int]:

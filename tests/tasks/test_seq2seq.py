@@ -8,10 +8,9 @@ from omegaconf import OmegaConf
 
 from plm_toolkit.commands.finetune import run
 from plm_toolkit.core.errors import ConfigError
+from tests.commands.test_finetune import falls, losses
+from tests.tasks.conftest import SST2_DEV, SST2_TRAIN
 from tests.training.conftest import read_metrics
-
-from .conftest import SST2_DEV, SST2_TRAIN
-from .test_finetune import falls, losses
 
 pytest.importorskip("sacrebleu")
 FAST = ["optimizer.lr=3e-3", "optimizer.warmup_ratio=0", "trainer.batch_size=16", "data.max_seq_len=40"]

@@ -8,8 +8,7 @@ from safetensors.torch import load_file
 from plm_toolkit.commands.train import run
 from plm_toolkit.config.validate import validate
 from plm_toolkit.core.errors import ConfigError
-
-from .conftest import read_metrics
+from tests.training.conftest import read_metrics
 
 # Odd sizes on top of each family's tiny preset (TINY's model=bert_tiny is replaced by the family's).
 FAMILY = {

@@ -8,8 +8,7 @@ from safetensors.torch import load_file
 from plm_toolkit.commands.train import run
 from plm_toolkit.config.validate import validate
 from plm_toolkit.core.errors import ConfigError
-
-from .conftest import read_metrics
+from tests.training.conftest import read_metrics
 
 ERNIE = ["model=ernie", "model.hidden_size=36", "model.num_heads=3", "model.intermediate_size=37"]
 NAMES = ["Du Fu", "Li Bai", "One Direction", "Robert Boulter", "Ben Whishaw", "New Zealand", "United States"]

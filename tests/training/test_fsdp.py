@@ -14,9 +14,8 @@ from plm_toolkit.commands.train import run
 from plm_toolkit.core.errors import CheckpointError, ConfigError
 from plm_toolkit.training.parallel import check_shardable, shard_units
 from plm_toolkit.training.sharded import consolidate
-
-from .conftest import TINY, read_metrics
-from .test_train import launch
+from tests.commands.test_train import launch
+from tests.training.conftest import TINY, read_metrics
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 

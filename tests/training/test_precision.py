@@ -10,8 +10,7 @@ from plm_toolkit.commands.train import run
 from plm_toolkit.core.errors import ConfigError, TrainingError
 from plm_toolkit.training.distributed import ProcessInfo
 from plm_toolkit.training.precision import LossScaler, Runtime, resolve_runtime
-
-from .conftest import read_metrics
+from tests.training.conftest import read_metrics
 
 
 def fp16_runtime_on_cpu() -> Runtime:

@@ -15,9 +15,8 @@ from plm_toolkit.commands.train import run
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.training import preemption
 from plm_toolkit.training.preemption import EXIT_REQUEUE, StopSignals
-
-from .conftest import TINY, read_metrics
-from .test_train import launch
+from tests.commands.test_train import launch
+from tests.training.conftest import TINY, read_metrics
 
 
 def args_for(corpus, run_dir, *extra: str) -> list[str]:

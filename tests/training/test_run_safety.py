@@ -21,10 +21,9 @@ from plm_toolkit.core.run_lock import launch_tag, lock_run_directory, release
 from plm_toolkit.training.logging import MetricsWriter, read_metrics
 from plm_toolkit.training.preemption import EXIT_REQUEUE, Interrupted, Preempted, StopSignals
 from plm_toolkit.training.resume import changes
-
-from .conftest import TINY
-from .conftest import read_metrics as read_strictly
-from .test_train import launch
+from tests.commands.test_train import launch
+from tests.training.conftest import TINY
+from tests.training.conftest import read_metrics as read_strictly
 
 HOLDER = (
     "import sys, time; from plm_toolkit.core.run_lock import lock_run_directory; lock_run_directory(sys.argv[1]); "

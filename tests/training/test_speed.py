@@ -18,8 +18,7 @@ from plm_toolkit.objectives.mlm import MaskedLanguageModeling, MlmConfig
 from plm_toolkit.training import parallel
 from plm_toolkit.training.flops import ModelFlops, non_embedding_parameters, peak_tflops
 from plm_toolkit.training.optim import build_optimizer
-
-from .conftest import read_metrics
+from tests.training.conftest import read_metrics
 
 VOCAB = Vocab(size=97, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
 
@@ -217,8 +216,7 @@ def test_cuda_mlm_head_needs_no_host_sync():
 @pytest.mark.gpu
 def test_cuda_training_step_needs_no_host_sync(make_config, tmp_path):
     from plm_toolkit.data.batching.loader import BatchLayout, MicroBatches
-
-    from .test_train import build_trainer
+    from tests.commands.test_train import build_trainer
 
     cfg = make_config("objective=mlm", "hardware=cuda_bf16", "trainer.grad_accum_steps=2")
     trainer, data = build_trainer(cfg, tmp_path)

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from .conftest import GPT2_SMALL, QUIET, read_metrics
-from .test_train import launch
+from tests.commands.test_train import launch
+from tests.training.conftest import GPT2_SMALL, QUIET, read_metrics
 
 GPT = [
     *(o for o in GPT2_SMALL if not o.startswith("trainer.batch_size")),
