@@ -51,7 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def toolkit(command: str) -> list[str]:
     """plm-train / plm-finetune run by the interpreter running this script, so in whichever environment that is."""
-    return [sys.executable, "-m", f"plm_toolkit.{command}"]
+    return [sys.executable, "-m", f"plm_toolkit.commands.{command}"]
 
 
 def run(command: list[str], log: list[str]) -> float:

@@ -30,7 +30,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from plm_toolkit.commands import run_harness as cli
+from plm_toolkit.commands import run_harness
 from plm_toolkit.commands.run_harness import run_command
 from plm_toolkit.config.numbers import merge, number_problems
 from plm_toolkit.config.overrides import keep_typed_text
@@ -238,7 +238,7 @@ def hydra_main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    cli.main(hydra_main)
+    run_harness.main(hydra_main)
 
 
 if __name__ == "__main__":

@@ -22,25 +22,26 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from plm_toolkit.commands import run_harness as cli
-from plm_toolkit.commands.run_harness import run_command, start_run, write_results
+from plm_toolkit.commands import run_harness
+from plm_toolkit.commands.fitting import fit, in_run_directory, seed_everything, start_run
+from plm_toolkit.commands.run_harness import run_command, write_results
 from plm_toolkit.config.lengths import steps_over_epochs
-from plm_toolkit.config.validate import task_class
+from plm_toolkit.config.resolve import task_class
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.interop.finetuned_head import HEAD_SECTION
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.base import character_width
 from plm_toolkit.tasks.checkpoint_head import checkpoint_labels, head_record, start_from_checkpoint_head
-from plm_toolkit.tasks.seq2seq import task_for_backbone
+from plm_toolkit.tasks.dispatch import task_for_backbone
 
 log = logging.getLogger("plm_toolkit")
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
-    runtime, checkpoint = start_run(cfg, run_dir)
+    runtime, checkpoint, _ = start_run(cfg, run_dir)
     process = runtime.process
 
-    cli.seed_everything(cfg.trainer.seed)
+    seed_everything(cfg.trainer.seed)
     loaded = load_backbone(cfg.model.checkpoint, cfg.model.dropout, with_task_head=True)
     model, tokenizer = loaded.model, loaded.tokenizer
     vocab = vocab_from_tokenizer(tokenizer, source=loaded.source)
@@ -89,7 +90,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         len(data.train),
         "none" if data.validation is None else len(data.validation),
     )
-    _, final = cli.fit(
+    _, final = fit(
         cfg,
         run_dir,
         runtime,
@@ -114,11 +115,11 @@ def hydra_main(cfg: DictConfig) -> float | None:
     note = steps_over_epochs(cfg, HydraConfig.get().overrides.task)
     if note:
         log.info(note)
-    return run_command(run, cfg)
+    return run_command(in_run_directory(run), cfg)
 
 
 def main() -> None:
-    cli.main(hydra_main)
+    run_harness.main(hydra_main)
 
 
 if __name__ == "__main__":

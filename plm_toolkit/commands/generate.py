@@ -31,8 +31,7 @@ import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
-from plm_toolkit.commands import failures
-from plm_toolkit.commands import run_harness as cli
+from plm_toolkit.commands import failures, run_harness
 from plm_toolkit.config.checks import decoding_problems
 from plm_toolkit.config.numbers import merge, number_problems
 from plm_toolkit.config.overrides import keep_typed_text
@@ -225,7 +224,7 @@ def hydra_main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    cli.main(hydra_main)
+    run_harness.main(hydra_main)
 
 
 if __name__ == "__main__":

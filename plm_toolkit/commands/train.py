@@ -14,21 +14,17 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from plm_toolkit.commands import run_harness as cli
-from plm_toolkit.commands.run_harness import run_command, start_run, write_results
-from plm_toolkit.config.resolve import resolve_run, saved_config
+from plm_toolkit.commands import run_harness
+from plm_toolkit.commands.fitting import fit, in_run_directory, seed_everything, start_run
+from plm_toolkit.commands.run_harness import run_command, write_results
+from plm_toolkit.config.resolve import saved_config
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core import registry
 from plm_toolkit.core.errors import PlmError
 from plm_toolkit.data.batching.collate import Collator, Seq2SeqCollator
-from plm_toolkit.data.build import prepare_pretraining_data
-from plm_toolkit.data.layouts.pretraining import store_unit
-from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data
-from plm_toolkit.data.store.pairs import resumed_parallel_store
-from plm_toolkit.data.store.preparation import resumed_store
+from plm_toolkit.data.build import build_run_data
 from plm_toolkit.data.tokenization.vocab import Vocab
-from plm_toolkit.tasks.entity_tagger import with_entity_tagger
-from plm_toolkit.training.phases import prepare_phases
+from plm_toolkit.training.phases import training_phases
 
 log = logging.getLogger("plm_toolkit")
 
@@ -51,46 +47,23 @@ def build_model(model_cfg: DictConfig, vocab_size: int, pad_id: int | None = Non
     return registry.MODELS.get(config.name).builder(config), config
 
 
-def prepare_data(cfg: DictConfig, data_cfg: DictConfig, plan, checkpoint: ckpt.Checkpoint | None):
-    """The run's tokenizer and examples, with ``trainer.phases``' examples of each phase (or None). A resumed run
-    keeps its checkpoint's tokenizer (and the store it was tokenized into, where that is still there)."""
-    seed = cfg.trainer.seed
-    # The tagger ERNIE's units come from (its weights key their store); phases build theirs in prepare_phases.
-    plan = with_entity_tagger(plan)
-
-    def examples(data_cfg):
-        if plan.layout == "parallel":
-            return prepare_parallel_data(data_cfg, seed), None
-        if cfg.trainer.phases:
-            phases = prepare_phases(cfg, data_cfg, seed, with_entity_tagger)
-            return phases[0].data, phases
-        return prepare_pretraining_data(data_cfg, plan, seed), None
-
-    tokenizer_file = checkpoint.path / ckpt.TOKENIZER_FILE if checkpoint is not None else None
-    if tokenizer_file is not None and tokenizer_file.is_file() and plan.layout == "parallel":
-        data_cfg = resumed_parallel_store(data_cfg, tokenizer_file)
-    elif tokenizer_file is not None and tokenizer_file.is_file():
-        unit = store_unit(plan.layout, plan.units)
-        data_cfg = resumed_store(data_cfg, tokenizer_file, unit, plan.spellings, plan.units)
-    # The token store: every rank opens it; the first to take its lock prepares it (and the files a packed layout
-    # writes once) while the others wait on the file system, not in a collective that could time out (data/store/lock.py).
-    return examples(data_cfg)
-
-
 def run(cfg: DictConfig, run_dir: Path) -> dict:
-    runtime, checkpoint = start_run(cfg, run_dir)
+    runtime, checkpoint, resolved = start_run(cfg, run_dir)
     process = runtime.process
-
-    resolved = resolve_run(cfg)
     plan = resolved.plan
-    data, phases = prepare_data(cfg, resolved.data, plan, checkpoint)
+    # A resumed run keeps its checkpoint's tokenizer (and the store it was tokenized into, where that is still there).
+    tokenizer_file = checkpoint.path / ckpt.TOKENIZER_FILE if checkpoint is not None else None
+    data = build_run_data(
+        resolved.data, plan, cfg.trainer.seed, tokenizer_file=tokenizer_file, phase_plans=resolved.phase_plans
+    )
+    phases = training_phases(cfg.trainer, data.phases) if data.phases else None
     collate = (
         Seq2SeqCollator(data.vocab.padding_id, data.vocab.require("eos_id", "translation"))
         if plan.layout == "parallel"
         else Collator(data.vocab)
     )
 
-    cli.seed_everything(cfg.trainer.seed)
+    seed_everything(cfg.trainer.seed)
     model, model_config = build_model(cfg.model, data.vocab.size, vocab=data.vocab)
     objective = registry.OBJECTIVES.get(cfg.objective.name).builder(
         OmegaConf.to_object(cfg.objective), model, data.vocab
@@ -108,7 +81,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         process.world_size,
         len(data.train),
     )
-    _, final = cli.fit(
+    _, final = fit(
         cfg,
         run_dir,
         runtime,
@@ -131,11 +104,11 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
 @hydra.main(version_base="1.3", config_path="pkg://plm_toolkit.configs", config_name="train")
 def hydra_main(cfg: DictConfig) -> float | None:
-    return run_command(run, cfg)
+    return run_command(in_run_directory(run), cfg)
 
 
 def main() -> None:
-    cli.main(hydra_main)
+    run_harness.main(hydra_main)
 
 
 if __name__ == "__main__":

@@ -25,4 +25,3 @@ def setup() -> None:
     if not OmegaConf.has_resolver("plm_launch_tag"):
         # Cached, as Hydra's ${now:}: a sweep's jobs resolve their directories to the one the launcher made.
         OmegaConf.register_new_resolver("plm_launch_tag", launch_tag, use_cache=True)
-

@@ -7,6 +7,8 @@ import math
 
 from hydra.core.hydra_config import HydraConfig
 
+from plm_toolkit.config.resolve import model_class
+from plm_toolkit.core.registry import MODELS
 from plm_toolkit.core.schema import OptimizerConfig
 
 DEFAULTS = OptimizerConfig()
@@ -180,3 +182,83 @@ def recipe_problems(cfg) -> list[str]:
 def _chosen(group: str) -> str | None:
     """The option of a config group that Hydra composed (None outside a Hydra run)."""
     return HydraConfig.get().runtime.choices.get(group) if HydraConfig.initialized() else None
+
+
+def evaluation_only(t) -> bool:
+    """plm-finetune's trainer.epochs=0 (or trainer.max_steps=0): evaluate the starting weights, train nothing."""
+    return t.epochs == 0 or t.max_steps == 0
+
+
+def training_problems(t, opt, d_model_from_backbone: bool = False, zero_length: bool = False) -> list[str]:
+    """Range checks of every trainer and optimizer (and schedule) key, shared by plm-train and plm-finetune: NaN,
+    infinities and negative values are refused here, before any data or model work. ``zero_length`` accepts a run
+    of no steps (plm-finetune's evaluation only)."""
+    out: list[str] = []
+    if (t.max_steps is None) == (t.epochs is None):
+        out.append(
+            f"trainer.max_steps={t.max_steps} and trainer.epochs={t.epochs}: give exactly one length, the other null "
+            "(e.g. trainer.epochs=null trainer.max_steps=1000, or trainer.max_steps=null trainer.epochs=3)"
+        )
+    least = 0 if zero_length else 1
+    if t.max_steps is not None and t.max_steps < least:
+        evaluate = " (0: evaluate only)" if zero_length else ""
+        out.append(f"trainer.max_steps={t.max_steps}: must be at least {least}{evaluate} (or null with trainer.epochs)")
+    if t.epochs is not None:
+        check_range(out, "trainer.epochs", t.epochs, 0.0, low_open=not zero_length)
+    for key in ("batch_size", "grad_accum_steps", "log_every"):
+        if t[key] < 1:
+            out.append(f"trainer.{key}={t[key]}: must be at least 1")
+    for key in ("eval_every", "save_every", "keep_last", "eval_batches"):
+        if t[key] < 0:
+            out.append(f"trainer.{key}={t[key]}: must be 0 (off) or positive")
+    check_range(out, "trainer.clip_grad_norm", t.clip_grad_norm, 0.0)
+    if t.seed < 0:
+        out.append(f"trainer.seed={t.seed}: must be 0 or positive")
+    out += optimizer_problems(opt, t.max_steps, d_model_from_backbone)
+    if t.get("time_budget") is not None:
+        check_range(out, "trainer.time_budget", t.time_budget, 0.0, low_open=True)
+    return out
+
+
+# Model config fields by name that every family range-checks: counts that may be 0, sizes and counts of at least 1
+# (besides every *_size), positive numbers. A family adds its own fields (``fields_at_least_zero``, ... on its
+# class) and its check_config what only it knows (heads that divide the width, ELMo's filters).
+MODEL_AT_LEAST_ZERO = frozenset({"type_vocab_size", "position_offset"})
+MODEL_AT_LEAST_ONE = frozenset({"num_layers", "num_heads", "max_position_embeddings"})
+MODEL_ABOVE_ZERO = frozenset({"layer_norm_eps"})
+
+
+def model_field_problems(m) -> list[str]:
+    """Sizes, counts, dropout probabilities and epsilons of any family's model config (a width of 0 once built a
+    model of empty tensors that trained without complaint)."""
+    family = model_class(m["name"]) if m.get("name") in MODELS else None
+    at_least_zero = MODEL_AT_LEAST_ZERO | getattr(family, "fields_at_least_zero", frozenset())
+    at_least_one = MODEL_AT_LEAST_ONE | getattr(family, "fields_at_least_one", frozenset())
+    above_zero = MODEL_ABOVE_ZERO | getattr(family, "fields_above_zero", frozenset())
+    out: list[str] = []
+    for key, value in m.items():
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if isinstance(value, int) and key in at_least_zero and value < 0:
+            out.append(f"model.{key}={value}: must be 0 or positive")
+        elif isinstance(value, int) and (key in at_least_one or key.endswith("_size")) and value < 1:
+            out.append(f"model.{key}={value}: must be at least 1")
+        elif key.endswith("dropout"):
+            check_range(out, f"model.{key}", value, 0.0, 1.0, high_open=True)
+        elif key in above_zero:
+            check_range(out, f"model.{key}", value, 0.0, low_open=True)
+        elif key == "initializer_range":
+            check_range(out, f"model.{key}", value, 0.0)
+    return out
+
+
+def hardware_problems(h) -> list[str]:
+    out: list[str] = []
+    if h.max_overflow_steps < 1:
+        out.append(f"hardware.max_overflow_steps={h.max_overflow_steps}: must be at least 1")
+    check_range(out, "hardware.min_loss_scale", h.min_loss_scale, 0.0, low_open=True)
+    if h.get("num_threads", 0) < 0:
+        out.append(f"hardware.num_threads={h.num_threads}: must be 0 (torch's default) or a positive count")
+    if h.get("peak_tflops") is not None:
+        check_range(out, "hardware.peak_tflops", h.peak_tflops, 0.0)
+    return out

@@ -49,14 +49,22 @@ class ResolvedRun:
     data: DictConfig
     # The objective's data plan, without its batch transform.
     plan: DataPlan
+    # trainer.phases: (data.max_seq_len, the plan at that length) of each phase, in order.
+    phase_plans: tuple[tuple[int, DataPlan], ...] = ()
 
 
 def resolve_run(cfg: DictConfig) -> ResolvedRun:
-    """The data group and the objective's data plan of a plm-train config; ConfigError when the objective cannot
-    read the data as configured (validation reports it with the other problems)."""
+    """The data group and the objective's data plan of a plm-train config, each phase's plan too; ConfigError when
+    the objective cannot read the data as configured (validation reports it with the other problems). Validation
+    resolves the config and hands the result to the run (``validate`` returns it), so this runs once."""
     data = OmegaConf.merge(cfg.data, {"tokenizer": {"kind": tokenizer_kind(cfg)}})
-    plan = objective_class(cfg.objective.name).data_plan(cfg.objective, cfg.data, cfg.model)
-    return ResolvedRun(data, plan)
+    objective = objective_class(cfg.objective.name)
+    plan = objective.data_plan(cfg.objective, cfg.data, cfg.model)
+    phase_plans = []
+    for phase in cfg.trainer.get("phases") or ():
+        at_length = OmegaConf.merge(cfg.data, {"max_seq_len": phase.max_seq_len})
+        phase_plans.append((int(phase.max_seq_len), objective.data_plan(cfg.objective, at_length, cfg.model)))
+    return ResolvedRun(data, plan, tuple(phase_plans))
 
 
 def saved_config(cfg: DictConfig, model_config: Any) -> dict:

@@ -1,22 +1,31 @@
-"""The train and validation examples of a pretraining run: a tokenizer and the examples in the objective's layout."""
+"""A run's data, from one entry point: ``build_run_data`` (plan + data config + seed + the checkpoint's tokenizer ->
+the tokenizer, the examples of each split in the objective's layout, each phase's examples), which plm-train and
+plm-prepare both call. ``prepare_pretraining_data`` builds one length's examples from the token store."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import datasets
+from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 
 from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.layouts.plan import LAYOUT_BUILDERS, DataPlan
 from plm_toolkit.data.layouts.pretraining import build_pretraining_examples, store_unit
+from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data
 from plm_toolkit.data.sources.corpus import split_files
-from plm_toolkit.data.store.preparation import prepare_store
+from plm_toolkit.data.store.pairs import resumed_parallel_store
+from plm_toolkit.data.store.preparation import prepare_store, resumed_store
 from plm_toolkit.data.store.token_store import TokenStore
 from plm_toolkit.data.tokenization.tokenizer import load_or_train_tokenizer, vocab_from_tokenizer
 from plm_toolkit.data.tokenization.vocab import Vocab
+from plm_toolkit.data.units.corpus import TaggedSources, tagged_sources
 
 
 @dataclass
@@ -27,6 +36,64 @@ class PretrainingData:
     train: datasets.Dataset
     # None when there are no validation files (no evaluation).
     validation: datasets.Dataset | None
+    # The token store the examples are read from (None for a layout an objective module builds itself).
+    store: TokenStore | None = None
+
+
+@dataclass
+class RunData:
+    tokenizer: Tokenizer
+    vocab: Vocab
+    train: Any
+    validation: Any | None
+    # The token store the examples are read from.
+    store: TokenStore | None = None
+    # Translation: the validation pairs' text as read, which decoding is scored against.
+    references: list[str] = field(default_factory=list)
+    # trainer.phases: each phase's examples in order (the first phase's are also ``train`` and ``validation``).
+    phases: list[PretrainingData] = field(default_factory=list)
+
+
+def build_run_data(
+    data_cfg: Any,
+    plan: DataPlan,
+    seed: int,
+    *,
+    tokenizer_file: Path | None = None,
+    phase_plans: Sequence[tuple[int, DataPlan]] = (),
+) -> RunData:
+    """The run's data: the token store prepared (or found) once, the tokenizer, the examples of both splits in the
+    plan's layout, and with ``phase_plans`` ((data.max_seq_len, plan) of each phase) every phase's examples. A
+    resumed run passes its checkpoint's ``tokenizer_file`` and keeps it (and the store it was tokenized into, where
+    that is still there). Every rank calls this: the first to take the store's lock prepares it while the others
+    wait on the file system, not in a collective that could time out (``data/store/lock.py``)."""
+    units = tagged_sources(plan.units)  # the entity tagger objective.entity_tagger names, built once
+    plan = dataclasses.replace(plan, units=units)
+    parallel = plan.layout == "parallel"
+    if tokenizer_file is not None and tokenizer_file.is_file():
+        if parallel:
+            data_cfg = resumed_parallel_store(data_cfg, tokenizer_file)
+        else:
+            unit = store_unit(plan.layout, plan.units)
+            data_cfg = resumed_store(data_cfg, tokenizer_file, unit, plan.spellings, plan.units)
+    if parallel:  # sentence pairs for translation, in token-count batches
+        pairs = prepare_parallel_data(data_cfg, seed)
+        return RunData(pairs.tokenizer, pairs.vocab, pairs.train, pairs.validation, pairs.store, pairs.references)
+    phases = [
+        prepare_pretraining_data(
+            OmegaConf.merge(data_cfg, {"max_seq_len": length}), _with_units(phase_plan, units), seed
+        )
+        for length, phase_plan in phase_plans
+    ]
+    data = phases[0] if phases else prepare_pretraining_data(data_cfg, plan, seed)
+    return RunData(data.tokenizer, data.vocab, data.train, data.validation, data.store, phases=phases)
+
+
+def _with_units(plan: DataPlan, units: Any) -> DataPlan:
+    """A phase's plan reading the units (and the tagger) built once for the run."""
+    if plan.units is None or isinstance(plan.units, TaggedSources):
+        return plan
+    return dataclasses.replace(plan, units=units)
 
 
 def prepare_pretraining_data(
@@ -41,9 +108,10 @@ def prepare_pretraining_data(
     if isinstance(layout, DataPlan):
         layout, window, units = layout.layout, layout.stream_window, layout.units
     builder = LAYOUT_BUILDERS.get(plan.layout)
+    store = None
     if builder is None:  # the store's own tokenizer (a given data.store may hold any)
-        folder = prepare_store(data_cfg, store_unit(plan.layout, units), plan.spellings, units)
-        tokenizer = TokenStore(folder).tokenizer
+        store = TokenStore(prepare_store(data_cfg, store_unit(plan.layout, units), plan.spellings, units))
+        tokenizer = store.tokenizer
     else:
         tokenizer = load_or_train_tokenizer(data_cfg)
     vocab = vocab_from_tokenizer(tokenizer)
@@ -52,7 +120,7 @@ def prepare_pretraining_data(
         if builder is not None:  # a layout an objective module registered (data/layouts/plan.py)
             return builder(data_cfg, tokenizer, vocab, plan, split, seed)
         return build_pretraining_examples(
-            data_cfg, tokenizer, vocab, layout, split, seed, window, units, plan.spellings
+            data_cfg, tokenizer, vocab, layout, split, seed, window, units, plan.spellings, store=store
         )
 
     splits = []
@@ -60,7 +128,7 @@ def prepare_pretraining_data(
         with naming_split(data_cfg, split):
             splits.append(examples(split))
     assert splits[0] is not None  # the training split always has a source, or reading it raised
-    return PretrainingData(tokenizer, vocab, *splits)
+    return PretrainingData(tokenizer, vocab, *splits, store=store)
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from plm_toolkit.config.validate import model_field_problems
+from plm_toolkit.config.checks import model_field_problems
 from plm_toolkit.core.errors import CheckpointError
 
 

@@ -9,7 +9,6 @@ BIO tags become entity spans with conlleval's chunk rules (``tasks/ner.py``).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,8 +16,7 @@ import torch
 
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.errors import CheckpointError
-from plm_toolkit.data.layouts.plan import DataPlan
-from plm_toolkit.data.units.corpus import TaggedSources
+from plm_toolkit.data.units.corpus import register_entity_tagger
 from plm_toolkit.objectives.knowledge_masking import TAGGER_KEY as KEY
 from plm_toolkit.objectives.knowledge_masking import ner_checkpoint
 
@@ -93,10 +91,4 @@ class EntityTagger:
         return tags
 
 
-def with_entity_tagger(plan: DataPlan) -> DataPlan:
-    """``plan`` whose knowledge units carry the tagger that ``objective.entity_tagger`` names (``TaggedSources``,
-    which ``data/units/corpus.py`` reads), or ``plan`` itself when it names none."""
-    units = plan.units
-    if units is None or not getattr(units, "entity_tagger", None):
-        return plan
-    return dataclasses.replace(plan, units=TaggedSources(units, EntityTagger(units.entity_tagger)))
+register_entity_tagger(EntityTagger)

@@ -13,11 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from plm_toolkit.config.resolve import resolve_run
 from plm_toolkit.data.batching.loader import MicroBatches, micro_batch_loader
-from plm_toolkit.data.build import PretrainingData, prepare_pretraining_data
+from plm_toolkit.data.build import PretrainingData
 
 
 @dataclass
@@ -41,19 +38,15 @@ def phase_bounds(fractions: list[float], max_steps: int) -> list[tuple[int, int]
     return list(zip([0, *ends[:-1]], ends, strict=True))
 
 
-def prepare_phases(cfg, data_cfg, seed: int, with_sources=lambda plan: plan) -> list[TrainingPhase]:
-    """Each phase's examples, prepared by ``prepare_pretraining_data`` at the phase's data.max_seq_len (the
-    tokenizer is the same for all: it is trained once and cached); ``with_sources`` completes a plan with what its
-    knowledge units are read from (train.py's entity tagger)."""
-    phases = cfg.trainer.phases
-    bounds = phase_bounds([p.fraction for p in phases], int(cfg.trainer.max_steps))
-    out = []
-    for phase, (start, end) in zip(phases, bounds, strict=True):
-        length = {"data": {"max_seq_len": phase.max_seq_len}}
-        plan = resolve_run(OmegaConf.merge(cfg, length)).plan
-        data = prepare_pretraining_data(OmegaConf.merge(data_cfg, length["data"]), with_sources(plan), seed)
-        out.append(TrainingPhase(start, end, phase.batch_size or cfg.trainer.batch_size, data))
-    return out
+def training_phases(trainer_cfg: Any, phase_data: list[PretrainingData]) -> list[TrainingPhase]:
+    """The phases of ``trainer.phases`` with their steps and batch sizes, over each phase's examples (``phase_data``,
+    built by the data entry point at each phase's data.max_seq_len)."""
+    phases = trainer_cfg.phases
+    bounds = phase_bounds([p.fraction for p in phases], int(trainer_cfg.max_steps))
+    return [
+        TrainingPhase(start, end, phase.batch_size or trainer_cfg.batch_size, data)
+        for phase, (start, end), data in zip(phases, bounds, phase_data, strict=True)
+    ]
 
 
 def phased_micro_batches(trainer, pin_memory: bool) -> Iterator[Any]:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import torch
 
 from plm_toolkit.core.errors import ConfigError, TrainingError
-from plm_toolkit.training.distributed import ProcessInfo, launched_world_size
+from plm_toolkit.core.launch import launched_world_size
+from plm_toolkit.training.distributed import ProcessInfo
 
 
 def _value(x) -> str:

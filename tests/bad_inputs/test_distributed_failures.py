@@ -70,7 +70,7 @@ def test_a_failure_only_rank_1_hits_is_said_once_by_rank_1(tmp_path):
 
             from plm_toolkit import failures
             from plm_toolkit.core.errors import DataError
-            from plm_toolkit.training.distributed import launched_rank
+            from plm_toolkit.core.launch import launched_rank
 
             failures.RANK0_GRACE_S = 1.0
 

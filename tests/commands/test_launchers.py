@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from plm_toolkit.commands import run_harness as cli
+from plm_toolkit.commands import run_harness
 from plm_toolkit.core.errors import ConfigError
 from tests.commands.test_train import launch
 from tests.training.conftest import TINY
@@ -44,10 +44,12 @@ def test_submitit_local_two_task_job_runs_to_the_end(small_corpus, tmp_path):
 
 def test_missing_submitit_plugin_names_the_extra(monkeypatch, capsys):
     real = importlib.util.find_spec
-    monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name: None if "submitit" in name else real(name))
-    cli.require_launcher_plugin(["model=bert_tiny"])  # no launcher asked for: nothing happens
+    monkeypatch.setattr(
+        run_harness.importlib.util, "find_spec", lambda name: None if "submitit" in name else real(name)
+    )
+    run_harness.require_launcher_plugin(["model=bert_tiny"])  # no launcher asked for: nothing happens
     with pytest.raises(ConfigError) as stop:
-        cli.require_launcher_plugin(["-m", "hydra/launcher=submitit_slurm", "hydra.launcher.nodes=2"])
+        run_harness.require_launcher_plugin(["-m", "hydra/launcher=submitit_slurm", "hydra.launcher.nodes=2"])
     assert str(stop.value) == (
         "hydra/launcher=submitit_slurm needs the hydra-submitit-launcher package: pip install 'plm_toolkit[slurm]'"
     )

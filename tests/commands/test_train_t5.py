@@ -38,7 +38,11 @@ def command(module: str, *args: str, cwd) -> subprocess.CompletedProcess:
     """``python -m plm_toolkit.<module> ARGS``, as the plm-* entry points run it; fails the test on a non-zero exit."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", f"plm_toolkit.{module}", *args], capture_output=True, text=True, cwd=cwd, env=env
+        [sys.executable, "-m", f"plm_toolkit.commands.{module}", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done

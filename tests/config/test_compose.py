@@ -10,8 +10,9 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 import plm_toolkit.commands.train  # noqa: F401  (registers schemas, registries and resolvers)
-from plm_toolkit.config.validate import finetune_problems as problems_of
-from plm_toolkit.config.validate import model_class, objective_class, problems, validate
+from plm_toolkit.config.finetune_checks import finetune_problems as problems_of
+from plm_toolkit.config.resolve import model_class, objective_class
+from plm_toolkit.config.validate import problems, validate
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import OBJECTIVES
 
@@ -184,7 +185,7 @@ def test_help_lists_only_the_commands_own_groups():
 @pytest.mark.parametrize("module,key", [("generate", "max_new_tokens"), ("embed", "input_file")])
 def test_generate_and_embed_help_show_their_own_keys_and_no_groups(module, key):
     """They take no config groups; Hydra's default help listed every group of plm-train and plm-finetune."""
-    command = [sys.executable, "-m", f"plm_toolkit.{module}", "--help"]
+    command = [sys.executable, "-m", f"plm_toolkit.commands.{module}", "--help"]
     out = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.startswith(f"plm-{module}: ") and f"\n{key}: " in out and "model: albert" not in out
 

@@ -5,7 +5,9 @@ import dataclasses
 
 import pytest
 
-from plm_toolkit.config.validate import model_class, model_field_problems, problems
+from plm_toolkit.config.checks import model_field_problems
+from plm_toolkit.config.resolve import model_class
+from plm_toolkit.config.validate import problems
 from plm_toolkit.core.registry import MODELS
 from tests.config.test_compose import composed
 
@@ -58,7 +60,7 @@ def test_unpad_is_offered_to_the_objectives_that_read_packed_rows(objective, ref
     cfg = composed("model=bert_tiny", f"objective={objective}", "hardware.unpad=true")
     found = [p for p in problems(cfg) if p.startswith("hardware.unpad")]
     expected = (
-        "hardware.unpad=true packs sequences for objective=mlm on absolute-position models (BERT, RoBERTa, ALBERT, "
-        f"ELECTRA) only; objective={objective} with model=bert keeps padded rows: set hardware.unpad=false"
+        "hardware.unpad=true packs sequences for objective=mlm on models that take positions (albert, bert, electra, "
+        f"ernie, gpt, gpt2); objective={objective} with model=bert keeps padded rows: set hardware.unpad=false"
     )
     assert found == ([expected] if refused else [])

@@ -22,7 +22,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from plm_toolkit.commands import run_harness as cli
+from plm_toolkit.commands import run_harness
+from plm_toolkit.commands.fitting import in_run_directory
 from plm_toolkit.commands.glue.runs import (
     SubRun,
     load,
@@ -38,7 +39,9 @@ from plm_toolkit.commands.glue.runs import (
 from plm_toolkit.commands.glue.schedule import Job, failure_line, launch_worker, schedule, visible_gpus
 from plm_toolkit.commands.glue.summary import RESULTS_MD, summarize, write_submission, write_summary
 from plm_toolkit.commands.run_harness import run_command
-from plm_toolkit.config.validate import model_class, training_problems, validate
+from plm_toolkit.config.checks import training_problems
+from plm_toolkit.config.resolve import model_class
+from plm_toolkit.config.validate import validate
 from plm_toolkit.core.checkpoint import plm_checkpoint_dir
 from plm_toolkit.core.errors import ConfigError, TrainingError
 from plm_toolkit.interop.pretrained import model_config_of
@@ -202,11 +205,11 @@ def _work(folder: Path) -> float:
 
 @hydra.main(version_base="1.3", config_path="pkg://plm_toolkit.configs", config_name="glue")
 def hydra_main(cfg: DictConfig) -> float | None:
-    return run_command(run, cfg)
+    return run_command(in_run_directory(run), cfg)
 
 
 def main() -> None:
-    cli.main(hydra_main)
+    run_harness.main(hydra_main)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ def build_pretraining_examples(
     window: tuple[int, int] | None = None,
     units: Any = None,
     spellings: bool = False,
+    store: TokenStore | None = None,
 ):
     """The examples of `split` in `layout` (a view over the store, ``data/layouts/windows.py``), or None when the split has
     no source. Deterministic given `seed`.
@@ -53,7 +54,8 @@ def build_pretraining_examples(
     ``window`` = (length, stride) of the stream layouts; default (max_seq_len + 1, max_seq_len): inputs and
     next-token targets of consecutive segments. ``units``: where knowledge units come from (an objective config,
     ``data/units/corpus.py``); the full-sentences examples then carry a ``units`` column, a join code per token.
-    ``spellings``: the sentence-streams examples also carry the spelling of every unk token (``data/tokenization/spellings.py``).
+    ``spellings``: the sentence-streams examples also carry the spelling of every unk token
+    (``data/tokenization/spellings.py``). ``store``: the token store, when the caller has opened it.
     """
     layout = choice(layout)
     if layout not in LAYOUTS:
@@ -65,7 +67,8 @@ def build_pretraining_examples(
         raise DataError(f"knowledge units travel with full_sentences packing only, not {layout}")
     if spellings and layout != "sentence_streams":
         raise ValueError(f"token spellings travel with sentence_streams packing only, not {layout}")
-    store = TokenStore(prepare_store(data_cfg, store_unit(layout, units), spellings, units))
+    if store is None:  # prepared (or found) here; the run's data entry point passes the one it opened
+        store = TokenStore(prepare_store(data_cfg, store_unit(layout, units), spellings, units))
     if store.tokenizer.to_str() != tokenizer.to_str():
         raise DataError(f"the token store {store.folder} holds another tokenizer than the one given")
     part = store.split(split)

@@ -41,6 +41,8 @@ class ParallelData:
     # The validation pairs' text as read (stripped), by row index: decoding is scored against ``references``.
     sources: list[str]
     references: list[str]
+    # The token store the pairs are read from.
+    store: TokenStore | None = None
 
 
 def batches_of(pairs: ParallelPairs, data_cfg: Any, seed: int, split: str) -> TokenBatches:
@@ -93,4 +95,5 @@ def prepare_parallel_data(data_cfg: Any, seed: int) -> ParallelData:
         int(data_cfg.max_tokens),
         len(references),
     )
-    return ParallelData(tokenizer, vocab_from_tokenizer(tokenizer), splits["train"], validation, sources, references)
+    vocab = vocab_from_tokenizer(tokenizer)
+    return ParallelData(tokenizer, vocab, splits["train"], validation, sources, references, store=store)

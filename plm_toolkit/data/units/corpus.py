@@ -44,6 +44,28 @@ class TaggedSources:
         return getattr(self.config, name)
 
 
+# What builds the tagger that objective.entity_tagger names: registered by ``tasks/entity_tagger.py`` when the
+# catalog loads the tasks (a tagger is a fine-tuned task=ner checkpoint, far above the data floor), so that the data
+# entry point builds it without importing the task code.
+_ENTITY_TAGGER_FACTORY: list[Callable[[str], Any]] = []
+
+
+def register_entity_tagger(factory: Callable[[str], Any]) -> Callable[[str], Any]:
+    """Make ``factory(path)`` the builder of the tagger that objective.entity_tagger names."""
+    _ENTITY_TAGGER_FACTORY[:] = [factory]
+    return factory
+
+
+def tagged_sources(units: Any) -> Any:
+    """``units`` with the entity tagger that its ``entity_tagger`` key names (``TaggedSources``), or ``units`` itself
+    when it names none."""
+    if units is None or not getattr(units, "entity_tagger", None) or isinstance(units, TaggedSources):
+        return units
+    if not _ENTITY_TAGGER_FACTORY:
+        raise RuntimeError("no entity tagger is registered: plm_toolkit.core.catalog.load_all() imports it")
+    return TaggedSources(units, _ENTITY_TAGGER_FACTORY[0](units.entity_tagger))
+
+
 class UnitFinder:
     """Finds the units of one line of text: its words (``segmenter``, or the spaces of ``presegmented`` text), the
     marked units, the ``phrases`` and ``gazetteer`` matches, and the ``tagger``'s entities (``tag``). ``source``

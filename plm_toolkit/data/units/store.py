@@ -69,7 +69,7 @@ def units_settings(sources: Any) -> dict:
     if sources.entity_tagger and tagger is None:
         raise ValueError(
             f"entity_tagger={sources.entity_tagger} names a tagger that was not built; pass the sources as "
-            "TaggedSources(sources, tagger) (tasks/entity_tagger.py: with_entity_tagger)"
+            "TaggedSources(sources, tagger) (data/units/corpus.py: tagged_sources)"
         )
     weights = _digest(tagger.folder / "model.safetensors", tagger.folder / "objective.safetensors") if tagger else None
     return {"version": FORMAT_VERSION, "segmenter": choice(sources.word_segmenter), "presegmented": presegmented,

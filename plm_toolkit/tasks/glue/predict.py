@@ -22,8 +22,8 @@ from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.interop.pretrained import load_backbone, read_config_yaml
 from plm_toolkit.tasks.base import TaskData, character_width
 from plm_toolkit.tasks.checkpoint_head import run_finetune_mode, start_from_checkpoint_head
+from plm_toolkit.tasks.dispatch import task_for_backbone
 from plm_toolkit.tasks.glue.classification import ClassificationConfig, Row, SequenceClassification, encode_rows
-from plm_toolkit.tasks.seq2seq import task_for_backbone
 from plm_toolkit.training.precision import Runtime
 
 

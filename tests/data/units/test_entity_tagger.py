@@ -11,11 +11,10 @@ from omegaconf import OmegaConf
 
 import plm_toolkit.commands.finetune as finetune
 from plm_toolkit.core.errors import CheckpointError
-from plm_toolkit.data.layouts.plan import DataPlan
-from plm_toolkit.data.units.corpus import TaggedSources
+from plm_toolkit.data.units.corpus import TaggedSources, tagged_sources
 from plm_toolkit.data.units.store import units_settings
 from plm_toolkit.objectives.knowledge_masking import ner_checkpoint
-from plm_toolkit.tasks.entity_tagger import EntityTagger, with_entity_tagger
+from plm_toolkit.tasks.entity_tagger import EntityTagger
 from tests.data.units.test_units import coded_sentences, sources, units_store
 from tests.tasks.conftest import QUIET, save_tiny_checkpoint, tiny_tokenizer
 
@@ -96,11 +95,12 @@ def test_checkpoints_that_are_not_ner_taggers_are_refused(ner_run, tmp_path):
 
 
 @pytest.mark.slow
-def test_plm_train_builds_the_tagger_its_objective_names(ner_run):
-    """train.py hands data/units/corpus.py the tagger built here (data/ imports nothing from tasks/)."""
-    untagged = DataPlan(units=sources())
-    assert with_entity_tagger(untagged) is untagged and with_entity_tagger(DataPlan()).units is None
-    tagged = with_entity_tagger(DataPlan(units=sources(entity_tagger=str(ner_run / "run")))).units
+def test_the_data_entry_point_builds_the_tagger_its_objective_names(ner_run):
+    """tasks/entity_tagger.py registers the tagger's builder with data/units/corpus.py when the catalog loads the
+    tasks; the data entry point (data/build.py) builds it through that hook (data/ imports nothing from tasks/)."""
+    untagged = sources()
+    assert tagged_sources(untagged) is untagged and tagged_sources(None) is None
+    tagged = tagged_sources(sources(entity_tagger=str(ner_run / "run")))
     assert isinstance(tagged, TaggedSources) and tagged.word_segmenter == "regex"
     assert tagged.tagger([["Bob", "visited", "Kyoto", "."]]) == [[(0, 1), (2, 3)]]
     with pytest.raises(ValueError, match="names a tagger that was not built"):

@@ -1,0 +1,134 @@
+"""What the commands that train share (plm-train, plm-finetune, plm-glue): the run directory held and the process
+group joined around the run, its first steps (validation, device, the checkpoint to resume), and the loop's set-up."""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from plm_toolkit.config.checks import evaluation_only
+from plm_toolkit.config.resolve import ResolvedRun
+from plm_toolkit.config.validate import validate
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core.errors import DataError
+from plm_toolkit.core.launch import adopt_submitit_environment, launched_rank, launched_world_size
+from plm_toolkit.core.run_lock import lock_run_directory, release
+from plm_toolkit.training.distributed import destroy_process_group, init_process_group
+from plm_toolkit.training.loop import Trainer
+from plm_toolkit.training.precision import Runtime, resolve_runtime
+from plm_toolkit.training.preemption import EXIT_REQUEUE, Preempted
+from plm_toolkit.training.resume import starting_checkpoint
+
+log = logging.getLogger("plm_toolkit")
+
+
+def in_run_directory(run: Callable[[DictConfig, Path], dict]) -> Callable[[DictConfig, Path], dict]:
+    """``run`` holding its run directory (rank 0 of a launch takes the lock: the process that writes checkpoints),
+    leaving the process group when it ends, and exiting with the requeue status when a signal stopped it."""
+
+    def held(cfg: DictConfig, run_dir: Path) -> dict:
+        finished = False
+        try:
+            adopt_submitit_environment()  # a submitit task's rank, before the lock
+            if "trainer" in cfg and launched_rank() == 0:
+                lock_run_directory(run_dir)
+            final = run(cfg, run_dir)
+            finished = True
+            return final
+        except Preempted as stopped:
+            how = (
+                "rerun the same command to resume" if stopped.signum == signal.SIGINT else "so that the job is requeued"
+            )
+            log.warning("%s; exiting with status %d: %s (trainer.resume=auto)", stopped, EXIT_REQUEUE, how)
+            sys.exit(EXIT_REQUEUE)
+        finally:
+            destroy_process_group(wait_for_peers=finished)
+            release(run_dir)
+
+    return held
+
+
+def start_run(cfg: DictConfig, run_dir: Path) -> tuple[Runtime, ckpt.Checkpoint | None, ResolvedRun | None]:
+    """Validate, choose the device and precision, join the process group under torchrun, clear half-written
+    checkpoints and find the one ``trainer.resume`` names, refusing one whose config changed what is trained
+    (``training/resume.py``): the first steps of every run, before any data work. Returns a plm-train config's run
+    as validation resolved it (``config/resolve.py``; None for plm-finetune's)."""
+    resolved = validate(cfg)
+    adopt_submitit_environment()
+    runtime = resolve_runtime(cfg.hardware)
+    if launched_world_size() > 1 or runtime.fsdp:
+        runtime = resolve_runtime(cfg.hardware, init_process_group(runtime.backend))
+    if runtime.process.is_main:
+        ckpt.clean_temporary(run_dir)
+    return runtime, starting_checkpoint(cfg, run_dir, runtime.process.is_main), resolved
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def fit(
+    cfg: DictConfig,
+    run_dir: Path,
+    runtime: Runtime,
+    checkpoint: ckpt.Checkpoint | None,
+    *,
+    resolved: dict,
+    tokenizer_json: str | None,
+    optimizer_cfg=None,
+    **pieces,
+) -> tuple[Trainer, dict]:
+    """The loop over what a command built (``pieces``: model, objective, train_examples, eval_examples, collate and
+    optionally streams), resumed from ``checkpoint``; ``resolved`` is the config saved with every checkpoint."""
+    if len(pieces["train_examples"]) == 0 and not evaluation_only(cfg.trainer):
+        raise DataError("the training data holds no examples: check data.train_file(s) and data.max_train_samples")
+    trainer = Trainer(
+        **pieces,
+        runtime=runtime,
+        trainer_cfg=cfg.trainer,
+        optimizer_cfg=cfg.optimizer if optimizer_cfg is None else optimizer_cfg,
+        hardware_cfg=cfg.hardware,
+        run_dir=run_dir,
+        config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
+        tokenizer_json=tokenizer_json,
+        num_workers=cfg.data.num_workers,
+        data_keys=("data.train_files", "data.validation_files")
+        if "train_files" in cfg.data
+        else ("data.train_file", "data.validation_file"),
+    )
+    if checkpoint is not None:
+        trainer.restore(checkpoint)
+    else:  # a fresh start: rows an earlier attempt logged before it saved anything are not this run's
+        trainer.metrics.truncate_after(0)
+    examples = len(trainer.train_examples)
+    if trainer.max_steps == 0:
+        log.info("evaluation only (no training steps): the starting weights are evaluated, no checkpoint is written")
+    else:
+        log.info(
+            "training for %d optimizer steps: %.3g epochs of %d examples at a global batch of %d",
+            trainer.max_steps,
+            trainer.max_steps * trainer.layout.global_batch / examples,
+            examples,
+            trainer.layout.global_batch,
+        )
+    if cfg.trainer.time_budget:
+        log.info(
+            "or until trainer.time_budget=%g hours of training have passed, whichever comes first",
+            cfg.trainer.time_budget,
+        )
+    final = trainer.fit()
+    if runtime.process.is_main:
+        log.info("run directory: %s", run_dir)
+        if trainer.last_checkpoint is not None:
+            log.info("checkpoint: %s", trainer.last_checkpoint)
+    return trainer, final
