@@ -23,6 +23,7 @@ from plm_toolkit.core import registry
 from plm_toolkit.core.errors import PlmError
 from plm_toolkit.data.batching.collate import Collator, Seq2SeqCollator
 from plm_toolkit.data.build import build_run_data
+from plm_toolkit.data.layouts.plan import Layout
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.training.phases import training_phases
 
@@ -59,7 +60,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     phases = training_phases(cfg.trainer, data.phases) if data.phases else None
     collate = (
         Seq2SeqCollator(data.vocab.padding_id, data.vocab.require("eos_id", "translation"))
-        if plan.layout == "parallel"
+        if plan.layout == Layout.parallel
         else Collator(data.vocab)
     )
 
@@ -69,7 +70,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         OmegaConf.to_object(cfg.objective), model, data.vocab
     )
     plan = plan.with_transform(objective.batch_transform())
-    if plan.layout == "parallel":
+    if plan.layout == Layout.parallel:
         objective.attach_references(data.tokenizer, data.references)
     log.info(
         "model=%s (%.2fM parameters) objective=%s device=%s precision=%s processes=%d train examples=%d",

@@ -29,6 +29,7 @@ from plm_toolkit.core.capabilities import CHARACTERS, SEGMENTS
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.names import did_you_mean, key_names
 from plm_toolkit.core.registry import MODELS, OBJECTIVES
+from plm_toolkit.data.layouts.plan import Layout
 from plm_toolkit.data.sources.user_files import not_a_file
 
 
@@ -104,9 +105,9 @@ def layout_problems(cfg: DictConfig, resolved: ResolvedRun | None) -> list[str]:
     out: list[str] = []
     wanted = objective_class(o.name).natural_layout
     parallel = "source_lang" in d
-    if wanted == "parallel" and not parallel:
+    if wanted == Layout.parallel and not parallel:
         out.append(f"objective={o.name} trains on sentence pairs: set data=parallel (data.train_files=[corpus/train])")
-    elif parallel and wanted != "parallel":
+    elif parallel and wanted != Layout.parallel:
         out.append(
             f"data=parallel holds sentence pairs, which objective={o.name} does not read; pick "
             "objective=translation or another data preset"

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.data.layouts.plan import LAYOUT_BUILDERS, DataPlan
+from plm_toolkit.data.layouts.plan import LAYOUT_BUILDERS, DataPlan, Layout
 from plm_toolkit.data.layouts.pretraining import build_pretraining_examples, store_unit
 from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data
 from plm_toolkit.data.sources.corpus import split_files
@@ -69,7 +69,7 @@ def build_run_data(
     wait on the file system, not in a collective that could time out (``data/store/lock.py``)."""
     units = tagged_sources(plan.units)  # the entity tagger objective.entity_tagger names, built once
     plan = dataclasses.replace(plan, units=units)
-    parallel = plan.layout == "parallel"
+    parallel = plan.layout == Layout.parallel
     if tokenizer_file is not None and tokenizer_file.is_file():
         if parallel:
             data_cfg = resumed_parallel_store(data_cfg, tokenizer_file)

@@ -14,7 +14,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from plm_toolkit.data.layouts.plan import BatchTransform, DataPlan, choose_layout
+from plm_toolkit.data.layouts.plan import BatchTransform, DataPlan, Layout, choose_layout
 
 __all__ = [
     "BatchTransform",
@@ -46,7 +46,7 @@ class Objective(nn.Module):
     required_capabilities: ClassVar[frozenset[str]] = frozenset()
     # The layout this objective's data comes in (data/layouts/plan.py LAYOUTS); ``data_plan`` resolves data.packing
     # against it.
-    natural_layout: ClassVar[str] = "full_sentences"
+    natural_layout: ClassVar[str] = Layout.full_sentences
     # metric name -> component whose target count divides it for logging.
     metric_denominators: ClassVar[dict[str, str]] = {}
     # Loss components that are per-token language-model cross-entropies: evaluation reports exp(loss) of each as
@@ -71,7 +71,7 @@ class Objective(nn.Module):
         read. By default: ``natural_layout``, shuffled, dynamic; stream layouts take windows of the inputs and
         their next-token targets, one after the other."""
         layout = choose_layout(data_cfg, cls.natural_layout, config.name)
-        if layout != "streams":
+        if layout != Layout.streams:
             return DataPlan(layout, static_copies=int(getattr(config, "dupe_factor", 0) or 0))
         return DataPlan(layout, window=int(data_cfg.max_seq_len) + 1, stride=int(data_cfg.max_seq_len))
 

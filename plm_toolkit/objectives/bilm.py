@@ -31,7 +31,7 @@ from torch import nn
 
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.core.registry import OBJECTIVES
-from plm_toolkit.data.layouts.plan import DataPlan, choose_layout
+from plm_toolkit.data.layouts.plan import DataPlan, Layout, choose_layout
 from plm_toolkit.data.tokenization.characters import BOS_TOKEN, EOS_TOKEN, character_table
 from plm_toolkit.data.tokenization.spellings import spelled_character_ids, spellings_key
 from plm_toolkit.data.tokenization.vocab import Vocab
@@ -74,7 +74,7 @@ class CharacterLookup:
 @OBJECTIVES.register("bilm", BilmConfig)
 class BidirectionalLanguageModeling(MemoryObjective):
     required_capabilities = frozenset({CHARACTERS, RECURRENT_MEMORY})
-    natural_layout = "sentence_streams"
+    natural_layout = Layout.sentence_streams
     perplexity_components = frozenset({"bilm", "bilm_forward", "bilm_backward"})
     metric_denominators = {"bilm_forward_loss": "forward", "bilm_backward_loss": "backward"}
 

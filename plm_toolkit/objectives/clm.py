@@ -25,6 +25,7 @@ from torch import nn
 
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import MODELS, OBJECTIVES
+from plm_toolkit.data.layouts.plan import Layout
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.base import CAUSAL, RECURRENT_MEMORY
 from plm_toolkit.nn.losses import linear_cross_entropy
@@ -46,7 +47,7 @@ class ClmConfig:
 class CausalLanguageModeling(MemoryObjective):
     perplexity_components = frozenset({"clm"})
     required_capabilities = frozenset({CAUSAL})
-    natural_layout = "streams"
+    natural_layout = Layout.streams
     metric_denominators = {"clm_bits_per_token": "clm", "clm_correct": "clm"}
 
     def __init__(self, config: ClmConfig, model: nn.Module, vocab: Vocab):
@@ -77,7 +78,7 @@ class CausalLanguageModeling(MemoryObjective):
         every window stands alone, documents joined by the end-of-text token)."""
         plan = super().data_plan(config, data_cfg, model_config)
         recurrent = RECURRENT_MEMORY in MODELS.get(model_config.name).builder.capabilities
-        return dataclasses.replace(plan, order="stream" if recurrent and plan.layout == "streams" else "shuffled")
+        return dataclasses.replace(plan, order="stream" if recurrent and plan.layout == Layout.streams else "shuffled")
 
     @classmethod
     def check_config(cls, config) -> None:

@@ -35,7 +35,7 @@ from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.errors import CheckpointError, ConfigError
 from plm_toolkit.core.registry import OBJECTIVES
 from plm_toolkit.core.schema import choices
-from plm_toolkit.data.layouts.plan import DataPlan
+from plm_toolkit.data.layouts.plan import DataPlan, Layout
 from plm_toolkit.data.sources.corpus import choice
 from plm_toolkit.objectives.masking import NO_JOIN, WORD_LEVEL, MaskingTransform, MaskingUnit
 from plm_toolkit.objectives.mlm import MaskedLanguageModeling, MlmConfig
@@ -199,7 +199,7 @@ class KnowledgeMasking(MaskedLanguageModeling):
     def data_plan(cls, config, data_cfg, model_config) -> DataPlan:
         """MLM's plan, full sentences only (the units travel with them), with the units' sources."""
         plan = super().data_plan(config, data_cfg, model_config)
-        if plan.layout != "full_sentences":
+        if plan.layout != Layout.full_sentences:
             raise ConfigError(
                 f"data.packing={plan.layout}: objective=knowledge_masking reads full sentences (its units travel "
                 "with them); set data.packing=auto"

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from plm_toolkit.core.registry import OBJECTIVES
+from plm_toolkit.data.layouts.plan import Layout
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.base import BIDIRECTIONAL, POOLER, SEGMENTS, Representations
 from plm_toolkit.objectives.base import Objective, ObjectiveOutput
@@ -31,7 +32,7 @@ class NextSentencePrediction(Objective):
     """NSP over ``next_sentence_label``; its metric sum ``nsp_correct`` is logged as ``nsp_accuracy``."""
 
     required_capabilities = frozenset({BIDIRECTIONAL, POOLER, SEGMENTS})
-    natural_layout = "sentence_pairs"
+    natural_layout = Layout.sentence_pairs
     # ``metrics["nsp_correct"]`` counts correct predictions; the loop logs it / count["nsp"] as nsp_accuracy.
     metric_denominators = {"nsp_correct": "nsp"}
 

@@ -30,7 +30,7 @@ from torch import nn
 
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import OBJECTIVES
-from plm_toolkit.data.layouts.plan import choose_layout
+from plm_toolkit.data.layouts.plan import Layout, choose_layout
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.base import TWO_STREAM
 from plm_toolkit.objectives.base import BatchTransform, DataPlan, MemoryObjective, ObjectiveOutput
@@ -169,7 +169,7 @@ class PermutationTransform:
 class PermutationLanguageModeling(MemoryObjective):
     perplexity_components = frozenset({"plm"})
     required_capabilities = frozenset({TWO_STREAM})
-    natural_layout = "streams"
+    natural_layout = Layout.streams
     metric_denominators = {"plm_correct": "plm"}
 
     def __init__(self, config: PlmConfig, model: nn.Module, vocab: Vocab):

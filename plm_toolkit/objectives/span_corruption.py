@@ -17,6 +17,7 @@ from torch import nn
 
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import OBJECTIVES
+from plm_toolkit.data.layouts.plan import Layout
 from plm_toolkit.data.tokenization.sentinels import check_sentinels
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.base import ENCODER_DECODER
@@ -40,7 +41,7 @@ class SpanCorruptionObjective(Objective):
     required_capabilities = frozenset({ENCODER_DECODER})
     perplexity_components = frozenset({"span_corruption"})
     metric_denominators = {"span_corruption_correct": "span_corruption"}
-    natural_layout = "streams"
+    natural_layout = Layout.streams
 
     def __init__(self, config: SpanCorruptionConfig, model: nn.Module, vocab: Vocab):
         super().__init__()

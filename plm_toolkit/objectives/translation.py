@@ -24,6 +24,7 @@ from plm_toolkit.config.checks import decoding_problems
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import OBJECTIVES
 from plm_toolkit.data.batching.collate import IGNORE_INDEX, shift_right
+from plm_toolkit.data.layouts.plan import Layout
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.generation.decoding import SearchConfig, generate
 from plm_toolkit.generation.text_metrics import bleu_chrf
@@ -113,7 +114,7 @@ def teacher_forced(
 @OBJECTIVES.register("translation", TranslationConfig)
 class Translation(Objective):
     required_capabilities = frozenset({ENCODER_DECODER})
-    natural_layout = "parallel"
+    natural_layout = Layout.parallel
     metric_denominators = {"translation_nll": "translation", "translation_correct": "translation"}
 
     def __init__(self, config: TranslationConfig, model: nn.Module, vocab: Vocab):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import torch
@@ -25,12 +26,29 @@ from plm_toolkit.core.errors import ConfigError
 # argument (data/batching/loader.py), evaluation without.
 BatchTransform = Callable[[dict[str, torch.Tensor], Sequence[int]], dict[str, torch.Tensor]]
 
+
 # sentence_pairs: BERT's, B random half the time (NSP); segment_pairs: two consecutive segments of one document,
 # in order (SOP swaps them per batch); full_sentences: RoBERTa's packing; streams: windows of one token stream;
 # parallel: source-target sentence pairs (data=parallel, data/layouts/translation_pairs.py), read in token-count batches.
 # sentence_streams: ELMo's, windows of a stream of <S> ... </S> sentences and of the same sentences reversed.
-LAYOUTS = ("sentence_pairs", "segment_pairs", "full_sentences", "streams", "parallel", "sentence_streams")
-STREAM_LAYOUTS = ("streams", "sentence_streams")
+class Layout(str, Enum):
+    """A layout's name; compares, hashes, prints and digests (``repr``, which cache keys read) as its text, so that a
+    config value, a store's settings and the code's constants are interchangeable."""
+
+    sentence_pairs = "sentence_pairs"
+    segment_pairs = "segment_pairs"
+    full_sentences = "full_sentences"
+    streams = "streams"
+    parallel = "parallel"
+    sentence_streams = "sentence_streams"
+
+    __str__ = str.__str__
+    __repr__ = str.__repr__
+    __format__ = str.__format__
+
+
+LAYOUTS = tuple(layout.value for layout in Layout)
+STREAM_LAYOUTS = (Layout.streams, Layout.sentence_streams)
 # shuffled: a seeded permutation of the examples per epoch; stream: consecutive windows dealt out in order over
 # batch_size sub-streams, so that a carried memory continues each row's text (Transformer-XL section 3.2).
 ORDERS = ("shuffled", "stream")
@@ -38,19 +56,19 @@ ORDERS = ("shuffled", "stream")
 # split, seed) returning the split's examples (a datasets.Dataset or a list of dicts), or None without that split.
 LAYOUT_BUILDERS: dict[str, Callable[..., Any]] = {}
 _LAYOUT_WORDS = {
-    "sentence_pairs": "sentence pairs",
-    "segment_pairs": "in-order segment pairs",
-    "streams": "streams",
-    "sentence_streams": "sentence streams",
-    "full_sentences": "full sentences or pairs",
-    "parallel": "sentence pairs (data=parallel)",
+    Layout.sentence_pairs: "sentence pairs",
+    Layout.segment_pairs: "in-order segment pairs",
+    Layout.streams: "streams",
+    Layout.sentence_streams: "sentence streams",
+    Layout.full_sentences: "full sentences or pairs",
+    Layout.parallel: "sentence pairs (data=parallel)",
 }
 
 
 @dataclass(frozen=True)
 class DataPlan:
     # How examples are cut from the corpus (LAYOUTS).
-    layout: str = "full_sentences"
+    layout: str = Layout.full_sentences
     # Stream layouts: tokens per window and the distance between consecutive window starts.
     window: int | None = None
     stride: int | None = None
@@ -105,7 +123,7 @@ def choose_layout(data_cfg, wanted: str, objective: str) -> str:
     packing = getattr(data_cfg.packing, "value", data_cfg.packing)
     if packing == "auto":
         return wanted
-    if packing == wanted or (wanted == "full_sentences" and packing not in STREAM_LAYOUTS):
+    if packing == wanted or (wanted == Layout.full_sentences and packing not in STREAM_LAYOUTS):
         return packing
     raise ConfigError(
         f"data.packing={packing}: objective={objective} needs {_LAYOUT_WORDS.get(wanted, wanted)}; "

@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 
 from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.layouts.packed import PACKED_VERSION, FullSentenceBlocks, SentencePairs
-from plm_toolkit.data.layouts.plan import LAYOUTS, STREAM_LAYOUTS
+from plm_toolkit.data.layouts.plan import LAYOUTS, STREAM_LAYOUTS, Layout
 from plm_toolkit.data.layouts.windows import SentenceStreamWindows, StreamWindows
 from plm_toolkit.data.sources.corpus import choice, stable_hash
 from plm_toolkit.data.store.cache import cache_root
@@ -31,7 +31,7 @@ from plm_toolkit.data.tokenization.template import template_of
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.data.units.store import log_units
 
-PAIR_LAYOUTS = ("sentence_pairs", "segment_pairs")
+PAIR_LAYOUTS = (Layout.sentence_pairs, Layout.segment_pairs)
 
 logger = logging.getLogger(__name__)
 
@@ -63,9 +63,9 @@ def build_pretraining_examples(
     max_seq_len = int(data_cfg.max_seq_len)
     if max_seq_len < 8:
         raise DataError(f"data.max_seq_len={max_seq_len} is too short; expected at least 8 tokens")
-    if units is not None and layout != "full_sentences":
+    if units is not None and layout != Layout.full_sentences:
         raise DataError(f"knowledge units travel with full_sentences packing only, not {layout}")
-    if spellings and layout != "sentence_streams":
+    if spellings and layout != Layout.sentence_streams:
         raise ValueError(f"token spellings travel with sentence_streams packing only, not {layout}")
     if store is None:  # prepared (or found) here; the run's data entry point passes the one it opened
         store = TokenStore(prepare_store(data_cfg, store_unit(layout, units), spellings, units))
@@ -78,14 +78,14 @@ def build_pretraining_examples(
         log_units(split, part.info, units)
     if layout in STREAM_LAYOUTS:
         length, stride = window or (max_seq_len + 1, max_seq_len)
-        if layout == "streams":
+        if layout == Layout.streams:
             return StreamWindows(part, vocab.document_separator, length, stride)
         bos = vocab.require("bos_id", "ELMo's sentence streams")
         eos = vocab.require("eos_id", "ELMo's sentence streams")
         unk_id = vocab.require("unk_id", "keeping the spelling of unknown words") if spellings else None
         return SentenceStreamWindows(part, bos, eos, length, stride, unk_id)
     folder = layout_folder(store, data_cfg)
-    if layout == "full_sentences":
+    if layout == Layout.full_sentences:
         return FullSentenceBlocks(
             part, template_of(tokenizer, pair=False), vocab.document_separator, max_seq_len, folder
         )
@@ -93,7 +93,7 @@ def build_pretraining_examples(
     # (NSP, SOP), whose sentence-order swap relies on it.
     cls_id = vocab.require("cls_id", "a sentence-pair layout ([CLS] A [SEP] B [SEP])")
     sep_id = vocab.require("sep_id", "a sentence-pair layout ([CLS] A [SEP] B [SEP])")
-    if layout == "sentence_pairs" and part.num_documents < 2:
+    if layout == Layout.sentence_pairs and part.num_documents < 2:
         sources = ", ".join(s["path"] for s in part.info["sources"])
         logger.warning(
             "%s holds one document: random next sentences come from elsewhere in that document; separate "
@@ -104,7 +104,7 @@ def build_pretraining_examples(
         "max_seq_len": max_seq_len,
         "short_seq_prob": float(data_cfg.short_seq_prob),
         "random_next_prob": float(data_cfg.random_next_prob),
-        "contiguous": layout == "segment_pairs",
+        "contiguous": layout == Layout.segment_pairs,
     }
     name = f"pairs-{split}-{stable_hash(settings, seed, PACKED_VERSION)}"
     processes = getattr(data_cfg, "num_proc", None) or available_cores()
@@ -117,7 +117,7 @@ def store_unit(layout: str, units: Any = None) -> str:
     one with their join codes for full sentences of knowledge units (``units``: their sources)."""
     if units is not None:
         return "units"
-    return {"streams": "documents", "full_sentences": "document_sentences"}.get(layout, "sentences")
+    return {Layout.streams: "documents", Layout.full_sentences: "document_sentences"}.get(layout, "sentences")
 
 
 def layout_folder(store: TokenStore, data_cfg: Any) -> Path:

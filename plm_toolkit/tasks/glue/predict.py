@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from omegaconf import OmegaConf
@@ -24,7 +25,9 @@ from plm_toolkit.tasks.base import TaskData, character_width
 from plm_toolkit.tasks.checkpoint_head import run_finetune_mode, start_from_checkpoint_head
 from plm_toolkit.tasks.dispatch import task_for_backbone
 from plm_toolkit.tasks.glue.classification import ClassificationConfig, Row, SequenceClassification, encode_rows
-from plm_toolkit.training.precision import Runtime
+
+if TYPE_CHECKING:  # the commands' device and precision; the task itself never imports the training code
+    from plm_toolkit.training.precision import Runtime
 
 
 @dataclass
