@@ -26,7 +26,7 @@ from plm_toolkit.commands import run_harness
 from plm_toolkit.commands.fitting import fit, in_run_directory, seed_everything, start_run
 from plm_toolkit.commands.run_harness import run_command, write_results
 from plm_toolkit.config.lengths import steps_over_epochs
-from plm_toolkit.config.resolve import task_class
+from plm_toolkit.config.resolve import saved_finetune_config, task_class
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.interop.finetuned_head import HEAD_SECTION
 from plm_toolkit.interop.pretrained import load_backbone
@@ -60,7 +60,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
             cfg.model.checkpoint,
             longest,
         )
-        cfg.data.max_seq_len = longest
+        cfg = OmegaConf.merge(cfg, {"data": {"max_seq_len": longest}})  # a copy: the validated config stays as given
     cls = task_for_backbone(task_class(cfg.task.name), model, cfg.task.name)
     task_config = OmegaConf.to_object(cfg.task)
     if not cfg.data.train_file and getattr(task_config, "labels", None) == [] and not cfg.task.get("regression"):
@@ -72,13 +72,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     task = cls(task_config, model, vocab, data, finetune=OmegaConf.to_object(cfg.finetune))
     start_from_checkpoint_head(task, model, loaded.task_head, loaded.initialized_keys)
 
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    resolved["optimizer"] = OmegaConf.to_container(optimizer_cfg, resolve=True)
-    resolved["task"] = OmegaConf.to_container(OmegaConf.structured(task_config), resolve=True)
+    resolved = saved_finetune_config(cfg, optimizer_cfg, task_config, model.config)
     # What the head's weights do not show (its dense layer's activation), for plm-export.
     resolved[HEAD_SECTION] = head_record(task)
-    # The backbone's architecture travels with the fine-tuned checkpoint, so it loads without the original.
-    resolved["backbone"] = OmegaConf.to_container(OmegaConf.structured(model.config), resolve=True)
     log.info(
         "task=%s backbone=%s from %s (%.2fM parameters) device=%s precision=%s train features=%d eval features=%s",
         cfg.task.name,

@@ -76,3 +76,14 @@ def saved_config(cfg: DictConfig, model_config: Any) -> dict:
             saved["model"][key] = getattr(model_config, key)
     saved["data"]["tokenizer"]["kind"] = tokenizer_kind(cfg)
     return saved
+
+
+def saved_finetune_config(cfg: DictConfig, optimizer: DictConfig, task: Any, backbone: Any) -> dict:
+    """The config saved with a plm-finetune checkpoint: interpolations resolved, the optimizer as the run used it
+    (optimizer.d_model from the backbone), the task's config with what the data decided (its labels), and the
+    backbone's architecture, so that the checkpoint loads without the original."""
+    saved = OmegaConf.to_container(cfg, resolve=True)
+    saved["optimizer"] = OmegaConf.to_container(optimizer, resolve=True)
+    saved["task"] = OmegaConf.to_container(OmegaConf.structured(task), resolve=True)
+    saved["backbone"] = OmegaConf.to_container(OmegaConf.structured(backbone), resolve=True)
+    return saved

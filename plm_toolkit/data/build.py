@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import datasets
 from omegaconf import OmegaConf
@@ -26,6 +26,9 @@ from plm_toolkit.data.store.token_store import TokenStore
 from plm_toolkit.data.tokenization.tokenizer import load_or_train_tokenizer, vocab_from_tokenizer
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.data.units.corpus import TaggedSources, tagged_sources
+
+if TYPE_CHECKING:
+    from plm_toolkit.core.schema import DataConfig
 
 
 @dataclass
@@ -55,7 +58,7 @@ class RunData:
 
 
 def build_run_data(
-    data_cfg: Any,
+    data_cfg: DataConfig,
     plan: DataPlan,
     seed: int,
     *,
@@ -97,7 +100,7 @@ def _with_units(plan: DataPlan, units: Any) -> DataPlan:
 
 
 def prepare_pretraining_data(
-    data_cfg: Any, layout: Any, seed: int, window: tuple[int, int] | None = None, units: Any = None
+    data_cfg: DataConfig, layout: Any, seed: int, window: tuple[int, int] | None = None, units: Any = None
 ) -> PretrainingData:
     """Tokenizer (loaded or trained), then the train and validation examples in `layout` (a layout name, or an
     objective's ``DataPlan``, which also gives the window, the knowledge units' sources and whether the examples
@@ -132,7 +135,7 @@ def prepare_pretraining_data(
 
 
 @contextmanager
-def naming_split(data_cfg: Any, split: str):
+def naming_split(data_cfg: DataConfig, split: str):
     """A DataError about one split's examples that names none of its files ("the corpus has 5 tokens, fewer than one
     window of 33") gets the split's key and files in front: which of the files was too short."""
     try:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenizers import Tokenizer
 
@@ -31,13 +31,16 @@ from plm_toolkit.data.tokenization.template import template_of
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.data.units.store import log_units
 
+if TYPE_CHECKING:
+    from plm_toolkit.core.schema import DataConfig
+
 PAIR_LAYOUTS = (Layout.sentence_pairs, Layout.segment_pairs)
 
 logger = logging.getLogger(__name__)
 
 
 def build_pretraining_examples(
-    data_cfg: Any,
+    data_cfg: DataConfig,
     tokenizer: Tokenizer,
     vocab: Vocab,
     layout: Any,
@@ -120,7 +123,7 @@ def store_unit(layout: str, units: Any = None) -> str:
     return {Layout.streams: "documents", Layout.full_sentences: "document_sentences"}.get(layout, "sentences")
 
 
-def layout_folder(store: TokenStore, data_cfg: Any) -> Path:
+def layout_folder(store: TokenStore, data_cfg: DataConfig) -> Path:
     """Where the files a packed layout writes once go: beside the store, or, where the store's folder is read-only,
     under cache_dir."""
     if os.access(store.folder, os.W_OK):

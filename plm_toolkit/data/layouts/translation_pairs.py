@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -26,6 +26,9 @@ from plm_toolkit.data.store.pairs import ParallelPairs, prepare_parallel_store
 from plm_toolkit.data.store.token_store import TokenStore
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.tokenization.vocab import Vocab
+
+if TYPE_CHECKING:
+    from plm_toolkit.core.schema import DataConfig
 
 log = logging.getLogger("plm_toolkit")
 
@@ -45,7 +48,7 @@ class ParallelData:
     store: TokenStore | None = None
 
 
-def batches_of(pairs: ParallelPairs, data_cfg: Any, seed: int, split: str) -> TokenBatches:
+def batches_of(pairs: ParallelPairs, data_cfg: DataConfig, seed: int, split: str) -> TokenBatches:
     """Token batches over a split's pairs (lengths count the end or start token each side gets); the sentences cut
     to data.max_seq_len - 1 tokens are counted in a warning."""
     source, target = pairs.full_lengths()
@@ -61,7 +64,7 @@ def batches_of(pairs: ParallelPairs, data_cfg: Any, seed: int, split: str) -> To
     return TokenBatches(pairs, batches)
 
 
-def prepare_parallel_data(data_cfg: Any, seed: int) -> ParallelData:
+def prepare_parallel_data(data_cfg: DataConfig, seed: int) -> ParallelData:
     """The sentence pairs tokenized into a token store (prepared here when missing) with a joint vocabulary (loaded,
     or trained on both sides of the training pairs), grouped into batches of about data.max_tokens tokens; the
     validation pairs' text kept for scoring."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # Nothing in the data pipeline may reach a hub; set before `datasets` is imported (a user's own value wins).
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -30,6 +30,9 @@ from plm_toolkit.data.sources.documents import (  # noqa: E402
 from plm_toolkit.data.sources.pieces import scan_text  # noqa: E402
 from plm_toolkit.data.sources.saved_datasets import open_saved_split  # noqa: E402
 from plm_toolkit.data.store.cache import cache_root  # noqa: E402
+
+if TYPE_CHECKING:
+    from plm_toolkit.core.schema import DataConfig
 
 SPLITS = ("train", "validation")
 # Bump when a change to how files are cut into documents changes what the cached documents hold.
@@ -57,7 +60,7 @@ def choice(value: Any) -> str:
     return value.value if isinstance(value, Enum) else str(value)
 
 
-def document_boundary(data_cfg: Any) -> str:
+def document_boundary(data_cfg: DataConfig) -> str:
     """data.document_boundary (blank_line where a hand-built config has none)."""
     return choice(getattr(data_cfg, "document_boundary", "blank_line"))
 
@@ -103,7 +106,7 @@ class Documents:
     source: str
 
 
-def split_files(data_cfg: Any, split: str) -> list[str]:
+def split_files(data_cfg: DataConfig, split: str) -> list[str]:
     """The text files of `split` ("train" or "validation")."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
@@ -111,7 +114,7 @@ def split_files(data_cfg: Any, split: str) -> list[str]:
     return [str(f) for f in (files or [])]
 
 
-def read_documents(data_cfg: Any, split: str) -> Documents | None:
+def read_documents(data_cfg: DataConfig, split: str) -> Documents | None:
     """The documents of `split`, or None when that split has no source (no validation files: no evaluation)."""
     if data_cfg.dataset_path:
         return _read_saved(data_cfg, split)
@@ -136,7 +139,7 @@ def read_documents(data_cfg: Any, split: str) -> Documents | None:
     return Documents(_dataset(generate, data_cfg, fingerprint, files), fingerprint, ", ".join(files))
 
 
-def _dataset(generate, data_cfg: Any, fingerprint: str, sources: list[str]) -> datasets.Dataset:
+def _dataset(generate, data_cfg: DataConfig, fingerprint: str, sources: list[str]) -> datasets.Dataset:
     """The documents ``generate`` yields as a Dataset, cached under its contents' fingerprint."""
     try:
         return datasets.Dataset.from_generator(
@@ -149,7 +152,7 @@ def _dataset(generate, data_cfg: Any, fingerprint: str, sources: list[str]) -> d
         raise DataError(f"could not read {', '.join(sources)}: {str(e).splitlines()[0]}") from e
 
 
-def _read_saved(data_cfg: Any, split: str) -> Documents | None:
+def _read_saved(data_cfg: DataConfig, split: str) -> Documents | None:
     path = Path(os.path.expanduser(str(data_cfg.dataset_path)))
     found = open_saved_split(path, split, data_cfg.text_column)
     if found is None:

@@ -20,10 +20,13 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.data.sources.user_files import not_a_file
+
+if TYPE_CHECKING:
+    from plm_toolkit.core.schema import DataConfig
 
 # Characters decoded (or bytes checked) at a time while reading a piece.
 _CHUNK = 1 << 20
@@ -78,7 +81,7 @@ def _folder_stat(folder: Path) -> tuple[int, int]:
     return sum(p.stat().st_size for p in files), max((p.stat().st_mtime_ns for p in files), default=0)
 
 
-def source_problems(data_cfg: Any) -> list[str]:
+def source_problems(data_cfg: DataConfig) -> list[str]:
     """One message per training or validation entry that names no file (validation, before any work)."""
     out = []
     for key in ("train_files", "validation_files"):
@@ -103,7 +106,7 @@ def _expand(entry: str, key: str) -> list[str]:
     return [path]
 
 
-def resolve_sources(data_cfg: Any, split: str) -> list[Source] | None:
+def resolve_sources(data_cfg: DataConfig, split: str) -> list[Source] | None:
     """The sources of ``split`` ("train" or "validation"), or None when it has none (no validation: no
     evaluation); ConfigError when the training split has none."""
     if data_cfg.dataset_path:
@@ -128,7 +131,7 @@ def resolve_sources(data_cfg: Any, split: str) -> list[Source] | None:
     return sources
 
 
-def _saved_source(data_cfg: Any, split: str) -> list[Source] | None:
+def _saved_source(data_cfg: DataConfig, split: str) -> list[Source] | None:
     from plm_toolkit.data.sources.saved_datasets import open_saved_split  # datasets: only where one is read
 
     path = Path(os.path.expanduser(str(data_cfg.dataset_path)))

@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf
 
 from plm_toolkit.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from plm_toolkit.core.schema import DataConfig
 
 ENVIRONMENT_VARIABLE = "PLM_TOOLKIT_CACHE"
 
@@ -45,7 +48,7 @@ def register_cache_resolver() -> None:
         OmegaConf.register_new_resolver("plm_cache_dir", default_cache_dir)
 
 
-def cache_root(data_cfg: Any) -> Path:
+def cache_root(data_cfg: DataConfig) -> Path:
     """The data cache directory (``data.cache_dir``, empty meaning the default), ``~`` expanded, created and checked
     writable; ConfigError naming the folder when it cannot be."""
     value = str(data_cfg.cache_dir or "").strip()

@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -56,13 +56,16 @@ from plm_toolkit.data.store.token_store import (
 )
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, train_cached
 
+if TYPE_CHECKING:
+    from plm_toolkit.core.schema import DataConfig
+
 log = logging.getLogger("plm_toolkit")
 
 # Bump when a change here or in data/store/pair_worker.py changes what a store of pairs holds.
 PAIRS_VERSION = 1
 
 
-def parallel_entries(data_cfg: Any, split: str) -> list[ParallelSource] | None:
+def parallel_entries(data_cfg: DataConfig, split: str) -> list[ParallelSource] | None:
     """The entries of ``split`` resolved to their files, or None when it has none."""
     specs = [str(s) for s in (data_cfg.train_files if split == "train" else data_cfg.validation_files) or []]
     if not specs:
@@ -80,7 +83,7 @@ def _files(entry: ParallelSource) -> list[Source]:
     return [Source(str(p), "text", None, os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in paths]
 
 
-def _located(data_cfg: Any) -> tuple[dict, dict, dict, Path, bool]:
+def _located(data_cfg: DataConfig) -> tuple[dict, dict, dict, Path, bool]:
     """The entries of each split, the store's settings, the files' records, its folder, whether data.store gave it."""
     splits = {split: parallel_entries(data_cfg, split) for split in SPLITS}
     settings = {"version": PAIRS_VERSION, "unit": "pairs", "source_lang": str(data_cfg.source_lang),
@@ -94,14 +97,14 @@ def _located(data_cfg: Any) -> tuple[dict, dict, dict, Path, bool]:
     return splits, settings, records, folder, explicit
 
 
-def prepare_parallel_store(data_cfg: Any) -> Path:
+def prepare_parallel_store(data_cfg: DataConfig) -> Path:
     """The folder of a finished store of ``data_cfg``'s sentence pairs, prepared here (or by another process,
     waited for) when it is missing or unfinished."""
     splits, settings, records, folder, explicit = _located(data_cfg)
     return finished_store(folder, lambda: _prepare(folder, data_cfg, settings, splits, records, explicit), settings)
 
 
-def resumed_parallel_store(data_cfg: Any, tokenizer_file: Path) -> Any:
+def resumed_parallel_store(data_cfg: DataConfig, tokenizer_file: Path) -> Any:
     """``data_cfg`` for a translation run resumed from a checkpoint whose tokenizer is ``tokenizer_file``, as
     ``preparation.resumed_store`` gives it for monolingual text: the store the run trained on where it holds that
     tokenizer, else a store prepared with it."""
@@ -169,7 +172,7 @@ def plan_pairs(entries: list[ParallelSource], shard_bytes: int) -> list[dict]:
     return pieces
 
 
-def _prepare(folder: Path, data_cfg: Any, settings: dict, splits: dict, records: dict, explicit: bool) -> None:
+def _prepare(folder: Path, data_cfg: DataConfig, settings: dict, splits: dict, records: dict, explicit: bool) -> None:
     started = time.perf_counter()
     plan = read_plan(folder, settings, records, explicit)
     folder.mkdir(parents=True, exist_ok=True)
@@ -218,7 +221,7 @@ def _prepare(folder: Path, data_cfg: Any, settings: dict, splits: dict, records:
              ("documents", "tokens")))  # fmt: skip
 
 
-def _tokenizer(folder: Path, data_cfg: Any, entries: list[ParallelSource]) -> Tokenizer:
+def _tokenizer(folder: Path, data_cfg: DataConfig, entries: list[ParallelSource]) -> Tokenizer:
     """The store's tokenizer: kept from an interrupted preparation, else loaded (data.tokenizer.path) or trained
     on both sides of the training pairs (all sources, then all targets, as far as data.tokenizer.train_sample_bytes
     goes, half for each side)."""

@@ -23,7 +23,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tokenizers
 from tokenizers import Tokenizer
@@ -47,6 +47,9 @@ from plm_toolkit.data.tokenization.tokenizer import (
 )
 from plm_toolkit.data.units.store import split_summary, unit_finder, units_difference, units_settings
 
+if TYPE_CHECKING:
+    from plm_toolkit.core.schema import DataConfig
+
 log = logging.getLogger("plm_toolkit")
 
 STORE_VERSION = 1
@@ -54,7 +57,7 @@ PLAN = "plan.json"
 TOKENIZER = "tokenizer.json"
 
 
-def tokenizer_settings(data_cfg: Any) -> dict:
+def tokenizer_settings(data_cfg: DataConfig) -> dict:
     """What decides the tokenizer: the loaded file's contents, or every training setting."""
     t = data_cfg.tokenizer
     if t.path:
@@ -71,7 +74,7 @@ def tokenizer_settings(data_cfg: Any) -> dict:
     }
 
 
-def store_settings(data_cfg: Any, unit: str, spellings: bool, units: Any = None) -> dict:
+def store_settings(data_cfg: DataConfig, unit: str, spellings: bool, units: Any = None) -> dict:
     """Every setting that changes what a store holds (``units``: where a store of knowledge units finds them)."""
     settings = {
         "version": STORE_VERSION,
@@ -86,7 +89,7 @@ def store_settings(data_cfg: Any, unit: str, spellings: bool, units: Any = None)
     return settings
 
 
-def store_folder(data_cfg: Any, settings: dict, splits: dict[str, list[Source] | None]) -> Path:
+def store_folder(data_cfg: DataConfig, settings: dict, splits: dict[str, list[Source] | None]) -> Path:
     """``data.store``, or the cache's folder for these settings and files."""
     if getattr(data_cfg, "store", None):
         return Path(os.path.expanduser(str(data_cfg.store)))
@@ -94,7 +97,7 @@ def store_folder(data_cfg: Any, settings: dict, splits: dict[str, list[Source] |
     return cache_root(data_cfg) / "stores" / stable_hash(settings, records)
 
 
-def prepare_store(data_cfg: Any, unit: str, spellings: bool = False, units: Any = None) -> Path:
+def prepare_store(data_cfg: DataConfig, unit: str, spellings: bool = False, units: Any = None) -> Path:
     """The folder of a finished store for ``data_cfg`` holding ``unit`` (``data/store/shard_worker.py``), prepared here
     (or by another process, waited for) when it is missing or unfinished; ``units``: the sources of knowledge
     units (the objective config, ``data/units/store.py``) for unit ``units``."""
@@ -122,7 +125,9 @@ def finished_store(folder: Path, prepare: Callable[[], None], settings: dict) ->
     return folder
 
 
-def resumed_store(data_cfg: Any, tokenizer_file: Path, unit: str, spellings: bool = False, units: Any = None) -> Any:
+def resumed_store(
+    data_cfg: DataConfig, tokenizer_file: Path, unit: str, spellings: bool = False, units: Any = None
+) -> Any:
     """``data_cfg`` for a run resumed from a checkpoint whose tokenizer is ``tokenizer_file``: the store the run was
     prepared into where it still holds that tokenizer (nothing is tokenized again), else a store prepared with that
     tokenizer (data.tokenizer.path). A given data.store must hold the checkpoint's tokenizer."""
@@ -197,7 +202,9 @@ def check_settings(stored: dict, wanted: dict, folder: Path) -> None:
             )
 
 
-def _prepare(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit: bool, units: Any = None) -> None:
+def _prepare(
+    folder: Path, data_cfg: DataConfig, settings: dict, splits: dict, explicit: bool, units: Any = None
+) -> None:
     started = time.perf_counter()
     records = {split: [s.record() for s in sources] for split, sources in splits.items() if sources}
     plan = read_plan(folder, settings, records, explicit)
@@ -272,7 +279,7 @@ def read_plan(folder: Path, settings: dict, records: dict, explicit: bool) -> di
     return None
 
 
-def _tokenizer(folder: Path, data_cfg: Any) -> Tokenizer:
+def _tokenizer(folder: Path, data_cfg: DataConfig) -> Tokenizer:
     """The store's tokenizer: kept from an interrupted preparation, else loaded or trained on a sample (cached)."""
     path = folder / TOKENIZER
     if path.is_file():
@@ -284,7 +291,7 @@ def _tokenizer(folder: Path, data_cfg: Any) -> Tokenizer:
     return tokenizer
 
 
-def _jobs(folder: Path, data_cfg: Any, plan: dict, tokenizer: Tokenizer) -> list[dict]:
+def _jobs(folder: Path, data_cfg: DataConfig, plan: dict, tokenizer: Tokenizer) -> list[dict]:
     """One job per piece whose shard is not finished yet (a finished one is kept: the preparation resumes)."""
     jobs = []
     dtype = id_dtype(tokenizer.get_vocab_size()).str

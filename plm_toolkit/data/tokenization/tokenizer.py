@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tokenizers
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -54,6 +54,9 @@ from plm_toolkit.data.tokenization.vocab import ROLE_TOKENS, Vocab
 from plm_toolkit.data.tokenization.vocabulary_files import check_ids, read_bpe_files, read_vocab_txt, vocabulary_size
 from plm_toolkit.data.tokenization.word_vocabulary import WORD_SPECIAL_TOKENS, train_word_tokenizer
 
+if TYPE_CHECKING:
+    from plm_toolkit.core.schema import DataConfig
+
 # The marker byte-level BPE puts at the start of a piece that follows a space (a byte-level "Ġ").
 _BYTE_LEVEL_SPACE = "\u0120"
 # The characters byte-level BPE writes for the bytes that are not printable Latin-1 (controls, the space as "Ġ", the
@@ -65,7 +68,7 @@ TOKENIZER_FILE = "tokenizer.json"
 BPE_VOCAB_FILE, BPE_MERGES_FILE = "vocab.json", "merges.txt"
 
 
-def tokenizer_kind(data_cfg: Any) -> str:
+def tokenizer_kind(data_cfg: DataConfig) -> str:
     """wordpiece, bpe, gpt2_bpe, unigram, t5_unigram, character or word; ``auto`` (left unresolved by a caller that
     knows no model) means wordpiece."""
     kind = choice(data_cfg.tokenizer.kind)
@@ -78,7 +81,7 @@ LOWERCASE_DEFAULTS = {"wordpiece": True, "unigram": True, "character": False}
 TRAINING_VERSION = 2
 
 
-def lowercase_setting(data_cfg: Any) -> bool:
+def lowercase_setting(data_cfg: DataConfig) -> bool:
     """Whether the tokenizer lower-cases: data.tokenizer.lowercase, or the kind's default when it is null; False
     for the kinds that are always cased."""
     kind = tokenizer_kind(data_cfg)
@@ -88,7 +91,7 @@ def lowercase_setting(data_cfg: Any) -> bool:
     return LOWERCASE_DEFAULTS[kind] if value is None else bool(value)
 
 
-def load_or_train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
+def load_or_train_tokenizer(data_cfg: DataConfig, documents: Any = None) -> Tokenizer:
     """The tokenizer named by `data.tokenizer.path`, or one trained on the training documents (cached); `documents`
     (a `Documents`) replaces them, e.g. both sides of parallel text for a joint vocabulary."""
     tok_cfg = data_cfg.tokenizer
@@ -199,7 +202,7 @@ MINIMUM_VOCABULARY = {
 MAXIMUM_VOCABULARY = 2**31 - 1
 
 
-def tokenizer_cache_path(data_cfg: Any, corpus_fingerprint: str) -> Path:
+def tokenizer_cache_path(data_cfg: DataConfig, corpus_fingerprint: str) -> Path:
     """Where the tokenizer trained on this corpus with these settings is cached."""
     t = data_cfg.tokenizer
     kind = tokenizer_kind(data_cfg)
@@ -223,7 +226,7 @@ def tokenizer_cache_path(data_cfg: Any, corpus_fingerprint: str) -> Path:
     return cache_root(data_cfg) / "tokenizers" / f"{key}.json"
 
 
-def train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
+def train_tokenizer(data_cfg: DataConfig, documents: Any = None) -> Tokenizer:
     """Train the vocabulary of `data.tokenizer` on a sample of the training files (at most
     `data.tokenizer.train_sample_bytes`, ``sources.sample_texts``) or on `documents` (a ``Documents``), or load the
     cached one trained on the same files (or contents) and settings."""
@@ -240,7 +243,11 @@ def train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
 
 
 def train_cached(
-    data_cfg: Any, fingerprint: str, texts: Callable[[], Iterable[str]], length: int | None = None, source: str = ""
+    data_cfg: DataConfig,
+    fingerprint: str,
+    texts: Callable[[], Iterable[str]],
+    length: int | None = None,
+    source: str = "",
 ) -> Tokenizer:
     """The vocabulary trained on ``texts()``, cached under ``fingerprint`` (what identifies the texts); ``source``
     names them in messages."""
@@ -253,7 +260,7 @@ def train_cached(
 
 
 def train_on_texts(
-    data_cfg: Any, texts: Callable[[], Iterable[str]], length: int | None = None, source: str = "the corpus"
+    data_cfg: DataConfig, texts: Callable[[], Iterable[str]], length: int | None = None, source: str = "the corpus"
 ) -> Tokenizer:
     """A vocabulary of `data.tokenizer.kind` and `data.tokenizer.vocab_size` trained on the texts that ``texts()``
     yields (``length``: how many, for the trainer's own bookkeeping; ``source``: the files, for messages)."""

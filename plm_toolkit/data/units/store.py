@@ -21,7 +21,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.sources.corpus import choice
@@ -30,6 +30,9 @@ from plm_toolkit.data.units import collocations
 from plm_toolkit.data.units.collocations import Pair, merge_counts, phrases_of
 from plm_toolkit.data.units.corpus import UnitCounts, UnitFinder, count_piece, counts_file, start_counting
 from plm_toolkit.data.units.knowledge import Lexicon, lexicon_path, read_lexicon
+
+if TYPE_CHECKING:
+    from plm_toolkit.core.schema import DataConfig
 
 log = logging.getLogger("plm_toolkit")
 
@@ -93,7 +96,7 @@ def units_difference(have: dict | None, wanted: dict) -> str:
     return _SETTING_KEYS.get(changed, changed)
 
 
-def unit_finder(folder: Path, data_cfg: Any, plan: dict, sources: Any, processes: int) -> UnitFinder:
+def unit_finder(folder: Path, data_cfg: DataConfig, plan: dict, sources: Any, processes: int) -> UnitFinder:
     """The finder of a store's units: the lexicon and gazetteer read, the phrases learned from the training split
     (``plan``: the preparation's plan; counted in ``processes`` worker processes) or read from the store's folder."""
     segmenter = choice(sources.word_segmenter)
@@ -116,7 +119,7 @@ def unit_finder(folder: Path, data_cfg: Any, plan: dict, sources: Any, processes
     return UnitFinder(segmenter, bool(sources.presegmented), phrases, gazetteer, getattr(sources, "tagger", None))
 
 
-def learn_phrases(folder: Path, data_cfg: Any, plan: dict, sources: Any, processes: int) -> set[tuple[str, ...]]:
+def learn_phrases(folder: Path, data_cfg: DataConfig, plan: dict, sources: Any, processes: int) -> set[tuple[str, ...]]:
     """word2phrase's passes over the training pieces of ``plan``, each piece counted in a worker process and the
     counts merged from disk (``data/units/collocations.py``): the same phrases as ``collocations.learn_phrases``."""
     min_count, threshold = int(sources.collocation_min_count), float(sources.collocation_threshold)
