@@ -34,8 +34,8 @@ from plm_toolkit.core.errors import PlmError
 from plm_toolkit.core.launch import launched_rank, launcher_store
 from plm_toolkit.core.names import did_you_mean, key_names
 
-# Set by run_harness.run_command once Hydra has created the run directory and handed over: an OSError before then is about
-# the run directory.
+# Set by run_harness.run_command once Hydra has created the run directory and handed over: an OSError before then is
+# about the run directory.
 _task_started = False
 # Set when a run failed with an expected failure (already reported), so that the command exits with status 1.
 _failed = False
@@ -194,8 +194,8 @@ def explain(err: BaseException) -> str | None:
 def guard(main: Callable[[], object]) -> None:
     """Run a Hydra entry point; an expected failure prints one line on stderr and exits with status 1.
 
-    A run's own failures are reported by ``run_harness.run_command`` as they happen (a sweep goes on with its other runs);
-    the ones before a run starts (composition, the run directory) arrive here as exceptions."""
+    A run's own failures are reported by ``run_harness.run_command`` as they happen (a sweep goes on with its other
+    runs); the ones before a run starts (composition, the run directory) arrive here as exceptions."""
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         main()

@@ -15,7 +15,8 @@ from plm_toolkit.data.tokenization.tokenizer import MAXIMUM_VOCABULARY, MINIMUM_
 def tokenizer_problems(cfg: DictConfig) -> list[str]:
     """The sizes of a vocabulary to train: at least what its kind always holds, at most what 32-bit token ids count
     (the tokenizers library raised OverflowError for a negative one; vocab_size=3 trained 102 tokens without a
-    word). A trained vocabulary that the corpus makes larger still is refused after training (data/tokenization/tokenizer.py)."""
+    word). A trained vocabulary that the corpus makes larger still is refused after training
+    (data/tokenization/tokenizer.py)."""
     t, kind = cfg.data.tokenizer, tokenizer_kind(cfg)
     out: list[str] = []
     if t.min_frequency < 0:

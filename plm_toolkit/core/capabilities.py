@@ -8,6 +8,7 @@ POOLER = "pooler"  # returns a pooled summary vector (NSP, sequence classificati
 TWO_STREAM = "two_stream"  # content + query streams (XLNet's permutation LM)
 ENCODER_DECODER = "encoder_decoder"  # separate encoder and decoder stacks (T5, Transformer)
 RECURRENT_MEMORY = "recurrent_memory"  # state carried from one batch to the next (Transformer-XL, XLNet, ELMo)
-CHARACTERS = "characters"  # reads each word as character ids (``char_ids``, data/tokenization/characters.py) instead of token ids
+# Reads each word as character ids (``char_ids``, data/tokenization/characters.py) instead of token ids.
+CHARACTERS = "characters"
 # A family with either can continue a text (plm-generate) through ``Backbone.decoder``.
 GENERATIVE = frozenset({CAUSAL, ENCODER_DECODER})

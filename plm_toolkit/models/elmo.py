@@ -2,8 +2,8 @@
 token encoder shared by a forward and a backward language model, each a stack of LSTMs with projected, clipped
 states and a residual connection between layers.
 
-Inputs are words as character ids (``data/tokenization/characters.py``: UTF-8 bytes between begin/end-of-word markers, ``<S>``
-and ``</S>`` as sentence markers). The token encoder embeds the characters, max-pools convolutions of several
+Inputs are words as character ids (``data/tokenization/characters.py``: UTF-8 bytes between begin/end-of-word markers,
+``<S>`` and ``</S>`` as sentence markers). The token encoder embeds the characters, max-pools convolutions of several
 widths over each word (Kim et al. 2016), runs highway layers and projects to ``hidden_size``. The forward LSTMs read
 left to right, the backward LSTMs right to left over the same tokens; their outputs are never mixed inside the
 model. The layers a downstream task mixes (section 3.2) are ``all_hidden``: the token representation twice

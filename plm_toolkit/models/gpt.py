@@ -149,7 +149,8 @@ class GPT(Backbone):
         return self.embeddings.word_embeddings
 
     def decoder(self, head) -> CachedDecoder:
-        """Generation over a key/value cache (``plm_toolkit/generation/decoding.py``); ``head`` maps (B, H) to (B, V)."""
+        """Generation over a key/value cache (``plm_toolkit/generation/decoding.py``); ``head`` maps (B, H) to (B,
+        V)."""
         return CachedDecoder(self, head)
 
     def new_cache(self) -> list[LayerCache]:

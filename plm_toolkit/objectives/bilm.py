@@ -10,8 +10,8 @@ to the next sentence's start is not predicted (bilm-tf never feeds ``</S>`` as a
 The softmax covers the first ``softmax_size`` words of the word vocabulary (``data.tokenizer.kind=word``: ``<S>``,
 ``</S>``, ``<UNK>``, then by falling frequency); rarer words are predicted as ``<UNK>``, though the character CNN
 reads them in full, and so are words missing from the vocabulary altogether (an evaluation text's new words): the
-data carries their spelling (``data/tokenization/spellings.py``), which the batch transform reads them by. Training uses a
-sampled softmax with ``num_negatives`` log-uniform negatives per batch when the softmax is larger than that
+data carries their spelling (``data/tokenization/spellings.py``), which the batch transform reads them by. Training uses
+a sampled softmax with ``num_negatives`` log-uniform negatives per batch when the softmax is larger than that
 (``nn/sampled_softmax.py``), as the paper trained; evaluation always uses the full one.
 Dropout falls on the LSTM outputs before the softmax as in bilm-tf.
 

@@ -64,7 +64,8 @@ def resolve_runtime(hw, process: ProcessInfo | None = None) -> Runtime:
     if distributed == "ddp" and world == 1:
         raise ConfigError(
             "hardware.distributed=ddp but this process was not started by torchrun with several processes; "
-            "launch with `torchrun --nproc_per_node N -m plm_toolkit.commands.train ...` or use hardware.distributed=none"
+            "launch with `torchrun --nproc_per_node N -m plm_toolkit.commands.train ...` or use "
+            "hardware.distributed=none"
         )
     if distributed == "none" and world > 1:
         raise ConfigError(

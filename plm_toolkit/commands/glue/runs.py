@@ -11,7 +11,7 @@ its own under the suite's run directory (``<task>/lr<rate>-seed<seed>``) that ho
 A sub-run with glue_subrun.json is skipped when plm-glue runs again in the same run directory; one with
 eval_results.json only gets its extras; any other resumes from its newest checkpoint (``trainer.resume=auto``).
 
-    python -m plm_toolkit.commands.glue.runs RUN_DIR/rte/lr2e-05-seed1234      # one sub-run (plm-glue's worker processes)
+    python -m plm_toolkit.commands.glue.runs RUN_DIR/rte/lr2e-05-seed1234   # one sub-run (plm-glue's workers)
 """
 
 from __future__ import annotations

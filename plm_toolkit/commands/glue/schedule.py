@@ -1,7 +1,7 @@
 """plm-glue on several GPUs: one sub-run per GPU at a time, each in a worker process of its own
-(``python -m plm_toolkit.commands.glue.runs FOLDER`` with ``CUDA_VISIBLE_DEVICES`` set to its GPU), the longest sub-runs first
-so that the GPUs finish close together. On a CPU or one GPU plm-glue runs the sub-runs one after another in its own
-process instead.
+(``python -m plm_toolkit.commands.glue.runs FOLDER`` with ``CUDA_VISIBLE_DEVICES`` set to its GPU), the longest sub-runs
+first so that the GPUs finish close together. On a CPU or one GPU plm-glue runs the sub-runs one after another in its
+own process instead.
 
 ``schedule`` knows nothing of GPUs or processes: it hands jobs to free devices through a ``launch`` function and polls
 what that returns, so a test can drive it with a fake launcher.

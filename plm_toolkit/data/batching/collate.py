@@ -28,8 +28,9 @@ def collate(examples: Sequence[dict[str, Any]], vocab: Vocab) -> dict[str, torch
       reverse_ids          (B, T) long, when the examples have one (ELMo's reversed-sentence stream), padded as
                            input_ids
       units                (B, T) int8, knowledge units' join codes, when the examples have them
-      <name>_spellings     B lists of strings, as the examples have them (data/tokenization/spellings.py): the spelling of each
-                           unk token of <name>_ids; not tensors, so the objective's transform consumes them
+      <name>_spellings     B lists of strings, as the examples have them (data/tokenization/spellings.py): the
+                           spelling of each unk token of <name>_ids; not tensors, so the objective's transform
+                           consumes them
     """
     lengths = [len(e["input_ids"]) for e in examples]
     batch_size, width = len(examples), max(lengths)
@@ -170,7 +171,8 @@ IGNORE_INDEX = -100
 
 class Seq2SeqCollator:
     """Sentence pairs -> an encoder-decoder batch. Rows hold ``source_ids`` and ``target_ids`` (no special tokens)
-    and an ``index``; a row may also be a list of rows (a token batch, ``data/layouts/token_batches.py``), flattened here.
+    and an ``index``; a row may also be a list of rows (a token batch, ``data/layouts/token_batches.py``), flattened
+    here.
 
     Returns, with B rows, S the longest source and T the longest target (each with its end token):
       input_ids       (B, S) the source followed by eos, right-padded with pad

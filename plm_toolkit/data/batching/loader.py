@@ -130,8 +130,8 @@ class BatchLayout:
 
 
 def take_rows(examples, indices: Sequence[int]) -> list[dict]:
-    """Rows of a store view (``data/layouts/windows.py``: computed on the fly), a `datasets.Dataset` (one columnar read) or
-    a list of dicts, as a list of dicts."""
+    """Rows of a store view (``data/layouts/windows.py``: computed on the fly), a `datasets.Dataset` (one columnar read)
+    or a list of dicts, as a list of dicts."""
     if hasattr(examples, "rows"):
         return examples.rows(indices)
     if hasattr(examples, "column_names"):

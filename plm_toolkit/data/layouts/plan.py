@@ -29,8 +29,8 @@ BatchTransform = Callable[[dict[str, torch.Tensor], Sequence[int]], dict[str, to
 
 # sentence_pairs: BERT's, B random half the time (NSP); segment_pairs: two consecutive segments of one document,
 # in order (SOP swaps them per batch); full_sentences: RoBERTa's packing; streams: windows of one token stream;
-# parallel: source-target sentence pairs (data=parallel, data/layouts/translation_pairs.py), read in token-count batches.
-# sentence_streams: ELMo's, windows of a stream of <S> ... </S> sentences and of the same sentences reversed.
+# parallel: source-target sentence pairs (data=parallel, data/layouts/translation_pairs.py), read in token-count
+# batches. sentence_streams: ELMo's, windows of a stream of <S> ... </S> sentences and of the same sentences reversed.
 class Layout(str, Enum):
     """A layout's name; compares, hashes, prints and digests (``repr``, which cache keys read) as its text, so that a
     config value, a store's settings and the code's constants are interchangeable."""

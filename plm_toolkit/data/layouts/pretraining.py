@@ -1,10 +1,11 @@
 """Pretraining examples from the token store (``data/store/token_store.py``): BERT sentence pairs, ALBERT segment pairs,
 RoBERTa full-sentence blocks, windows of one long token stream (GPT, Transformer-XL, XLNet, T5) and ELMo's sentence
-streams, each computed on the fly from the memory-mapped store (``data/layouts/windows.py``, ``data/layouts/packed.py``).
+streams, each computed on the fly from the memory-mapped store (``data/layouts/windows.py``,
+``data/layouts/packed.py``).
 
-The store is prepared once (``data/store/preparation.py``, or ``plm-prepare``); what a packed layout needs beyond it (block
-boundaries, sentence pairs) is written once beside it, keyed on every setting that changes it. Masking is not done
-here: objectives mask each batch afresh (RoBERTa's dynamic masking, section 4.1).
+The store is prepared once (``data/store/preparation.py``, or ``plm-prepare``); what a packed layout needs beyond it
+(block boundaries, sentence pairs) is written once beside it, keyed on every setting that changes it. Masking is not
+done here: objectives mask each batch afresh (RoBERTa's dynamic masking, section 4.1).
 
 ERNIE's knowledge units are full-sentence blocks of a store that holds a join code per token (``data/units/store.py``).
 """
@@ -51,8 +52,8 @@ def build_pretraining_examples(
     spellings: bool = False,
     store: TokenStore | None = None,
 ):
-    """The examples of `split` in `layout` (a view over the store, ``data/layouts/windows.py``), or None when the split has
-    no source. Deterministic given `seed`.
+    """The examples of `split` in `layout` (a view over the store, ``data/layouts/windows.py``), or None when the split
+    has no source. Deterministic given `seed`.
 
     ``window`` = (length, stride) of the stream layouts; default (max_seq_len + 1, max_seq_len): inputs and
     next-token targets of consecutive segments. ``units``: where knowledge units come from (an objective config,

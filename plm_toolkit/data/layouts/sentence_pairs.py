@@ -1,5 +1,6 @@
 """BERT's sentence pairs (NSP's A and B): segment pairs drawn from a document, the random B from another document,
-and the cutting of overlong sentences. Used by the sentence_pairs and segment_pairs layouts (data/layouts/pretraining.py)."""
+and the cutting of overlong sentences. Used by the sentence_pairs and segment_pairs layouts
+(data/layouts/pretraining.py)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 ``<S> w1 .. wn </S>``, and beside it the same stream with every sentence reversed (``</S> wn .. w1 <S>``, sentences
 in corpus order), both cut into the same windows.
 
-``data/layouts/windows.py`` (``SentenceStreamWindows``) cuts the windows from the token store on the fly; ``sentence_streams``
-builds both streams whole, the plain statement of the format that tests check it against.
+``data/layouts/windows.py`` (``SentenceStreamWindows``) cuts the windows from the token store on the fly;
+``sentence_streams`` builds both streams whole, the plain statement of the format that tests check it against.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ Rows are sorted by length (source, then target; ties broken at random by the see
 always meet in the same batch) and cut greedily into batches whose *padded* size, rows x longest row, stays within
 ``max_tokens`` on each side; sorting first keeps the padding small. The batches are fixed once and their order is
 shuffled every epoch by the loader, as fairseq does. The loader reads a batch list through ``TokenBatches``: item i
-is the list of rows of batch i, so the index-based loader (``data/batching/loader.py``) deals out whole batches and resuming
-stays exact.
+is the list of rows of batch i, so the index-based loader (``data/batching/loader.py``) deals out whole batches and
+resuming stays exact.
 """
 
 from __future__ import annotations

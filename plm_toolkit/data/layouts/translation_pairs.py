@@ -1,5 +1,6 @@
 """Parallel text for translation: the sentence pairs of data.train_files / data.validation_files (read and checked by
-``data/sources/parallel_text.py``) tokenized into a token store (``data/store/pairs.py``) and grouped into token batches.
+``data/sources/parallel_text.py``) tokenized into a token store (``data/store/pairs.py``) and grouped into token
+batches.
 
 Sentences longer than ``data.max_seq_len - 1`` tokens are cut to it when they are read and counted in a warning (one
 position is left for the end-of-sentence token the collator adds).

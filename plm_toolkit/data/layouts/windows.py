@@ -1,5 +1,5 @@
-"""Examples cut from a token store on the fly (``data/store/token_store.py``): nothing is loaded, the store stays memory-mapped,
-and example k is computed when the loader asks for it.
+"""Examples cut from a token store on the fly (``data/store/token_store.py``): nothing is loaded, the store stays
+memory-mapped, and example k is computed when the loader asks for it.
 
 - ``StreamWindows``: the corpus as one token stream, each document followed by the document separator (GPT-2's
   end-of-text, else [SEP]), cut into windows of ``length`` tokens starting every ``stride`` tokens (GPT, GPT-2,
@@ -8,8 +8,8 @@ and example k is computed when the loader asks for it.
   both cut into the same windows, with the spellings of each window's unk tokens;
 - full-sentence blocks and sentence pairs are in ``data/layouts/packed.py``; they need an index written once.
 
-Every view offers what the loader reads (``data/batching/loader.py``): ``len()``, ``rows(indices)`` (a list of dicts), and,
-like a ``datasets.Dataset``, ``view[k]``, ``view[column]``, ``column_names`` and iteration.
+Every view offers what the loader reads (``data/batching/loader.py``): ``len()``, ``rows(indices)`` (a list of dicts),
+and, like a ``datasets.Dataset``, ``view[k]``, ``view[column]``, ``column_names`` and iteration.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 A split's sources are the entries of ``data.train_files`` / ``data.validation_files`` (files or glob patterns) or
 ``data.dataset_path`` (a folder written by ``datasets``' save_to_disk). A file is UTF-8 text (documents as
-``data.document_boundary`` says, ``data/sources/documents.py``) or JSONL (``.jsonl``/``.json``: one document per row, its
-text in the ``data.text_column`` field), either optionally compressed with gzip (``.gz``) or zstd (``.zst``,
+``data.document_boundary`` says, ``data/sources/documents.py``) or JSONL (``.jsonl``/``.json``: one document per row,
+its text in the ``data.text_column`` field), either optionally compressed with gzip (``.gz``) or zstd (``.zst``,
 ``pip install 'plm_toolkit[zstd]'``).
 
 Pieces: an uncompressed file is cut every ``data.shard_bytes`` bytes, each cut moved forward to the next document

@@ -1,4 +1,5 @@
-"""Preparing a token store (``data/store/token_store.py``): ``plm-prepare``, and ``plm-train`` when its store is missing.
+"""Preparing a token store (``data/store/token_store.py``): ``plm-prepare``, and ``plm-train`` when its store is
+missing.
 
 1. The sources of each split are found (``data/sources/pieces.py``) and cut into pieces at document boundaries.
 2. The tokenizer is loaded (``data.tokenizer.path``) or trained on a sample of the training text of at most

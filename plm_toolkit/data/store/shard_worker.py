@@ -1,7 +1,8 @@
-"""Tokenizing one piece of a corpus into one shard of the token store (``data/store/token_store.py``), in a worker process.
+"""Tokenizing one piece of a corpus into one shard of the token store (``data/store/token_store.py``), in a worker
+process.
 
-It imports only tokenizers and numpy (not torch or datasets), reads its piece as a stream (``data/sources/pieces.py``) and
-writes its shard as it goes, so its memory does not grow with the corpus. What it tokenizes (``unit``):
+It imports only tokenizers and numpy (not torch or datasets), reads its piece as a stream (``data/sources/pieces.py``)
+and writes its shard as it goes, so its memory does not grow with the corpus. What it tokenizes (``unit``):
 - ``documents``: each document whole, as written (GPT, Transformer-XL, XLNet, T5 streams);
 - ``document_sentences``: the same, with the token position where each sentence starts (RoBERTa's full sentences);
 - ``sentences``: each sentence alone, as BERT's pairs and ELMo's sentence streams have always read them; with

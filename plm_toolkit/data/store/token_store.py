@@ -1,6 +1,6 @@
 """The token store: a corpus tokenized once into shards of memory-mapped token ids, with an index of document and
-sentence boundaries, the tokenizer and a manifest. Layouts (``data/layouts/windows.py``) cut their examples from it on the
-fly, without loading it.
+sentence boundaries, the tokenizer and a manifest. Layouts (``data/layouts/windows.py``) cut their examples from it on
+the fly, without loading it.
 
 A store is a folder::
 

@@ -7,8 +7,8 @@ id column ``<name>_ids``, a column ``<name>_spellings``: the text of each of the
 that is written ``<UNK>`` in the text is spelled so). The lists are sparse: where the vocabulary was trained on
 the same text they are all empty, and an example costs nothing more.
 
-Preparing the token store records them (``data/store/token_store.py``); a layout that cuts a stream into windows lists each
-window's own (``data/layouts/windows.py``); the collator passes them through as lists of strings and the
+Preparing the token store records them (``data/store/token_store.py``); a layout that cuts a stream into windows lists
+each window's own (``data/layouts/windows.py``); the collator passes them through as lists of strings and the
 objective's batch transform turns them into character ids (``spelled_character_ids``) and drops them, so no
 string reaches the device.
 """

@@ -1,11 +1,13 @@
 """A corpus tokenized with its knowledge units: every sentence's token ids and, beside them, each token's join code
-(``data/units/knowledge.py``), written into the token store by its workers (``data/store/shard_worker.py``, unit ``units``).
+(``data/units/knowledge.py``), written into the token store by its workers (``data/store/shard_worker.py``, unit
+``units``).
 
 Where the units come from (the objective's keys, see ``objectives/knowledge_masking.py``):
 - words: ``word_segmenter`` (regex: BERT's split; jieba: Chinese words), or the text's own spaces when
   ``presegmented``;
 - phrases: the ``[[...]]`` marks of pre-segmented text, a ``phrase_lexicon`` file, or, when neither is given,
-  phrases learned from the training corpus by collocation scores (``data/units/collocations.py``, ``data/units/store.py``);
+  phrases learned from the training corpus by collocation scores (``data/units/collocations.py``,
+  ``data/units/store.py``);
 - entities: the ``{{...}}`` marks, an ``entity_gazetteer`` file, and an ``entity_tagger`` (a task=ner checkpoint,
   whose tagger the caller builds and passes in ``TaggedSources``), in that order of precedence where they overlap.
 

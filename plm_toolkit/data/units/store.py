@@ -3,9 +3,9 @@ split before any token gets its join code, and the counts of units kept in the m
 
 A store of units (unit ``units``, ``data/store/preparation.py``) is prepared in two steps when phrases are learned by
 collocation scores: first every word2phrase pass counts each piece of the training split in a worker process (a
-piece's counts spill to disk in sorted runs) and merges the runs as streams (``data/units/collocations.py``); the phrases
-found go to ``phrases.txt`` in the store's folder (a resumed preparation reads them there). Then the workers find the
-units of every piece and write its ids with their join codes (``data/units/corpus.py``), as for any store.
+piece's counts spill to disk in sorted runs) and merges the runs as streams (``data/units/collocations.py``); the
+phrases found go to ``phrases.txt`` in the store's folder (a resumed preparation reads them there). Then the workers
+find the units of every piece and write its ids with their join codes (``data/units/corpus.py``), as for any store.
 
 The entity tagger is a model: with one, the pieces are tokenized and coded in the main process, one at a time.
 Spawned workers would each load the checkpoint (its memory once per worker) with torch's threads competing for the

@@ -85,8 +85,8 @@ class Row:
 
 
 def _rows(path: Path):
-    """(line number, fields) of a TSV (GLUE: no quoting), CSV or JSONL file (``data/sources/user_files.py``'s checked reader);
-    fields are a list, or a JSON object."""
+    """(line number, fields) of a TSV (GLUE: no quoting), CSV or JSONL file (``data/sources/user_files.py``'s checked
+    reader); fields are a list, or a JSON object."""
     if path.suffix == ".jsonl":
         yield from iter_jsonl(path)
         return
