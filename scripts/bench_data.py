@@ -139,8 +139,8 @@ def measured(command: list[str], env: dict | None = None, until_file: Path | Non
 
 ENCODE = """
 import json, sys, time
-from plm_toolkit.data.documents import split_text
-from plm_toolkit.data.tokenizer import load_tokenizer, running_text_tokenizer
+from plm_toolkit.data.sources.documents import split_text
+from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, running_text_tokenizer
 tokenizer = running_text_tokenizer(load_tokenizer(sys.argv[1]))
 text = open(sys.argv[2], encoding="utf-8").read()
 documents = split_text(text, "blank_line")
@@ -160,7 +160,7 @@ DATASETS_MAP = """
 import json, sys, time
 from itertools import chain
 import datasets
-from plm_toolkit.data.tokenizer import load_tokenizer, running_text_tokenizer
+from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, running_text_tokenizer
 tokenizer_file, corpus, cache = sys.argv[1:4]
 processes, block = int(sys.argv[4]), int(sys.argv[5])
 start = time.perf_counter()
@@ -221,7 +221,7 @@ def against_encode_batch(args, work: Path, corpus: Path, size: int, common: list
     plm-train's start-up on that store, into ``result``; returns the tokenizer they share."""
     python = sys.executable
     gpt2 = MODELS["gpt2"][0]
-    prepare = [python, "-m", "plm_toolkit.prepare", *gpt2, *common]
+    prepare = [python, "-m", "plm_toolkit.commands.prepare", *gpt2, *common]
     # The tokenizer, trained once on the default sample; the timed runs below are given it.
     first = measured([*prepare, f"data.store={work / 'store_0'}", "data.num_proc=1"])
     tokenizer = work / "store_0" / "tokenizer.json"
@@ -253,7 +253,7 @@ def against_encode_batch(args, work: Path, corpus: Path, size: int, common: list
     result["speedup"] = many["mb_per_s"] / one["mb_per_s"]
     # plm-train with the overrides plm-prepare had and the store: start-up to the first optimizer step (its line in
     # metrics.jsonl), and the run's peak anonymous memory.
-    train = [python, "-m", "plm_toolkit.train", *prepare[3:], f"data.tokenizer.path={tokenizer}",
+    train = [python, "-m", "plm_toolkit.commands.train", *prepare[3:], f"data.tokenizer.path={tokenizer}",
              f"data.store={work / 'store_1'}", "trainer.max_steps=20", *TRAIN]  # fmt: skip
     train.append(f"hydra.run.dir={work / 'run'}")
     started = measured(train, until_file=work / "run" / "metrics.jsonl")
@@ -282,11 +282,11 @@ def main(argv: list[str] | None = None) -> dict:
     for name in args.models:  # each family's own store (its tokenizer trained), then a few steps on it
         overrides, layout = MODELS[name]
         store = work / f"store_{name}"
-        prepared = measured([python, "-m", "plm_toolkit.prepare", *overrides, *common, f"data.store={store}",
+        prepared = measured([python, "-m", "plm_toolkit.commands.prepare", *overrides, *common, f"data.store={store}",
                              f"data.num_proc={args.processes}"])  # fmt: skip
         run = work / f"run_{name}"
         steps = [*overrides, *common, f"data.store={store}", "trainer.max_steps=5", *TRAIN, f"hydra.run.dir={run}"]
-        trained = measured([python, "-m", "plm_toolkit.train", *steps], until_file=run / "metrics.jsonl")
+        trained = measured([python, "-m", "plm_toolkit.commands.train", *steps], until_file=run / "metrics.jsonl")
         result["layouts"][name] = {
             "layout": layout,
             "prepare_seconds": prepared["seconds"],

@@ -76,7 +76,7 @@ def run_ours(args, overrides: list[str], run_dir: Path) -> dict:
     command = [
         sys.executable,
         "-m",
-        "plm_toolkit.finetune",
+        "plm_toolkit.commands.finetune",
         "task=sst2",
         f"model.checkpoint={args.model}",
         f"data.train_file={data / 'train.tsv'}",

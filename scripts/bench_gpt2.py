@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from bench_pretrain import synchronize
 from side_by_side import Suite, compare, device_of, make_optimizer, memory_probe
 
-from plm_toolkit.decoding import SearchConfig, generate
+from plm_toolkit.generation.decoding import SearchConfig, generate
 from plm_toolkit.models.gpt import GPT, GPT2Config
 from plm_toolkit.objectives.base import normalized_loss
 from plm_toolkit.objectives.clm import CausalLanguageModeling, ClmConfig
@@ -164,7 +164,7 @@ def generation(args, device: torch.device) -> dict:
 
 def hf_state(model: GPT) -> dict[str, torch.Tensor]:
     """Our weights under GPT2LMHeadModel's names, through the checkpoint adapter."""
-    from plm_toolkit.catalog import load_all
+    from plm_toolkit.core.catalog import load_all
     from plm_toolkit.interop.hf import ADAPTERS
 
     load_all()

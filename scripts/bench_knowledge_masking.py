@@ -122,8 +122,8 @@ def main() -> None:
     sys.path.insert(0, str(REPO / "scripts"))
     from ernie_units import conll_gazetteer
 
-    import plm_toolkit.finetune as finetune
-    import plm_toolkit.train as train
+    import plm_toolkit.commands.finetune as finetune
+    import plm_toolkit.commands.train as train
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

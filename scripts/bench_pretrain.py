@@ -52,7 +52,7 @@ from bert_runners import (
     pin,
 )
 
-from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.objectives.masking import masking_from_config
 from plm_toolkit.objectives.mlm import MlmConfig
 from plm_toolkit.training.flops import peak_tflops

@@ -16,7 +16,7 @@ from functools import partial
 import torch
 from side_by_side import Suite, compare, device_of, make_optimizer, memory_probe
 
-from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.t5 import T5, T5Config
 from plm_toolkit.objectives.base import normalized_loss
 from plm_toolkit.objectives.span_corruption import SpanCorruptionConfig, SpanCorruptionObjective

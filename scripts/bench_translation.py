@@ -26,15 +26,15 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_module
 
-from plm_toolkit import checkpoint as ckpt
+from plm_toolkit.commands.train import run
 from plm_toolkit.config import setup
-from plm_toolkit.data.parallel import ReadCounts, iter_pairs, resolve
-from plm_toolkit.data.token_batches import token_batches
-from plm_toolkit.decoding import SearchConfig
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.data.layouts.token_batches import token_batches
+from plm_toolkit.data.sources.parallel_text import ReadCounts, iter_pairs, resolve
+from plm_toolkit.generation.decoding import SearchConfig
+from plm_toolkit.generation.text_metrics import bleu_chrf
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.objectives.translation import decode
-from plm_toolkit.text_metrics import bleu_chrf
-from plm_toolkit.train import run
 
 REPO = Path(__file__).resolve().parents[1]
 

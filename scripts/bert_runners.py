@@ -10,12 +10,12 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from plm_toolkit.config.schema import HardwareConfig, OptimizerConfig, TrainerConfig
-from plm_toolkit.data.collate import pack_rows
-from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.core.registry import OBJECTIVES
+from plm_toolkit.core.schema import HardwareConfig, OptimizerConfig, TrainerConfig
+from plm_toolkit.data.batching.collate import pack_rows
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.bert import Bert, BertConfig
 from plm_toolkit.objectives.mlm import MlmConfig
-from plm_toolkit.registry import OBJECTIVES
 from plm_toolkit.training.distributed import ProcessInfo
 from plm_toolkit.training.loop import Trainer
 from plm_toolkit.training.precision import Runtime

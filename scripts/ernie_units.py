@@ -58,11 +58,11 @@ def main() -> None:
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO))
-    import plm_toolkit.train  # noqa: F401  (registries: the entity tagger loads a backbone)
-    from plm_toolkit.config.schema import DataConfig, TokenizerConfig
-    from plm_toolkit.data.preparation import prepare_store
-    from plm_toolkit.data.store import TokenStore
-    from plm_toolkit.data.unit_corpus import TaggedSources
+    import plm_toolkit.commands.train  # noqa: F401  (registries: the entity tagger loads a backbone)
+    from plm_toolkit.core.schema import DataConfig, TokenizerConfig
+    from plm_toolkit.data.store.preparation import prepare_store
+    from plm_toolkit.data.store.token_store import TokenStore
+    from plm_toolkit.data.units.corpus import TaggedSources
     from plm_toolkit.tasks.entity_tagger import EntityTagger
 
     scratch_folder = tempfile.TemporaryDirectory(prefix="ernie_units-")  # removed when the script exits

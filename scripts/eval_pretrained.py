@@ -16,13 +16,13 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from plm_toolkit import checkpoint as ckpt
-from plm_toolkit import registry
 from plm_toolkit.config import setup
 from plm_toolkit.config.resolve import resolve_run
-from plm_toolkit.data import prepare_pretraining_data
-from plm_toolkit.data.collate import Collator
-from plm_toolkit.data.loader import eval_loader
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core import registry
+from plm_toolkit.data.batching.collate import Collator
+from plm_toolkit.data.batching.loader import eval_loader
+from plm_toolkit.data.build import prepare_pretraining_data
 from plm_toolkit.objectives.masking import IGNORE_INDEX
 from plm_toolkit.objectives.rtd import gumbel_sample, rtd_labels
 

@@ -30,7 +30,7 @@ import torch
 from side_by_side import autocast_factory
 from torch.profiler import ProfilerActivity, profile
 
-from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.objectives.masking import masking_from_config
 from plm_toolkit.objectives.mlm import MlmConfig
 

@@ -35,10 +35,10 @@ if [[ $part == all || $part == fsdp ]]; then
   run="$out/fsdp/run"; mkdir -p "$out/fsdp"
   common=(hardware=fsdp hardware.device=cuda hardware.precision=bf16 hardware.compile=true
           trainer.save_every=10 trainer.log_every=5 trainer.progress_bar=false "hydra.run.dir=$run")
-  timeout 300 "$py" -m torch.distributed.run --standalone --nproc_per_node 1 -m plm_toolkit.train \
+  timeout 300 "$py" -m torch.distributed.run --standalone --nproc_per_node 1 -m plm_toolkit.commands.train \
     "${common[@]}" trainer.max_steps=20 optimizer.total_steps=30 > "$out/fsdp/first.log" 2>&1
   echo "first leg exit $?"
-  timeout 240 "$py" -m torch.distributed.run --standalone --nproc_per_node 1 -m plm_toolkit.train \
+  timeout 240 "$py" -m torch.distributed.run --standalone --nproc_per_node 1 -m plm_toolkit.commands.train \
     "${common[@]}" trainer.max_steps=30 optimizer.total_steps=30 > "$out/fsdp/resume.log" 2>&1
   echo "resumed leg exit $?"
   cp "$run/metrics.jsonl" "$out/fsdp/metrics.jsonl" 2>/dev/null && tail -3 "$out/fsdp/metrics.jsonl"

@@ -5,7 +5,7 @@
 
 WikiText marks articles with ` = Title = ` lines and sections with ` = = Section = = ` (deeper levels add more
 `=`); its tokenizer split hyphens and number separators into ` @-@ `, ` @,@ ` and ` @.@ `. We write our corpus
-format instead (see plm_toolkit/data/corpus.py): UTF-8 with LF line endings, one article per block, a blank line
+format instead (see plm_toolkit/data/sources/corpus.py): UTF-8 with LF line endings, one article per block, a blank line
 between articles, one paragraph per line, headings dropped, the three markers joined back. Other WikiText
 spacing (`actor . He`, `Teddy 's`) is kept: BERT-style pre-tokenization splits punctuation either way.
 

@@ -8,11 +8,16 @@ from omegaconf import OmegaConf
 from tokenizers import Tokenizer, models, trainers
 from torch import nn
 
-from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.config import setup
-from plm_toolkit.data.corpus import resource_path
-from plm_toolkit.data.sentinels import add_sentinels, t5_unigram_trainer
-from plm_toolkit.data.tokenizer import BPE_SPECIAL_TOKENS, _add_bpe_specials, byte_level_tokenizer, unigram_tokenizer
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.data.tokenization.pipelines import (
+    BPE_SPECIAL_TOKENS,
+    _add_bpe_specials,
+    byte_level_tokenizer,
+    unigram_tokenizer,
+)
+from plm_toolkit.data.tokenization.sentinels import add_sentinels, t5_unigram_trainer
 from plm_toolkit.models.t5 import T5, T5Config
 from plm_toolkit.models.transformer import Transformer, TransformerConfig
 

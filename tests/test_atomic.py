@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from plm_toolkit.atomic import save_safetensors
+from plm_toolkit.core.atomic import save_safetensors
 
 
 @pytest.mark.parametrize("mask", [0o022, 0o027, 0o077])

@@ -9,9 +9,9 @@ import sys
 def test_registry_imports_no_family_and_the_loader_registers_every_module():
     code = (
         "import sys\n"
-        "import plm_toolkit.registry as r\n"
+        "import plm_toolkit.core.registry as r\n"
         "assert not [m for m in sys.modules if m.startswith(('plm_toolkit.models.', 'plm_toolkit.objectives.'))]\n"
-        "from plm_toolkit.catalog import load_all\n"
+        "from plm_toolkit.core.catalog import load_all\n"
         "load_all()\n"
         "from plm_toolkit.interop.hf import ADAPTERS\n"
         "import json\n"

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from plm_toolkit.errors import DataError
+from plm_toolkit.core.errors import DataError
 from plm_toolkit.interop.elmo_bilm_tf import export_bilm_tf
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.models.elmo import Elmo, ElmoConfig
@@ -20,7 +20,7 @@ def embed(*keys: str):
     """plm-embed in-process through Hydra, as the console script runs it."""
     from hydra import compose, initialize_config_module
 
-    from plm_toolkit.embed import embed_file
+    from plm_toolkit.commands.embed import embed_file
 
     with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
         return embed_file(compose("embed", overrides=[*keys, "progress_bar=false", "device=cpu"]))

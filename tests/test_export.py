@@ -11,12 +11,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from plm_toolkit import checkpoint as ckpt
-from plm_toolkit.data.characters import character_ids
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.data.word_vocabulary import train_word_tokenizer
-from plm_toolkit.errors import CheckpointError
-from plm_toolkit.export import MANIFEST_FILE, export_checkpoint, main
+from plm_toolkit.commands.export import MANIFEST_FILE, export_checkpoint, main
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core.errors import CheckpointError
+from plm_toolkit.data.tokenization.characters import character_ids
+from plm_toolkit.data.tokenization.vocab import Vocab
+from plm_toolkit.data.tokenization.word_vocabulary import train_word_tokenizer
 from plm_toolkit.interop import elmo_bilm_tf, hf_tokenizer
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.models.bert import Bert, BertConfig
@@ -184,7 +184,7 @@ def test_a_temporary_folder_of_a_killed_export_goes_with_the_next_export(bert_ch
 
 
 def test_bilm_tf_holds_no_task_head_unless_left_out(elmo_checkpoint, tmp_path, capsys):
-    from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+    from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
     from plm_toolkit.tasks.base import TaskData
     from plm_toolkit.tasks.ner import NerConfig, TokenClassification
 

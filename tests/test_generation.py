@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from plm_toolkit.decoding import SearchConfig, beam_search, filter_logits, generate, sample
+from plm_toolkit.generation.decoding import SearchConfig, beam_search, filter_logits, generate, sample
 
 
 class MarkovDecoder:

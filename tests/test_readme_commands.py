@@ -16,10 +16,10 @@ from hydra import compose, initialize_config_module
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
-import plm_toolkit.generate  # noqa: F401  (stores plm-generate's schema)
+import plm_toolkit.commands.generate  # noqa: F401  (stores plm-generate's schema)
+from plm_toolkit.commands.glue.command import glue_problems
 from plm_toolkit.config.lengths import steps_over_epochs
 from plm_toolkit.config.validate import unknown_keys, validate
-from plm_toolkit.glue import glue_problems
 
 REPO = Path(__file__).resolve().parents[1]
 # README and docs/, the configs' comments, the usage lines at the top of the package's modules.
@@ -70,8 +70,8 @@ def command_of(line: str) -> tuple[str, list[str]] | None:
         return None
     if words[:1] == ["srun"]:
         words = words[1:]
-    if words[:1] == ["torchrun"] and "plm_toolkit.train" in words:
-        return "train", words[words.index("plm_toolkit.train") + 1 :]
+    if words[:1] == ["torchrun"] and "plm_toolkit.commands.train" in words:
+        return "train", words[words.index("plm_toolkit.commands.train") + 1 :]
     if words and words[0] in CONFIGS:
         return CONFIGS[words[0]], words[1:]
     return None
@@ -220,7 +220,10 @@ def test_command_lines_are_read_as_a_shell_reads_them():
     block = "plm-train model=t5 data.train_files=[a.txt] \\\n    hydra.run.dir=runs/t5   # comment\n"
     ((_, line),) = logical_lines(block)
     assert command_of(line) == ("train", ["model=t5", "data.train_files=[a.txt]", "hydra.run.dir=runs/t5"])
-    assert command_of("torchrun --nproc_per_node 8 -m plm_toolkit.train hardware=ddp") == ("train", ["hardware=ddp"])
+    assert command_of("torchrun --nproc_per_node 8 -m plm_toolkit.commands.train hardware=ddp") == (
+        "train",
+        ["hardware=ddp"],
+    )
     assert overrides_of(["-m", "optimizer.lr=1e-4,3e-4", "--cfg", "job", "...", "hydra.run.dir=x"]) == [
         "optimizer.lr=0.0001",
         "hydra.run.dir=x",

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from plm_toolkit.text_metrics import bleu_chrf, exact_match
+from plm_toolkit.generation.text_metrics import bleu_chrf, exact_match
 
 pytest.importorskip("sacrebleu")
 

@@ -1,26 +1,20 @@
+"""Composing and checking a command's config: resolve (once per run), generic validation, numbers, the reference."""
+
 from omegaconf import OmegaConf
 
-from plm_toolkit.config.schema import (
-    DataConfig,
-    HardwareConfig,
-    OptimizerConfig,
-    TokenizerConfig,
-    TrainConfig,
-    TrainerConfig,
-    register_schemas,
-)
+from plm_toolkit.core.schema import register_schemas
 
 
 def setup() -> None:
     """What Hydra needs before it composes a plm-train or plm-finetune config, done once by the entry points (and by
     anything else that composes, such as tests): the schemas, every registered model, objective and task in the
     ConfigStore, and the resolvers the presets use. Calling it again is harmless."""
-    from plm_toolkit.catalog import load_all
     from plm_toolkit.config.glue import register_glue_schema
     from plm_toolkit.config.help import register_help_resolver
-    from plm_toolkit.data.cache import register_cache_resolver
-    from plm_toolkit.data.corpus import register_resolvers
-    from plm_toolkit.run_lock import launch_tag
+    from plm_toolkit.core.catalog import load_all
+    from plm_toolkit.core.run_lock import launch_tag
+    from plm_toolkit.data.sources.corpus import register_resolvers
+    from plm_toolkit.data.store.cache import register_cache_resolver
 
     register_schemas()
     register_glue_schema()
@@ -31,15 +25,3 @@ def setup() -> None:
     if not OmegaConf.has_resolver("plm_launch_tag"):
         # Cached, as Hydra's ${now:}: a sweep's jobs resolve their directories to the one the launcher made.
         OmegaConf.register_new_resolver("plm_launch_tag", launch_tag, use_cache=True)
-
-
-__all__ = [
-    "DataConfig",
-    "HardwareConfig",
-    "OptimizerConfig",
-    "TokenizerConfig",
-    "TrainConfig",
-    "TrainerConfig",
-    "register_schemas",
-    "setup",
-]

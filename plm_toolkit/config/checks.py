@@ -7,7 +7,7 @@ import math
 
 from hydra.core.hydra_config import HydraConfig
 
-from plm_toolkit.config.schema import OptimizerConfig
+from plm_toolkit.core.schema import OptimizerConfig
 
 DEFAULTS = OptimizerConfig()
 

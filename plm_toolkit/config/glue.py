@@ -9,7 +9,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from plm_toolkit.config.schema import (
+from plm_toolkit.core.schema import (
     BackboneSourceConfig,
     FinetuneModeConfig,
     HardwareConfig,

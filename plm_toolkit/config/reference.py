@@ -12,10 +12,9 @@ import inspect
 import re
 from enum import Enum
 
-from plm_toolkit import registry
-from plm_toolkit.catalog import load_all
 from plm_toolkit.config import glue as glue_schema
-from plm_toolkit.config import schema
+from plm_toolkit.core import registry, schema
+from plm_toolkit.core.catalog import load_all
 
 FIELD = re.compile(r"^\s+(\w+):\s")
 
@@ -114,7 +113,7 @@ def render() -> str:
     # plm-glue: its own data key and the suite's protocol (its other sections are plm-finetune's).
     groups += [("data (plm-glue)", glue_schema.GlueDataConfig), ("glue (plm-glue)", glue_schema.GlueSuiteConfig)]
     # plm-generate: top-level keys (checkpoint=PATH prompt=TEXT ...).
-    from plm_toolkit.generate import GenerateConfig
+    from plm_toolkit.commands.generate import GenerateConfig
 
     groups.append(("plm-generate (top-level keys)", GenerateConfig))
     groups.append(("plm-embed (top-level keys)", schema.EmbedConfig))

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from plm_toolkit.capabilities import CHARACTERS, SEGMENTS
 from plm_toolkit.config.checks import (
     check_range,
     kernel_problems,
@@ -23,13 +22,14 @@ from plm_toolkit.config.checks import (
 from plm_toolkit.config.numbers import merge, number_problems
 from plm_toolkit.config.overrides import keep_typed_text
 from plm_toolkit.config.resolve import model_class, objective_class, resolve_run, task_class, tokenizer_kind
-from plm_toolkit.data.parallel import resolve
-from plm_toolkit.data.sources import source_problems
-from plm_toolkit.data.tokenizer import MAXIMUM_VOCABULARY, MINIMUM_VOCABULARY
-from plm_toolkit.data.user_files import not_a_file
-from plm_toolkit.errors import ConfigError, PlmError
-from plm_toolkit.names import did_you_mean, key_names
-from plm_toolkit.registry import MODELS, OBJECTIVES, TASKS
+from plm_toolkit.core.capabilities import CHARACTERS, SEGMENTS
+from plm_toolkit.core.errors import ConfigError, PlmError
+from plm_toolkit.core.names import did_you_mean, key_names
+from plm_toolkit.core.registry import MODELS, OBJECTIVES, TASKS
+from plm_toolkit.data.sources.parallel_text import resolve
+from plm_toolkit.data.sources.pieces import source_problems
+from plm_toolkit.data.sources.user_files import not_a_file
+from plm_toolkit.data.tokenization.tokenizer import MAXIMUM_VOCABULARY, MINIMUM_VOCABULARY
 
 
 def evaluation_only(t) -> bool:
@@ -103,7 +103,7 @@ def model_field_problems(m) -> list[str]:
 def tokenizer_problems(cfg: DictConfig) -> list[str]:
     """The sizes of a vocabulary to train: at least what its kind always holds, at most what 32-bit token ids count
     (the tokenizers library raised OverflowError for a negative one; vocab_size=3 trained 102 tokens without a
-    word). A trained vocabulary that the corpus makes larger still is refused after training (data/tokenizer.py)."""
+    word). A trained vocabulary that the corpus makes larger still is refused after training (data/tokenization/tokenizer.py)."""
     t, kind = cfg.data.tokenizer, tokenizer_kind(cfg)
     out: list[str] = []
     if t.min_frequency < 0:

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from plm_toolkit.config.validate import model_field_problems
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.core.errors import CheckpointError
 
 
 def check_model_config(config: Any, path: Path) -> Any:

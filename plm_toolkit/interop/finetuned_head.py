@@ -18,12 +18,12 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.config.resolve import task_class
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core.errors import CheckpointError
+from plm_toolkit.core.registry import TASKS
 from plm_toolkit.interop.hf_heads import TaskHead, TrainedTask
 from plm_toolkit.models.base import ENCODER_DECODER
-from plm_toolkit.registry import TASKS
 
 # The section of a fine-tuned checkpoint's config.yaml that holds what its head's weights do not show.
 HEAD_SECTION = "task_head"

@@ -27,8 +27,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from plm_toolkit.config.schema import TokenizerKind
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.core.errors import CheckpointError
+from plm_toolkit.core.registry import MODELS
+from plm_toolkit.core.schema import TokenizerKind
 from plm_toolkit.interop.hf import (
     ACT_FROM_HF,
     ACT_TO_HF,
@@ -46,7 +47,6 @@ from plm_toolkit.interop.hf_tokenizer import WITHOUT_TOKEN_TYPES, TokenizerLayou
 from plm_toolkit.models.bert import BertConfig, embedding_width
 from plm_toolkit.nn.feed_forward import HiddenAct
 from plm_toolkit.nn.heads import head_activation
-from plm_toolkit.registry import MODELS
 
 # Our BertConfig field <- Hugging Face config.json key (every family of the encoder layout has them).
 CONFIG_FROM_HF = {

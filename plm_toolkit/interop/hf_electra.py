@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.interop.hf import (
     ADAPTERS,
     CONFIG_FILE,

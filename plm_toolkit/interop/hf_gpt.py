@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.interop.hf import (
     ACT_FROM_HF,
     ADAPTERS,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.core.errors import CheckpointError
 
 # What each kind of head scores, for messages.
 KINDS = {"sequence": "sequence classifier", "token": "token classifier", "span": "span (start/end) scorer"}

@@ -32,15 +32,15 @@ from typing import Any
 
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
-from plm_toolkit.data.tokenizer import (
+from plm_toolkit.core.errors import DataError
+from plm_toolkit.data.tokenization.tokenizer import (
     BPE_MERGES_FILE,
     BPE_VOCAB_FILE,
     TOKENIZER_FILE,
     load_tokenizer,
     vocab_from_tokenizer,
 )
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.errors import DataError
+from plm_toolkit.data.tokenization.vocab import Vocab
 
 log = logging.getLogger("plm_toolkit")
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.interop.hf import ADAPTERS, Adapter, ExportPart, HFImport, choice, some
 from plm_toolkit.interop.hf_heads import HeadLayout, linear_keys, unmapped
 from plm_toolkit.interop.hf_tokenizer import TokenizerLayout

@@ -29,12 +29,12 @@ from omegaconf.errors import OmegaConfBaseException
 from tokenizers import Tokenizer
 from torch import nn
 
-from plm_toolkit import checkpoint as ckpt
-from plm_toolkit import registry
-from plm_toolkit.catalog import load_all
-from plm_toolkit.data.tokenizer import load_tokenizer, vocab_from_tokenizer
-from plm_toolkit.data.vocabulary_files import vocabulary_size
-from plm_toolkit.errors import CheckpointError, ConfigError
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core import registry
+from plm_toolkit.core.catalog import load_all
+from plm_toolkit.core.errors import CheckpointError, ConfigError
+from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, vocab_from_tokenizer
+from plm_toolkit.data.tokenization.vocabulary_files import vocabulary_size
 from plm_toolkit.interop.config_check import check_model_config
 from plm_toolkit.interop.finetuned_head import read_finetuned_head
 from plm_toolkit.interop.hf import SAFETENSORS_FILE, TORCH_FILE, HFImport, import_hf

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from plm_toolkit.config.schema import choices
+from plm_toolkit.core.registry import MODELS
+from plm_toolkit.core.schema import choices
 from plm_toolkit.models.bert import Bert, BertConfig, BertEncoder
 from plm_toolkit.nn.feed_forward import HiddenAct
-from plm_toolkit.registry import MODELS
 
 Sharing = choices("Sharing", "all", "attention", "ffn", "none")
 

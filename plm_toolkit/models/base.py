@@ -14,7 +14,7 @@ from torch import nn
 
 # The capabilities live on the ground floor (validation reads them without importing a family); importable
 # from here too, where the families and objectives name them.
-from plm_toolkit.capabilities import (  # noqa: F401
+from plm_toolkit.core.capabilities import (  # noqa: F401
     BIDIRECTIONAL,
     CAUSAL,
     CHARACTERS,
@@ -25,8 +25,8 @@ from plm_toolkit.capabilities import (  # noqa: F401
     SEGMENTS,
     TWO_STREAM,
 )
-from plm_toolkit.decoding import EncoderDecoderDecoder
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.generation.decoding import EncoderDecoderDecoder
 
 
 @dataclass
@@ -67,7 +67,7 @@ class Backbone(nn.Module):
     layer to the input embeddings use ``input_embeddings``.
 
     An ``encoder_decoder`` backbone also serves the calls that teacher forcing, fine-tuning and decoding
-    (``plm_toolkit/decoding.py``) make: ``encode(input_ids, attention_mask) -> (B, S, H)``,
+    (``plm_toolkit/generation/decoding.py``) make: ``encode(input_ids, attention_mask) -> (B, S, H)``,
     ``decode(decoder_input_ids, encoder_hidden, attention_mask, cache=None, offset=None) -> (B, T, H)`` (``cache``
     from ``new_cache()``: one ``nn.layers.LayerCache`` per decoder layer, filled by the first call and extended by
     the next, ``reorder``-ed by beam search; ``offset``: the position of the first new token, by default the
@@ -129,7 +129,7 @@ class Backbone(nn.Module):
         return int(self.config.num_layers) + 1
 
     def decoder(self, head):
-        """What generation (``plm_toolkit/decoding.py``) drives: prefill / step / reorder over a cache, with
+        """What generation (``plm_toolkit/generation/decoding.py``) drives: prefill / step / reorder over a cache, with
         ``head`` mapping (B, H) hidden states to (B, V) next-token scores. Causal families implement it; an
         encoder-decoder serving the calls described above gets ``EncoderDecoderDecoder`` (``head``: its ``logits``)."""
         if ENCODER_DECODER in self.capabilities:

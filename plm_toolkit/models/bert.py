@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from plm_toolkit.config.schema import TokenizerKind
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.registry import MODELS
+from plm_toolkit.core.schema import TokenizerKind
 from plm_toolkit.models.base import (
     BIDIRECTIONAL,
     POOLER,
@@ -34,7 +35,6 @@ from plm_toolkit.nn.embeddings import TokenEmbeddings
 from plm_toolkit.nn.feed_forward import HiddenAct
 from plm_toolkit.nn.init import init_weights
 from plm_toolkit.nn.layers import TransformerLayer
-from plm_toolkit.registry import MODELS
 
 
 @dataclass

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from plm_toolkit.core.registry import MODELS
 from plm_toolkit.models.base import BIDIRECTIONAL, SEGMENTS
 from plm_toolkit.models.bert import Bert, BertConfig
 from plm_toolkit.nn.feed_forward import HiddenAct
-from plm_toolkit.registry import MODELS
 
 
 @dataclass

@@ -2,7 +2,7 @@
 token encoder shared by a forward and a backward language model, each a stack of LSTMs with projected, clipped
 states and a residual connection between layers.
 
-Inputs are words as character ids (``data/characters.py``: UTF-8 bytes between begin/end-of-word markers, ``<S>``
+Inputs are words as character ids (``data/tokenization/characters.py``: UTF-8 bytes between begin/end-of-word markers, ``<S>``
 and ``</S>`` as sentence markers). The token encoder embeds the characters, max-pools convolutions of several
 widths over each word (Kim et al. 2016), runs highway layers and projects to ``hidden_size``. The forward LSTMs read
 left to right, the backward LSTMs right to left over the same tokens; their outputs are never mixed inside the
@@ -23,11 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm_toolkit.config.schema import TokenizerKind, choices
-from plm_toolkit.data.characters import MAX_CHARACTERS, NUM_CHARACTER_IDS
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.registry import MODELS
+from plm_toolkit.core.schema import TokenizerKind, choices
+from plm_toolkit.data.tokenization.characters import MAX_CHARACTERS, NUM_CHARACTER_IDS
 from plm_toolkit.models.base import BIDIRECTIONAL, CHARACTERS, RECURRENT_MEMORY, Backbone, Representations
-from plm_toolkit.registry import MODELS
 
 CnnActivation = choices("CnnActivation", "relu", "tanh")
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.registry import MODELS
 from plm_toolkit.models.bert import Bert, BertConfig, build_embeddings
 from plm_toolkit.nn.embeddings import TokenEmbeddings
-from plm_toolkit.registry import MODELS
 
 
 @dataclass

@@ -24,16 +24,16 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from plm_toolkit.config.schema import TokenizerKind
-from plm_toolkit.decoding import CachedDecoder
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.registry import MODELS
+from plm_toolkit.core.schema import TokenizerKind
+from plm_toolkit.generation.decoding import CachedDecoder
 from plm_toolkit.models.base import CAUSAL, Backbone, Representations, check_vocab_size
 from plm_toolkit.nn.embeddings import TokenEmbeddings
 from plm_toolkit.nn.feed_forward import HiddenAct
 from plm_toolkit.nn.init import init_weights
 from plm_toolkit.nn.layers import LayerCache, TransformerLayer
 from plm_toolkit.nn.positions import position_ids as positions_of
-from plm_toolkit.registry import MODELS
 
 
 @dataclass
@@ -149,7 +149,7 @@ class GPT(Backbone):
         return self.embeddings.word_embeddings
 
     def decoder(self, head) -> CachedDecoder:
-        """Generation over a key/value cache (``plm_toolkit/decoding.py``); ``head`` maps (B, H) to (B, V)."""
+        """Generation over a key/value cache (``plm_toolkit/generation/decoding.py``); ``head`` maps (B, H) to (B, V)."""
         return CachedDecoder(self, head)
 
     def new_cache(self) -> list[LayerCache]:

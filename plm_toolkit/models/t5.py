@@ -22,15 +22,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm_toolkit.config.schema import TokenizerKind, choices
-from plm_toolkit.data.corpus import choice
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.registry import MODELS
+from plm_toolkit.core.schema import TokenizerKind, choices
+from plm_toolkit.data.sources.corpus import choice
 from plm_toolkit.models.base import ENCODER_DECODER, Backbone, Representations, check_vocab_size
 from plm_toolkit.nn.attention import MultiHeadAttention, causal_mask
 from plm_toolkit.nn.feed_forward import FeedForward
 from plm_toolkit.nn.layers import LayerCache, TransformerLayer
 from plm_toolkit.nn.relative_bias import RelativePositionBias
-from plm_toolkit.registry import MODELS
 
 # relu: T5 v1.0's DenseReluDense; gated_gelu: v1.1's GEGLU (Shazeer 2020) with the tanh approximation of GELU.
 T5FeedForwardKind = choices("T5FeedForwardKind", "relu", "gated_gelu")

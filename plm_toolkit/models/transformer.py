@@ -10,7 +10,7 @@ What the paper specifies, and where it is here:
   stack (``pre_ln=true``); residual dropout 0.1 (base) and no dropout on attention weights (section 5.4);
 - ReLU feed-forward of inner width d_ff (section 3.3).
 Label smoothing (0.1) belongs to the ``translation`` objective, Adam with the Noam schedule to ``optimizer=
-adam_noam``, checkpoint averaging to ``plm-average``, beam search to ``plm_toolkit/decoding.py``.
+adam_noam``, checkpoint averaging to ``plm-average``, beam search to ``plm_toolkit/generation/decoding.py``.
 
 Interface of an encoder-decoder backbone (what the objective, the tasks and generation call):
 ``encode(input_ids, attention_mask) -> (B, S, H)``, ``decode(decoder_input_ids, encoder_hidden, attention_mask,
@@ -27,13 +27,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm_toolkit.config.schema import TokenizerKind
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.registry import MODELS
+from plm_toolkit.core.schema import TokenizerKind
 from plm_toolkit.models.base import ENCODER_DECODER, Backbone, Representations, check_heads, check_vocab_size
 from plm_toolkit.nn.feed_forward import HiddenAct
 from plm_toolkit.nn.layers import LayerCache, TransformerLayer
 from plm_toolkit.nn.positions import sinusoid_embedding
-from plm_toolkit.registry import MODELS
 
 
 @dataclass

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.registry import MODELS
 from plm_toolkit.models.base import CAUSAL, RECURRENT_MEMORY, Backbone, Representations, check_vocab_size
 from plm_toolkit.nn.feed_forward import HiddenAct
 from plm_toolkit.nn.relative_attention import (
@@ -26,7 +27,6 @@ from plm_toolkit.nn.relative_attention import (
     sinusoid_embedding,
     update_memory,
 )
-from plm_toolkit.registry import MODELS
 
 
 @dataclass
@@ -120,7 +120,7 @@ class TransformerXL(Backbone):
         return self.word_embeddings
 
     def decoder(self, head) -> MemoryDecoder:
-        """Generation over the segment memory (``plm_toolkit/decoding.py``): each step feeds one token and
+        """Generation over the segment memory (``plm_toolkit/generation/decoding.py``): each step feeds one token and
         attends to the cached states of the eval_mem_len (default mem_len) tokens before it."""
         if self.config.mem_len <= 0 and not self.config.eval_mem_len:
             raise ConfigError("model.mem_len=0: Transformer-XL generates through its memory and has none")

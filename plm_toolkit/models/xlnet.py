@@ -20,8 +20,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from plm_toolkit.config.schema import TokenizerKind
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.registry import MODELS
+from plm_toolkit.core.schema import TokenizerKind
 from plm_toolkit.models.base import (
     BIDIRECTIONAL,
     RECURRENT_MEMORY,
@@ -39,7 +40,6 @@ from plm_toolkit.nn.relative_attention import (
     sinusoid_embedding,
     update_memory,
 )
-from plm_toolkit.registry import MODELS
 
 
 @dataclass

@@ -1,2 +1,2 @@
-"""Pretraining objectives, one module each; ``plm_toolkit.catalog.load_all`` imports them, which registers each
-one in ``plm_toolkit.registry.OBJECTIVES``."""
+"""Pretraining objectives, one module each; ``plm_toolkit.core.catalog.load_all`` imports them, which registers each
+one in ``plm_toolkit.core.registry.OBJECTIVES``."""

@@ -14,7 +14,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from plm_toolkit.data.plan import BatchTransform, DataPlan, choose_layout
+from plm_toolkit.data.layouts.plan import BatchTransform, DataPlan, choose_layout
 
 __all__ = [
     "BatchTransform",
@@ -44,7 +44,7 @@ class Objective(nn.Module):
 
     # What the backbone must be able to do; validation refuses other backbones with a message.
     required_capabilities: ClassVar[frozenset[str]] = frozenset()
-    # The layout this objective's data comes in (data/plan.py LAYOUTS); ``data_plan`` resolves data.packing
+    # The layout this objective's data comes in (data/layouts/plan.py LAYOUTS); ``data_plan`` resolves data.packing
     # against it.
     natural_layout: ClassVar[str] = "full_sentences"
     # metric name -> component whose target count divides it for logging.
@@ -52,7 +52,7 @@ class Objective(nn.Module):
     # Loss components that are per-token language-model cross-entropies: evaluation reports exp(loss) of each as
     # eval_<name>_perplexity (a sentence-level loss such as NSP's has no perplexity).
     perplexity_components: ClassVar[frozenset[str]] = frozenset()
-    # Whether the loss reads packed rows (hardware.unpad, data/collate.py's pack_rows): per-token losses only.
+    # Whether the loss reads packed rows (hardware.unpad, data/batching/collate.py's pack_rows): per-token losses only.
     reads_packed_rows: ClassVar[bool] = False
 
     @classmethod
@@ -65,7 +65,7 @@ class Objective(nn.Module):
 
     @classmethod
     def data_plan(cls, config, data_cfg, model_config) -> DataPlan:
-        """Layout, window, order and static copies of this objective's data (``data/plan.py``), from the configs
+        """Layout, window, order and static copies of this objective's data (``data/layouts/plan.py``), from the configs
         alone: validation asks before anything is built. The batch transform joins it once the objective exists
         (``plan.with_transform(objective.batch_transform())``). Raises ConfigError for a data.packing it cannot
         read. By default: ``natural_layout``, shuffled, dynamic; stream layouts take windows of the inputs and

@@ -10,7 +10,7 @@ to the next sentence's start is not predicted (bilm-tf never feeds ``</S>`` as a
 The softmax covers the first ``softmax_size`` words of the word vocabulary (``data.tokenizer.kind=word``: ``<S>``,
 ``</S>``, ``<UNK>``, then by falling frequency); rarer words are predicted as ``<UNK>``, though the character CNN
 reads them in full, and so are words missing from the vocabulary altogether (an evaluation text's new words): the
-data carries their spelling (``data/spellings.py``), which the batch transform reads them by. Training uses a
+data carries their spelling (``data/tokenization/spellings.py``), which the batch transform reads them by. Training uses a
 sampled softmax with ``num_negatives`` log-uniform negatives per batch when the softmax is larger than that
 (``nn/sampled_softmax.py``), as the paper trained; evaluation always uses the full one.
 Dropout falls on the LSTM outputs before the softmax as in bilm-tf.
@@ -29,17 +29,17 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from plm_toolkit.data.characters import BOS_TOKEN, EOS_TOKEN, character_table
-from plm_toolkit.data.plan import DataPlan, choose_layout
-from plm_toolkit.data.spellings import spelled_character_ids, spellings_key
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.data.word_vocabulary import UNK_TOKEN
-from plm_toolkit.errors import ConfigError, DataError
+from plm_toolkit.core.errors import ConfigError, DataError
+from plm_toolkit.core.registry import OBJECTIVES
+from plm_toolkit.data.layouts.plan import DataPlan, choose_layout
+from plm_toolkit.data.tokenization.characters import BOS_TOKEN, EOS_TOKEN, character_table
+from plm_toolkit.data.tokenization.spellings import spelled_character_ids, spellings_key
+from plm_toolkit.data.tokenization.vocab import Vocab
+from plm_toolkit.data.tokenization.word_vocabulary import UNK_TOKEN
 from plm_toolkit.models.base import CHARACTERS, RECURRENT_MEMORY
 from plm_toolkit.nn.losses import linear_cross_entropy
 from plm_toolkit.nn.sampled_softmax import sample_log_uniform, sampled_softmax_loss
 from plm_toolkit.objectives.base import MemoryObjective, ObjectiveOutput
-from plm_toolkit.registry import OBJECTIVES
 
 
 @dataclass

@@ -23,12 +23,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.registry import MODELS, OBJECTIVES
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.base import CAUSAL, RECURRENT_MEMORY
 from plm_toolkit.nn.losses import linear_cross_entropy
 from plm_toolkit.objectives.base import DataPlan, MemoryObjective, ObjectiveOutput
-from plm_toolkit.registry import MODELS, OBJECTIVES
 
 
 @dataclass
@@ -89,7 +89,7 @@ class CausalLanguageModeling(MemoryObjective):
 
     def next_token_logits(self, model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
         """(B, H) last hidden states -> (B, V) scores of the next token (log-probabilities for an adaptive
-        softmax): the LM head that generation (``plm_toolkit/decoding.py``) decodes with."""
+        softmax): the LM head that generation (``plm_toolkit/generation/decoding.py``) decodes with."""
         if self.adaptive is not None:
             return self.adaptive.log_prob(hidden.float())
         return F.linear(hidden, model.input_embeddings.weight, self.bias)

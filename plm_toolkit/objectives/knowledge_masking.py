@@ -11,7 +11,7 @@ row's units are drawn in random order until 15% of its tokens are targets, and e
 [MASK] for 80% of the units, random tokens for 10%, unchanged for 10% (one draw per unit). Evaluation always masks
 at the last stage training reaches, so evaluation losses are comparable along a run.
 
-The units come from the corpus (``data/unit_corpus.py``: pre-segmented text, a phrase lexicon and an entity
+The units come from the corpus (``data/units/corpus.py``: pre-segmented text, a phrase lexicon and an entity
 gazetteer, collocation phrases learned from the corpus, entities tagged by a task=ner checkpoint, jieba words for
 Chinese) and travel with the examples as one join code per token. The same objective with
 ``objective.masking=whole_word`` masks the same words without stages (BERT-wwm; with ``word_segmenter=jieba``
@@ -31,14 +31,14 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from plm_toolkit import checkpoint as ckpt
-from plm_toolkit.config.schema import choices
-from plm_toolkit.data.corpus import choice
-from plm_toolkit.data.plan import DataPlan
-from plm_toolkit.errors import CheckpointError, ConfigError
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core.errors import CheckpointError, ConfigError
+from plm_toolkit.core.registry import OBJECTIVES
+from plm_toolkit.core.schema import choices
+from plm_toolkit.data.layouts.plan import DataPlan
+from plm_toolkit.data.sources.corpus import choice
 from plm_toolkit.objectives.masking import NO_JOIN, WORD_LEVEL, MaskingTransform, MaskingUnit
 from plm_toolkit.objectives.mlm import MaskedLanguageModeling, MlmConfig
-from plm_toolkit.registry import OBJECTIVES
 
 BasicUnit = choices("BasicUnit", "word", "token")
 WordSegmenter = choices("WordSegmenter", "regex", "jieba")
@@ -119,7 +119,7 @@ class StagedMasking:
     """The batch transform: ``MaskingTransform`` at the join level of the stage that step ``step`` is in.
     Picklable (plain ints and the inner transform) for data-loader workers."""
 
-    # The loader passes the optimizer step of every training micro-batch (data/loader.py).
+    # The loader passes the optimizer step of every training micro-batch (data/batching/loader.py).
     takes_step = True
 
     def __init__(self, masking: MaskingTransform, starts: tuple[int, int], basic_unit: str, total_steps: int):
@@ -182,7 +182,7 @@ class KnowledgeMasking(MaskedLanguageModeling):
                 f"{config.collocation_threshold}, {config.collocation_passes}"
             )
         if choice(config.word_segmenter) == "jieba":
-            from plm_toolkit.data.units import jieba_module
+            from plm_toolkit.data.units.knowledge import jieba_module
 
             jieba_module()
         for key in ("phrase_lexicon", "entity_gazetteer"):

@@ -18,12 +18,12 @@ The unit of selection is a masking option of every MLM-style objective (``object
   SpanBERT), chosen as ALBERT's ``create_pretraining_data.py`` does: candidate starts in random order, a drawn n
   shortened until the span fits the remaining budget, spans that overlap a chosen one skipped.
 - ``knowledge``: ERNIE's knowledge units (Sun et al. 2019, section 3.2): words, phrases or entities, as the
-  batch's ``units`` join codes (``data/units.py``) group them at the level the caller names; units are drawn in
+  batch's ``units`` join codes (``data/units/knowledge.py``) group them at the level the caller names; units are drawn in
   random order and one that would overshoot the target count is skipped, and the 80/10/10 choice is made once per
   unit, so a unit is masked, replaced or kept as a whole (``objectives/knowledge_masking.py`` picks the level by
   training stage).
 A piece continues a word when the tokenizer marks it so (WordPiece ``##``, byte-level BPE without a leading
-space, see ``data/vocab.py``) and it directly follows a maskable piece; when the batch carries ``units`` (a word
+space, see ``data/tokenization/vocab.py``) and it directly follows a maskable piece; when the batch carries ``units`` (a word
 segmenter such as jieba found the words), its word-level join codes decide instead.
 """
 
@@ -34,14 +34,14 @@ from typing import Any
 
 import torch
 
-from plm_toolkit.config.schema import choices
-from plm_toolkit.data.collate import target_positions
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.schema import choices
+from plm_toolkit.data.batching.collate import target_positions
 
 # Label of a position that is not a target; cross-entropy's default ignore_index.
 IGNORE_INDEX = -100
 MaskingUnit = choices("MaskingUnit", "token", "whole_word", "ngram", "knowledge")
-# Join codes of the batch's ``units`` column (data/units.py): a position continues the unit of the position before
+# Join codes of the batch's ``units`` column (data/units/knowledge.py): a position continues the unit of the position before
 # it when its code is at most the grouping level. ``NO_JOIN`` as the level: every token is a unit of its own.
 WORD_LEVEL, NO_JOIN = 0, -1
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from plm_toolkit.core.registry import OBJECTIVES
 from plm_toolkit.objectives.mlm import MlmConfig
 from plm_toolkit.objectives.mlm_sentence import MlmWithSentenceObjective
 from plm_toolkit.objectives.nsp import NextSentencePrediction
-from plm_toolkit.registry import OBJECTIVES
 
 
 @dataclass

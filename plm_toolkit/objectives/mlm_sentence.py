@@ -13,8 +13,8 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.objectives.base import BatchTransform, Objective, ObjectiveOutput
 from plm_toolkit.objectives.mlm import MaskedLanguageModeling, encode
 

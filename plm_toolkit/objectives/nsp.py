@@ -13,11 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.core.registry import OBJECTIVES
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.base import BIDIRECTIONAL, POOLER, SEGMENTS, Representations
 from plm_toolkit.objectives.base import Objective, ObjectiveOutput
 from plm_toolkit.objectives.mlm import encode
-from plm_toolkit.registry import OBJECTIVES
 
 
 @dataclass

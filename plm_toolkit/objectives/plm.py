@@ -28,12 +28,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm_toolkit.data.plan import choose_layout
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.registry import OBJECTIVES
+from plm_toolkit.data.layouts.plan import choose_layout
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.base import TWO_STREAM
 from plm_toolkit.objectives.base import BatchTransform, DataPlan, MemoryObjective, ObjectiveOutput
-from plm_toolkit.registry import OBJECTIVES
 
 SPECIALS = 3  # SEP after A, SEP after B, CLS
 
@@ -140,7 +140,7 @@ class PermutationTransform:
         windows = batch["input_ids"]  # (B, W)
         if self.bi_data:
             # bi_data: the second half of the batch reads its text backwards (the loader hands those rows their
-            # windows last to first, see data/loader.py StreamOrder), the model negates their distances.
+            # windows last to first, see data/batching/loader.py StreamOrder), the model negates their distances.
             half = windows.shape[0] // 2
             windows = torch.cat([windows[:half], windows[half:].flip(1)])
         rows = [self.row(w, torch.Generator().manual_seed(s)) for w, s in zip(windows, seeds, strict=True)]

@@ -27,8 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.registry import OBJECTIVES
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.base import BIDIRECTIONAL
 from plm_toolkit.models.bert import BertConfig, BertEncoder, embedding_width
 from plm_toolkit.nn.attention import padding_mask
@@ -37,7 +38,6 @@ from plm_toolkit.nn.heads import activation, masked_lm_head
 from plm_toolkit.nn.init import init_weights
 from plm_toolkit.objectives.base import BatchTransform, Objective, ObjectiveOutput
 from plm_toolkit.objectives.masking import IGNORE_INDEX, MaskingUnit, check_masking_config, masking_from_config
-from plm_toolkit.registry import OBJECTIVES
 
 
 @dataclass

@@ -15,13 +15,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm_toolkit.data.loader import mix_seed
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.registry import OBJECTIVES
+from plm_toolkit.data.batching.loader import mix_seed
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.base import BIDIRECTIONAL, POOLER, SEGMENTS, Representations
 from plm_toolkit.objectives.base import BatchTransform, Objective, ObjectiveOutput
 from plm_toolkit.objectives.mlm import encode
-from plm_toolkit.registry import OBJECTIVES
 
 # Seeds of the swap draw are derived from the row's seed on their own stream, so adding SOP to MLM leaves the
 # masking draw of every row unchanged.

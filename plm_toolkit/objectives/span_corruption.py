@@ -15,14 +15,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from plm_toolkit.data.sentinels import check_sentinels
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.registry import OBJECTIVES
+from plm_toolkit.data.tokenization.sentinels import check_sentinels
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.base import ENCODER_DECODER
 from plm_toolkit.nn.losses import linear_cross_entropy
 from plm_toolkit.objectives.base import BatchTransform, DataPlan, Objective, ObjectiveOutput, choose_layout
 from plm_toolkit.objectives.span_noise import IGNORE_INDEX, SpanCorruption, random_spans_helper
-from plm_toolkit.registry import OBJECTIVES
 
 
 @dataclass

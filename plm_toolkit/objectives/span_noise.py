@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from plm_toolkit.data.collate import IGNORE_INDEX, shift_right
-from plm_toolkit.errors import DataError
+from plm_toolkit.core.errors import DataError
+from plm_toolkit.data.batching.collate import IGNORE_INDEX, shift_right
 
 
 def span_counts(length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:

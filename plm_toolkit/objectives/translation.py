@@ -6,7 +6,7 @@ and the end token (Vaswani et al. 2017, section 3), with label smoothing eps = 0
 token, what perplexity and model comparisons read) and ``translation_accuracy``.
 
 Evaluation also decodes the validation sources with beam search (beam 4, GNMT alpha 0.6, max length source + 50,
-``plm_toolkit/decoding.py``) and scores the detokenized output against the references with sacrebleu:
+``plm_toolkit/generation/decoding.py``) and scores the detokenized output against the references with sacrebleu:
 ``eval_bleu`` and ``eval_chrf`` in metrics.jsonl, and at the end of the run ``eval_results.json`` with both and
 their sacrebleu signatures, and ``translations.txt`` (one hypothesis per validation pair, in file order).
 """
@@ -21,15 +21,15 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from plm_toolkit.config.checks import decoding_problems
-from plm_toolkit.data.collate import IGNORE_INDEX, shift_right
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.decoding import SearchConfig, generate
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.registry import OBJECTIVES
+from plm_toolkit.data.batching.collate import IGNORE_INDEX, shift_right
+from plm_toolkit.data.tokenization.vocab import Vocab
+from plm_toolkit.generation.decoding import SearchConfig, generate
+from plm_toolkit.generation.text_metrics import bleu_chrf
 from plm_toolkit.models.base import ENCODER_DECODER
 from plm_toolkit.nn.losses import label_smoothed_cross_entropy
 from plm_toolkit.objectives.base import Objective, ObjectiveOutput
-from plm_toolkit.registry import OBJECTIVES
-from plm_toolkit.text_metrics import bleu_chrf
 
 log = logging.getLogger("plm_toolkit")
 

@@ -1,2 +1,2 @@
-"""Fine-tuning tasks; ``plm_toolkit.catalog.load_all`` imports them, which registers each one in
-``plm_toolkit.registry.TASKS``."""
+"""Fine-tuning tasks; ``plm_toolkit.core.catalog.load_all`` imports them, which registers each one in
+``plm_toolkit.core.registry.TASKS``."""

@@ -18,10 +18,10 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
-from plm_toolkit.config.schema import FinetuneMode, FinetuneModeConfig
-from plm_toolkit.data.template import Template, template_of  # noqa: F401  (the tasks' import path)
-from plm_toolkit.data.user_files import not_a_file
-from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.core.schema import FinetuneMode, FinetuneModeConfig
+from plm_toolkit.data.sources.user_files import not_a_file
+from plm_toolkit.data.tokenization.template import Template, template_of  # noqa: F401  (the tasks' import path)
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.base import CHARACTERS, Representations
 from plm_toolkit.objectives.base import Objective
 from plm_toolkit.tasks.features import FeatureEncoder, frozen_layers

@@ -29,11 +29,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from plm_toolkit import checkpoint as ckpt
-from plm_toolkit.config.schema import FinetuneModeConfig
-from plm_toolkit.data.tokenizer import BYTE_STAND_INS
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core.errors import CheckpointError
+from plm_toolkit.core.schema import FinetuneModeConfig
+from plm_toolkit.data.tokenization.tokenizer import BYTE_STAND_INS
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.interop.finetuned_head import read_finetuned_head
 from plm_toolkit.interop.hf import some
 from plm_toolkit.interop.hf_heads import KINDS, SUMMARIES, TaskHead

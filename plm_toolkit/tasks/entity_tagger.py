@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 
-from plm_toolkit import checkpoint as ckpt
-from plm_toolkit.data.plan import DataPlan
-from plm_toolkit.data.unit_corpus import TaggedSources
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core.errors import CheckpointError
+from plm_toolkit.data.layouts.plan import DataPlan
+from plm_toolkit.data.units.corpus import TaggedSources
 from plm_toolkit.objectives.knowledge_masking import TAGGER_KEY as KEY
 from plm_toolkit.objectives.knowledge_masking import ner_checkpoint
 
@@ -27,7 +27,7 @@ class EntityTagger:
     """Tags lists of words with a task=ner checkpoint; ``tagger(sentences)`` -> entity spans over word indices."""
 
     def __init__(self, path: str | Path, batch_size: int = 64):
-        from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+        from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
         from plm_toolkit.interop.pretrained import load_backbone, read_config_yaml
         from plm_toolkit.tasks.base import TaskData, template_of
         from plm_toolkit.tasks.checkpoint_head import run_finetune_mode, start_from_checkpoint_head
@@ -95,7 +95,7 @@ class EntityTagger:
 
 def with_entity_tagger(plan: DataPlan) -> DataPlan:
     """``plan`` whose knowledge units carry the tagger that ``objective.entity_tagger`` names (``TaggedSources``,
-    which ``data/unit_corpus.py`` reads), or ``plan`` itself when it names none."""
+    which ``data/units/corpus.py`` reads), or ``plan`` itself when it names none."""
     units = plan.units
     if units is None or not getattr(units, "entity_tagger", None):
         return plan

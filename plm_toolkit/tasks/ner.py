@@ -18,12 +18,12 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
 
-from plm_toolkit.data.characters import template_character_ids, token_strings
-from plm_toolkit.data.user_files import iter_lines
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.errors import DataError
+from plm_toolkit.core.errors import DataError
+from plm_toolkit.core.registry import TASKS
+from plm_toolkit.data.sources.user_files import iter_lines
+from plm_toolkit.data.tokenization.characters import template_character_ids, token_strings
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.objectives.base import ObjectiveOutput
-from plm_toolkit.registry import TASKS
 from plm_toolkit.tasks.base import IGNORE, Task, TaskData, limit, template_of
 from plm_toolkit.tasks.heads import LinearHead
 

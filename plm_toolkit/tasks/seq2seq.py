@@ -10,7 +10,7 @@
   text rounded to 0.2 as in T5.
 
 Training is teacher-forced cross-entropy (``objectives/translation.py``); evaluation decodes with
-``plm_toolkit/decoding.py`` and writes the outputs to ``predictions.json`` (row -> text, or row -> label).
+``plm_toolkit/generation/decoding.py`` and writes the outputs to ``predictions.json`` (row -> text, or row -> label).
 """
 
 from __future__ import annotations
@@ -23,12 +23,14 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
-from plm_toolkit.config.schema import FinetuneMode
-from plm_toolkit.data.collate import Seq2SeqCollator
-from plm_toolkit.data.parallel import ReadCounts, iter_pairs, report_counts, resolve
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.decoding import SearchConfig
-from plm_toolkit.errors import ConfigError, DataError, PlmError
+from plm_toolkit.core.errors import ConfigError, DataError, PlmError
+from plm_toolkit.core.registry import TASKS
+from plm_toolkit.core.schema import FinetuneMode
+from plm_toolkit.data.batching.collate import Seq2SeqCollator
+from plm_toolkit.data.sources.parallel_text import ReadCounts, iter_pairs, report_counts, resolve
+from plm_toolkit.data.tokenization.vocab import Vocab
+from plm_toolkit.generation.decoding import SearchConfig
+from plm_toolkit.generation.text_metrics import bleu_chrf, exact_match
 from plm_toolkit.models.base import ENCODER_DECODER
 from plm_toolkit.objectives.base import ObjectiveOutput
 from plm_toolkit.objectives.translation import (
@@ -39,11 +41,9 @@ from plm_toolkit.objectives.translation import (
     teacher_forced,
     unflatten_outputs,
 )
-from plm_toolkit.registry import TASKS
 from plm_toolkit.tasks.base import Task, TaskData, limit
-from plm_toolkit.tasks.glue import ClassificationConfig, SequenceClassification, read_columns, read_rows
+from plm_toolkit.tasks.glue.classification import ClassificationConfig, SequenceClassification, read_columns, read_rows
 from plm_toolkit.tasks.metrics import METRICS
-from plm_toolkit.text_metrics import bleu_chrf, exact_match
 
 log = logging.getLogger("plm_toolkit")
 

@@ -5,9 +5,9 @@ evaluation, then stop there)."""
 
 from __future__ import annotations
 
-from plm_toolkit.data.loader import MicroBatches, micro_batch_loader
-from plm_toolkit.data.plan import DataPlan
-from plm_toolkit.errors import DataError
+from plm_toolkit.core.errors import DataError
+from plm_toolkit.data.batching.loader import MicroBatches, micro_batch_loader
+from plm_toolkit.data.layouts.plan import DataPlan
 from plm_toolkit.training.distributed import ProcessInfo
 
 

@@ -18,11 +18,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from plm_toolkit import checkpoint as ckpt
-from plm_toolkit.data.collate import PackingTransform
-from plm_toolkit.data.loader import BatchLayout, eval_loader, eval_scope, mix_seed
-from plm_toolkit.data.plan import DataPlan
-from plm_toolkit.errors import TrainingError
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core.errors import TrainingError
+from plm_toolkit.data.batching.collate import PackingTransform
+from plm_toolkit.data.batching.loader import BatchLayout, eval_loader, eval_scope, mix_seed
+from plm_toolkit.data.layouts.plan import DataPlan
 from plm_toolkit.objectives.base import Objective, ObjectiveOutput, normalized_loss
 from plm_toolkit.training.batches import check_streams, train_loader
 from plm_toolkit.training.distributed import all_gather_objects, all_reduce_max, barrier, in_lockstep
@@ -66,7 +66,7 @@ class PretrainingModule(nn.Module):
 
 def rows_per_batch(examples, trainer_cfg) -> int:
     """Items per micro-batch: trainer.batch_size examples, or one item where the examples come in ready-made
-    batches (``ready_batches``: token-count batches of sentence pairs, data/token_batches.py)."""
+    batches (``ready_batches``: token-count batches of sentence pairs, data/layouts/token_batches.py)."""
     return 1 if getattr(examples, "ready_batches", False) else trainer_cfg.batch_size
 
 

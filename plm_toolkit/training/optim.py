@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.training.scaled_adam import AdamWScale, Lamb
 
 log = logging.getLogger("plm_toolkit")

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.training.precision import Runtime
 
 log = logging.getLogger("plm_toolkit")

@@ -16,8 +16,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from plm_toolkit.config.resolve import resolve_run
-from plm_toolkit.data import PretrainingData, prepare_pretraining_data
-from plm_toolkit.data.loader import MicroBatches, micro_batch_loader
+from plm_toolkit.data.batching.loader import MicroBatches, micro_batch_loader
+from plm_toolkit.data.build import PretrainingData, prepare_pretraining_data
 
 
 @dataclass

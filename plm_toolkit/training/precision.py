@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from plm_toolkit.errors import ConfigError, TrainingError
+from plm_toolkit.core.errors import ConfigError, TrainingError
 from plm_toolkit.training.distributed import ProcessInfo, launched_world_size
 
 
@@ -63,7 +63,7 @@ def resolve_runtime(hw, process: ProcessInfo | None = None) -> Runtime:
     if distributed == "ddp" and world == 1:
         raise ConfigError(
             "hardware.distributed=ddp but this process was not started by torchrun with several processes; "
-            "launch with `torchrun --nproc_per_node N -m plm_toolkit.train ...` or use hardware.distributed=none"
+            "launch with `torchrun --nproc_per_node N -m plm_toolkit.commands.train ...` or use hardware.distributed=none"
         )
     if distributed == "none" and world > 1:
         raise ConfigError(

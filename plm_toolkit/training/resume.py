@@ -19,9 +19,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from plm_toolkit import checkpoint as ckpt
 from plm_toolkit.config.validate import evaluation_only
-from plm_toolkit.errors import CheckpointError, ConfigError
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core.errors import CheckpointError, ConfigError
 from plm_toolkit.interop.pretrained import read_config_yaml
 from plm_toolkit.training.distributed import broadcast_object, launched_world_size
 

@@ -32,9 +32,9 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from plm_toolkit import checkpoint as ckpt
-from plm_toolkit.atomic import save_safetensors
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core.atomic import save_safetensors
+from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.training.distributed import ProcessInfo, barrier, broadcast_object
 
 MODULE_PREFIX = "module."

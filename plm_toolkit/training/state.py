@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from plm_toolkit import checkpoint as ckpt
+from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.training.distributed import all_gather_objects, broadcast_object
 from plm_toolkit.training.optim import apply_config
 

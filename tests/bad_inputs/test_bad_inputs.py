@@ -30,11 +30,11 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 
-from plm_toolkit import checkpoint as ckpt
-from plm_toolkit.data.corpus import resource_path
+from plm_toolkit.commands.train import run as train_run
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.data.sources.corpus import resource_path
 from plm_toolkit.interop.hf import export_hf
 from plm_toolkit.interop.pretrained import load_backbone
-from plm_toolkit.train import run as train_run
 from tests.conftest import save_finetuned, save_untrained, tiny_transformer, tree_digest
 from tests.training.conftest import QUIET, TINY
 
@@ -43,13 +43,13 @@ FILES = Path(__file__).parent / "files"
 # The command -> its module. train, finetune, generate and embed take Hydra overrides; export and average take
 # positional arguments (see their ``main``).
 MODULES = {
-    "train": "plm_toolkit.train",
-    "finetune": "plm_toolkit.finetune",
-    "generate": "plm_toolkit.generate",
-    "embed": "plm_toolkit.embed",
-    "export": "plm_toolkit.export",
-    "average": "plm_toolkit.average",
-    "prepare": "plm_toolkit.prepare",
+    "train": "plm_toolkit.commands.train",
+    "finetune": "plm_toolkit.commands.finetune",
+    "generate": "plm_toolkit.commands.generate",
+    "embed": "plm_toolkit.commands.embed",
+    "export": "plm_toolkit.commands.export",
+    "average": "plm_toolkit.commands.average",
+    "prepare": "plm_toolkit.commands.prepare",
 }
 
 
@@ -266,10 +266,10 @@ def prepare_finetuned(prepared: Path, checkpoint: Path) -> None:
     plm-train ELECTRA: transformers' ElectraForSequenceClassification puts a gelu dense layer before its linear one."""
     from tokenizers import Tokenizer
 
-    from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+    from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
     from plm_toolkit.models.electra import Electra, ElectraConfig
     from plm_toolkit.tasks.base import TaskData
-    from plm_toolkit.tasks.glue import ClassificationConfig, SequenceClassification
+    from plm_toolkit.tasks.glue.classification import ClassificationConfig, SequenceClassification
 
     tokenizer = Tokenizer.from_file(str(checkpoint / ckpt.TOKENIZER_FILE))
     config = ElectraConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=36, num_layers=1, num_heads=3,
@@ -283,7 +283,7 @@ def prepare_finetuned(prepared: Path, checkpoint: Path) -> None:
 def prepare_elmo(prepared: Path) -> None:
     """A tiny random ELMo in bilm-tf's layout, and copies with a field, a dataset or a shape wrong."""
     h5py = pytest.importorskip("h5py")
-    from plm_toolkit.data.word_vocabulary import word_tokenizer
+    from plm_toolkit.data.tokenization.word_vocabulary import word_tokenizer
     from plm_toolkit.interop.elmo_bilm_tf import export_bilm_tf
     from plm_toolkit.models.elmo import Elmo, ElmoConfig
 

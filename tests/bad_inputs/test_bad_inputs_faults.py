@@ -76,7 +76,7 @@ def finished_run(tmp_path_factory) -> dict[str, Path]:
     return {"root": root, "corpus": corpus, "run": root / "run", "cache": root / "cache"}
 
 
-HOLDER = "import sys, time; from plm_toolkit.run_lock import lock_run_directory; lock_run_directory(sys.argv[1]); print('held', flush=True); time.sleep(600)"  # fmt: skip
+HOLDER = "import sys, time; from plm_toolkit.core.run_lock import lock_run_directory; lock_run_directory(sys.argv[1]); print('held', flush=True); time.sleep(600)"  # fmt: skip
 
 
 def hold_lock(run_dir: Path) -> subprocess.Popen:

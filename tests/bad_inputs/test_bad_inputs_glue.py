@@ -27,7 +27,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory) -> dict[str, dict]:
-    """Every case run once as ``python -m plm_toolkit.glue``, two at a time, in a directory of its own."""
+    """Every case run once as ``python -m plm_toolkit.commands.glue.command``, two at a time, in a directory of its own."""
     root = tmp_path_factory.mktemp("bad_inputs_glue")
     env = {**os.environ, "TQDM_DISABLE": "1"}
     env.pop("HYDRA_FULL_ERROR", None)
@@ -37,7 +37,7 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
         tmp.mkdir()
         places = {"files": str(FILES), "tmp": str(tmp), "run": str(tmp / "run")}
         args = ["model.checkpoint={files}", "hardware=cpu", "hydra.run.dir={run}", *case.overrides]
-        command = [sys.executable, "-m", "plm_toolkit.glue", *(a.format(**places) for a in args)]
+        command = [sys.executable, "-m", "plm_toolkit.commands.glue.command", *(a.format(**places) for a in args)]
         done = subprocess.run(command, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
         left = sorted(p.name for p in tmp.iterdir() if p.name != "run")
         return case.name, {"done": done, "places": places, "before": None, "after": None, "left": left}

@@ -1,5 +1,5 @@
 """Inputs that were read as something else than they say, through the real command line (the harness of
-test_bad_inputs.py; docs/bad-input-rules.md has the rules): files read by the checked reader (``data/user_files.py``),
+test_bad_inputs.py; docs/bad-input-rules.md has the rules): files read by the checked reader (``data/sources/user_files.py``),
 numbers outside their domain, weights checked wherever they are loaded, the cache folder, text typed on the command
 line. A bad one gets exit status 1 and one ``error:`` line naming the file, line or key; one that is unusual but
 legal (a byte-order mark, a line separator inside a line, a prompt that looks like a number) gets the right result,
@@ -26,9 +26,9 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from plm_toolkit import checkpoint as ckpt
-from plm_toolkit.data.corpus import resource_path
-from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.models.gpt import GPT, GPT2Config
 from plm_toolkit.models.transformer_xl import TransformerXL, TransformerXLConfig
 from plm_toolkit.objectives.clm import CausalLanguageModeling, ClmConfig

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from plm_toolkit.data.shard_worker import KILL_AFTER
-from plm_toolkit.data.store import Shard
+from plm_toolkit.data.store.shard_worker import KILL_AFTER
+from plm_toolkit.data.store.token_store import Shard
 from tests.bad_inputs.test_bad_inputs import Case, assert_one_error_line, command_line
 
 CORPUS = "".join(f"Document {k} starts.\nIts second line; number {k}.\n\n" for k in range(400))

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from tokenizers import Tokenizer
 
-from plm_toolkit import checkpoint as ckpt
+from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.models.bert import Bert, BertConfig
 from tests.conftest import save_untrained, tree_digest
 from tests.tasks.conftest import tiny_tokenizer

@@ -48,7 +48,9 @@ def error_lines(stderr: str) -> list[str]:
 )
 def test_every_rank_fails_alike_and_rank_0_says_it_once(override, expected, tmp_path):
     # --tee 2 prefixes each rank's stderr lines with its rank, to see which rank printed.
-    result = torchrun(["-m", "plm_toolkit.train", override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, "--tee=2")
+    result = torchrun(
+        ["-m", "plm_toolkit.commands.train", override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, "--tee=2"
+    )
     assert result.returncode != 0
     lines = error_lines(result.stderr)
     assert len(lines) == 1, result.stderr[-3000:]
@@ -67,7 +69,7 @@ def test_a_failure_only_rank_1_hits_is_said_once_by_rank_1(tmp_path):
             import time
 
             from plm_toolkit import failures
-            from plm_toolkit.errors import DataError
+            from plm_toolkit.core.errors import DataError
             from plm_toolkit.training.distributed import launched_rank
 
             failures.RANK0_GRACE_S = 1.0

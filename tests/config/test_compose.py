@@ -9,11 +9,11 @@ from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-import plm_toolkit.train  # noqa: F401  (registers schemas, registries and resolvers)
+import plm_toolkit.commands.train  # noqa: F401  (registers schemas, registries and resolvers)
 from plm_toolkit.config.validate import finetune_problems as problems_of
 from plm_toolkit.config.validate import model_class, objective_class, problems, validate
-from plm_toolkit.errors import ConfigError
-from plm_toolkit.registry import OBJECTIVES
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.registry import OBJECTIVES
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 GROUPS = sorted(p.name for p in CONFIGS.iterdir() if p.is_dir() and p.name != "__pycache__")
@@ -168,7 +168,11 @@ def test_objective_settings_are_checked_before_any_work(overrides, expected):
 def test_help_lists_only_the_commands_own_groups():
     """plm-train --help once listed plm-finetune's `task` group and the internal `schema/*` groups."""
     out = subprocess.run(
-        [sys.executable, "-m", "plm_toolkit.train", "--help"], capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-m", "plm_toolkit.commands.train", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     ).stdout
     groups = out.split("== Config groups (group=option) ==")[1].split("== Config")[0]
     assert [line.split(":")[0] for line in groups.split("\n") if line] == [
@@ -188,7 +192,7 @@ def test_generate_and_embed_help_show_their_own_keys_and_no_groups(module, key):
 def test_hydra_help_still_lists_hydras_groups():
     """Group listings are built only where a help template shows them (config/help.py); Hydra's own help shows
     its launcher group."""
-    command = [sys.executable, "-m", "plm_toolkit.train", "--hydra-help"]
+    command = [sys.executable, "-m", "plm_toolkit.commands.train", "--hydra-help"]
     out = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
     assert "hydra/launcher: " in out and "basic" in out
 
@@ -197,7 +201,7 @@ def test_a_reader_that_stops_early_gets_no_error_line():
     """plm-train --help | head -1 once printed a run-directory error about the broken pipe. The reader here closes
     the pipe before the help is written, so the write fails."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "plm_toolkit.train", "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-m", "plm_toolkit.commands.train", "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     process.stdout.close()
     stderr = process.stderr.read().decode()

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from plm_toolkit.config.validate import model_class, model_field_problems, problems
-from plm_toolkit.registry import MODELS
+from plm_toolkit.core.registry import MODELS
 from tests.config.test_compose import composed
 
 

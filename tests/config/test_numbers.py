@@ -10,12 +10,12 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, OmegaConf
 
-import plm_toolkit.finetune  # noqa: F401  (registers schemas, registries and resolvers)
-import plm_toolkit.train  # noqa: F401
+import plm_toolkit.commands.finetune  # noqa: F401  (registers schemas, registries and resolvers)
+import plm_toolkit.commands.train  # noqa: F401
 from plm_toolkit.config.overrides import keep_typed_text, list_elements
 from plm_toolkit.config.validate import validate
-from plm_toolkit.data.corpus import resource_path
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.data.sources.corpus import resource_path
 
 CORPUS = resource_path("corpora/wikitext2/train.txt")
 CONFIGS = {

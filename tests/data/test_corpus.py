@@ -6,10 +6,11 @@ import datasets
 import pytest
 from omegaconf import OmegaConf
 
-from plm_toolkit.config.schema import DataConfig
-from plm_toolkit.data import corpus
-from plm_toolkit.data.corpus import iter_documents, read_documents, register_resolvers, split_sentences
-from plm_toolkit.errors import ConfigError, DataError
+from plm_toolkit.core.errors import ConfigError, DataError
+from plm_toolkit.core.schema import DataConfig
+from plm_toolkit.data.sources import corpus
+from plm_toolkit.data.sources.corpus import iter_documents, read_documents, register_resolvers
+from plm_toolkit.data.sources.documents import split_sentences
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from plm_toolkit.data.characters import character_ids, character_table, word_character_ids
+from plm_toolkit.data.tokenization.characters import character_ids, character_table, word_character_ids
 
 
 def test_known_word_is_its_utf8_bytes_between_word_markers_shifted_by_one():

@@ -5,11 +5,11 @@ import random
 
 import pytest
 
-from plm_toolkit.config.schema import DataConfig, TokenizerConfig
-from plm_toolkit.data import build_pretraining_examples
-from plm_toolkit.data.sentence_pairs import document_pairs
-from plm_toolkit.data.tokenizer import load_or_train_tokenizer, load_tokenizer, vocab_from_tokenizer
-from plm_toolkit.errors import DataError
+from plm_toolkit.core.errors import DataError
+from plm_toolkit.core.schema import DataConfig, TokenizerConfig
+from plm_toolkit.data.layouts.pretraining import build_pretraining_examples
+from plm_toolkit.data.layouts.sentence_pairs import document_pairs
+from plm_toolkit.data.tokenization.tokenizer import load_or_train_tokenizer, load_tokenizer, vocab_from_tokenizer
 
 TEXT = (
     "The quick brown fox jumps over the lazy dog. The dog sleeps.\nFoxes and dogs are animals.\n\n"

@@ -9,11 +9,11 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-import plm_toolkit.finetune as finetune
-from plm_toolkit.data.plan import DataPlan
-from plm_toolkit.data.unit_corpus import TaggedSources
-from plm_toolkit.data.unit_store import units_settings
-from plm_toolkit.errors import CheckpointError
+import plm_toolkit.commands.finetune as finetune
+from plm_toolkit.core.errors import CheckpointError
+from plm_toolkit.data.layouts.plan import DataPlan
+from plm_toolkit.data.units.corpus import TaggedSources
+from plm_toolkit.data.units.store import units_settings
 from plm_toolkit.objectives.knowledge_masking import ner_checkpoint
 from plm_toolkit.tasks.entity_tagger import EntityTagger, with_entity_tagger
 from tests.data.test_units import coded_sentences, sources, units_store
@@ -97,7 +97,7 @@ def test_checkpoints_that_are_not_ner_taggers_are_refused(ner_run, tmp_path):
 
 @pytest.mark.slow
 def test_plm_train_builds_the_tagger_its_objective_names(ner_run):
-    """train.py hands data/unit_corpus.py the tagger built here (data/ imports nothing from tasks/)."""
+    """train.py hands data/units/corpus.py the tagger built here (data/ imports nothing from tasks/)."""
     untagged = DataPlan(units=sources())
     assert with_entity_tagger(untagged) is untagged and with_entity_tagger(DataPlan()).units is None
     tagged = with_entity_tagger(DataPlan(units=sources(entity_tagger=str(ner_run / "run")))).units

@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from plm_toolkit.config.schema import DataConfig, ParallelDataConfig, TokenizerConfig
-from plm_toolkit.data import DataPlan, prepare_pretraining_data
-from plm_toolkit.data.corpus import resource_path
-from plm_toolkit.data.parallel import prepare_parallel_data
-from plm_toolkit.data.units import ENTITY, PHRASE
+from plm_toolkit.core.schema import DataConfig, ParallelDataConfig, TokenizerConfig
+from plm_toolkit.data.build import prepare_pretraining_data
+from plm_toolkit.data.layouts.plan import DataPlan
+from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data
+from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.data.units.knowledge import ENTITY, PHRASE
 from plm_toolkit.objectives.knowledge_masking import KnowledgeMaskingConfig
 
 RECORDED = {

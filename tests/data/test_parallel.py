@@ -10,10 +10,11 @@ import pytest
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from plm_toolkit.config.schema import ParallelDataConfig, TokenizerConfig
-from plm_toolkit.data.parallel import prepare_parallel_data, resolve
-from plm_toolkit.data.token_batches import TokenBatches, token_batches
-from plm_toolkit.errors import ConfigError, DataError
+from plm_toolkit.core.errors import ConfigError, DataError
+from plm_toolkit.core.schema import ParallelDataConfig, TokenizerConfig
+from plm_toolkit.data.layouts.token_batches import TokenBatches, token_batches
+from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data
+from plm_toolkit.data.sources.parallel_text import resolve
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = [f"w{k}" for k in range(10)] + ["Hello", "world", "Good", "morning", "Thank", "you", "Hallo", "Welt"]
@@ -199,8 +200,8 @@ def test_plm_prepare_of_parallel_text_killed_halfway_resumes_to_the_same_store(t
     import subprocess
     import sys
 
-    from plm_toolkit.data.parallel_store import prepare_parallel_store
-    from plm_toolkit.data.shard_worker import KILL_AFTER
+    from plm_toolkit.data.store.pairs import prepare_parallel_store
+    from plm_toolkit.data.store.shard_worker import KILL_AFTER
     from tests.data.test_store import shard_digests
 
     rng = random.Random(1)
@@ -210,7 +211,7 @@ def test_plm_prepare_of_parallel_text_killed_halfway_resumes_to_the_same_store(t
     overrides = ["model=transformer", f"data.train_files=[{prefix}]", f"data.tokenizer.path={tmp_path / 'words.json'}",
                  f"data.cache_dir={tmp_path / 'cache'}", "data.shard_bytes=4096", "data.num_proc=1",
                  "data.max_seq_len=64", "data.max_tokens=256", f"data.store={tmp_path / 'killed'}"]  # fmt: skip
-    command = [sys.executable, "-m", "plm_toolkit.prepare", *overrides]
+    command = [sys.executable, "-m", "plm_toolkit.commands.prepare", *overrides]
     killed = subprocess.run(command, cwd=tmp_path, env={**os.environ, KILL_AFTER: "2"}, capture_output=True)
     assert killed.returncode == -9, killed.stderr.decode()[-2000:]
     assert len(list((tmp_path / "killed" / "train").glob("*.idx"))) == 2

@@ -3,9 +3,9 @@
 import pytest
 from omegaconf import OmegaConf
 
-from plm_toolkit.data import prepare_pretraining_data
-from plm_toolkit.data.plan import LAYOUT_BUILDERS, DataPlan, choose_layout, register_layout
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.data.build import prepare_pretraining_data
+from plm_toolkit.data.layouts.plan import LAYOUT_BUILDERS, DataPlan, choose_layout, register_layout
 
 from .test_encoder_data import bpe_cfg
 

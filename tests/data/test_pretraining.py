@@ -12,18 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from plm_toolkit.config.schema import DataConfig, TokenizerConfig
-from plm_toolkit.data import (
-    Collator,
-    Vocab,
-    build_pretraining_examples,
-    pack_full_sentences,
-    prepare_pretraining_data,
-    sentence_pairs,
-)
-from plm_toolkit.data import packed as packed_module
-from plm_toolkit.data import preparation as preparation_module
-from plm_toolkit.data.collate import collate
+from plm_toolkit.core.schema import DataConfig, TokenizerConfig
+from plm_toolkit.data.batching.collate import Collator, collate
+from plm_toolkit.data.build import prepare_pretraining_data
+from plm_toolkit.data.layouts import packed as packed_module
+from plm_toolkit.data.layouts import sentence_pairs
+from plm_toolkit.data.layouts.pretraining import build_pretraining_examples, pack_full_sentences
+from plm_toolkit.data.store import preparation as preparation_module
+from plm_toolkit.data.tokenization.vocab import Vocab
 
 WORDS_PER_SENTENCE = 4  # + the period: every sentence is 5 tokens
 
@@ -218,7 +214,7 @@ def test_unknown_layout(tmp_path):
 def test_bundled_corpus_builds_quickly(tmp_path):
     from omegaconf import OmegaConf
 
-    from plm_toolkit.data import register_resolvers
+    from plm_toolkit.data.sources.corpus import register_resolvers
 
     register_resolvers()
     cfg = OmegaConf.merge(

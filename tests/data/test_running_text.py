@@ -6,11 +6,12 @@ import itertools
 import pytest
 from omegaconf import OmegaConf
 
-from plm_toolkit.config.schema import DataConfig, TokenizerConfig, TokenizerKind
-from plm_toolkit.data import prepare_pretraining_data
-from plm_toolkit.data.corpus import document_sentences, iter_documents, read_documents
-from plm_toolkit.data.documents import sentence_starts, split_text
-from plm_toolkit.data.tokenizer import load_or_train_tokenizer, running_text_tokenizer
+from plm_toolkit.core.schema import DataConfig, TokenizerConfig, TokenizerKind
+from plm_toolkit.data.build import prepare_pretraining_data
+from plm_toolkit.data.sources.corpus import iter_documents, read_documents
+from plm_toolkit.data.sources.documents import document_sentences, sentence_starts, split_text
+from plm_toolkit.data.tokenization.pipelines import running_text_tokenizer
+from plm_toolkit.data.tokenization.tokenizer import load_or_train_tokenizer
 
 from .test_tokenizer import trained_cfg
 

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from plm_toolkit.config.schema import TokenizerKind
-from plm_toolkit.data.sentinels import check_sentinels
-from plm_toolkit.data.tokenizer import load_or_train_tokenizer, load_tokenizer, vocab_from_tokenizer
-from plm_toolkit.errors import DataError
+from plm_toolkit.core.errors import DataError
+from plm_toolkit.core.schema import TokenizerKind
+from plm_toolkit.data.tokenization.sentinels import check_sentinels
+from plm_toolkit.data.tokenization.tokenizer import load_or_train_tokenizer, load_tokenizer, vocab_from_tokenizer
 
 from .test_tokenizer import TEXT, trained_cfg
 

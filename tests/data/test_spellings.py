@@ -4,12 +4,13 @@
 import pytest
 import torch
 
-from plm_toolkit.config.schema import DataConfig, TokenizerConfig
-from plm_toolkit.data import Collator, prepare_pretraining_data
-from plm_toolkit.data.characters import BOW_CHAR, EOW_CHAR, character_table, word_character_ids
-from plm_toolkit.data.loader import BatchLayout, MicroBatches, eval_loader, micro_batch_loader
-from plm_toolkit.data.spellings import spelled_character_ids
-from plm_toolkit.data.word_vocabulary import word_tokenizer
+from plm_toolkit.core.schema import DataConfig, TokenizerConfig
+from plm_toolkit.data.batching.collate import Collator
+from plm_toolkit.data.batching.loader import BatchLayout, MicroBatches, eval_loader, micro_batch_loader
+from plm_toolkit.data.build import prepare_pretraining_data
+from plm_toolkit.data.tokenization.characters import BOW_CHAR, EOW_CHAR, character_table, word_character_ids
+from plm_toolkit.data.tokenization.spellings import spelled_character_ids
+from plm_toolkit.data.tokenization.word_vocabulary import word_tokenizer
 from plm_toolkit.models.elmo import Elmo, ElmoConfig
 from plm_toolkit.objectives.bilm import BidirectionalLanguageModeling, BilmConfig
 
@@ -109,9 +110,9 @@ def test_softmax_beyond_vocabulary_and_training_words_missing_from_a_given_vocab
 
 
 def test_overlapping_windows_list_the_spellings_of_their_own_unk_words(tmp_path):
-    from plm_toolkit.data.layouts import SentenceStreamWindows
-    from plm_toolkit.data.preparation import prepare_store
-    from plm_toolkit.data.store import TokenStore
+    from plm_toolkit.data.layouts.windows import SentenceStreamWindows
+    from plm_toolkit.data.store.preparation import prepare_store
+    from plm_toolkit.data.store.token_store import TokenStore
 
     text = ["the cat saw a dog .", "A Zyzzyva ran .", "the cat ."]
     (tmp_path / "corpus.txt").write_text("\n".join(text) + "\n", encoding="utf-8")

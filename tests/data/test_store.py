@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from plm_toolkit.config.schema import DataConfig, TokenizerConfig, TokenizerKind
-from plm_toolkit.data.preparation import prepare_store
-from plm_toolkit.data.shard_worker import KILL_AFTER
-from plm_toolkit.data.store import Shard, TokenStore
+from plm_toolkit.core.schema import DataConfig, TokenizerConfig, TokenizerKind
+from plm_toolkit.data.store.preparation import prepare_store
+from plm_toolkit.data.store.shard_worker import KILL_AFTER
+from plm_toolkit.data.store.token_store import Shard, TokenStore
 
 # Documents of a few lines; the corpus repeats them so that small shards make several pieces.
 DOCUMENTS = [f"Document {k} begins here.\nIts second line, number {k}!  Two spaces.\n\tAnd a tab." for k in range(60)]
@@ -117,7 +117,7 @@ def test_a_killed_preparation_resumes_to_the_same_store(tmp_path):
         *(f"data.{k}={v}" for k, v in fields.items()),
     ]
     env = {**os.environ, KILL_AFTER: "2"}
-    command = [sys.executable, "-m", "plm_toolkit.prepare", *overrides]
+    command = [sys.executable, "-m", "plm_toolkit.commands.prepare", *overrides]
     killed = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True)
     assert killed.returncode == -9, killed.stderr.decode()[-2000:]
     assert not (tmp_path / ".lock").exists()  # plm-prepare writes nothing but its store, not even a run lock

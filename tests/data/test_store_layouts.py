@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from plm_toolkit.config.schema import DataConfig, TokenizerConfig, TokenizerKind
-from plm_toolkit.data.layouts import StreamWindows
-from plm_toolkit.data.packed import pack_blocks
-from plm_toolkit.data.preparation import prepare_store
-from plm_toolkit.data.pretraining import pack_full_sentences
-from plm_toolkit.data.store import TokenStore
+from plm_toolkit.core.schema import DataConfig, TokenizerConfig, TokenizerKind
+from plm_toolkit.data.layouts.packed import pack_blocks
+from plm_toolkit.data.layouts.pretraining import pack_full_sentences
+from plm_toolkit.data.layouts.windows import StreamWindows
+from plm_toolkit.data.store.preparation import prepare_store
+from plm_toolkit.data.store.token_store import TokenStore
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -60,7 +60,7 @@ def test_stream_windows_cross_shards_as_one_stream(tmp_path):
 
 
 def test_sentence_pairs_are_the_same_drawn_by_one_process_or_two(tmp_path):
-    from plm_toolkit.data.packed import SentencePairs
+    from plm_toolkit.data.layouts.packed import SentencePairs
 
     from .test_pretraining import labelled_corpus
 

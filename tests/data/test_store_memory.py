@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from plm_toolkit.data.corpus import resource_path
+from plm_toolkit.data.sources.corpus import resource_path
 
 READ_ALL = """
 import json, sys
 from omegaconf import OmegaConf
-from plm_toolkit.config.schema import DataConfig, TokenizerConfig
+from plm_toolkit.core.schema import DataConfig, TokenizerConfig
 from plm_toolkit.data import Collator, prepare_pretraining_data
-from plm_toolkit.data.loader import BatchLayout, MicroBatches
+from plm_toolkit.data.batching.loader import BatchLayout, MicroBatches
 corpus, cache, layout = sys.argv[1:4]
 cfg = OmegaConf.structured(DataConfig(train_files=[corpus], cache_dir=cache, max_seq_len=63, shard_bytes=1 << 18,
                                       num_proc=2, tokenizer=TokenizerConfig(kind="character", vocab_size=200)))

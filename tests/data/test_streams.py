@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from plm_toolkit.data import Collator, prepare_pretraining_data
-from plm_toolkit.data.loader import BatchLayout, MicroBatches, StreamOrder, eval_loader
+from plm_toolkit.data.batching.collate import Collator
+from plm_toolkit.data.batching.loader import BatchLayout, MicroBatches, StreamOrder, eval_loader
+from plm_toolkit.data.build import prepare_pretraining_data
 
 from .test_pretraining import labelled_corpus
 
@@ -23,7 +24,7 @@ def test_windows_cover_the_corpus_in_order_with_the_given_stride(tmp_path):
 @pytest.mark.parametrize(("batch_size", "world_size", "accum"), [(3, 1, 1), (2, 2, 3)])
 def test_consecutive_micro_batches_hold_consecutive_windows_of_each_row(batch_size, world_size, accum):
     examples = [{"input_ids": [k, k + 1]} for k in range(40)]  # window k starts with token k
-    from plm_toolkit.data.vocab import Vocab
+    from plm_toolkit.data.tokenization.vocab import Vocab
 
     vocab = Vocab(size=50, pad_id=49, unk_id=48, cls_id=47, sep_id=46, mask_id=45)
     streams = batch_size * world_size
@@ -44,7 +45,7 @@ def test_stream_order_wraps_and_eval_follows_streams():
     order = StreamOrder(10, 3)  # 3 streams of 3 windows; window 9 is dropped
     assert [order(p) for p in range(9)] == [0, 3, 6, 1, 4, 7, 2, 5, 8]
     assert order(9) == order(0)
-    from plm_toolkit.data.vocab import Vocab
+    from plm_toolkit.data.tokenization.vocab import Vocab
 
     vocab = Vocab(size=50, pad_id=49, unk_id=48, cls_id=47, sep_id=46, mask_id=45)
     examples = [{"input_ids": [k]} for k in range(10)]
@@ -55,7 +56,7 @@ def test_stream_order_wraps_and_eval_follows_streams():
 
 
 def test_backward_half_reads_its_streams_last_to_first_so_reversed_reuse_parts_continue():
-    from plm_toolkit.data.vocab import Vocab
+    from plm_toolkit.data.tokenization.vocab import Vocab
 
     vocab = Vocab(size=200, pad_id=199, unk_id=198, cls_id=197, sep_id=196, mask_id=195)
     length, stride = 13, 4  # XLNet: windows of max_seq_len - 3 tokens every reuse_len tokens

@@ -4,15 +4,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from plm_toolkit.config.schema import DataConfig, TokenizerConfig
-from plm_toolkit.data import tokenizer as tokenizer_module
-from plm_toolkit.data.tokenizer import (
+from plm_toolkit.core.errors import DataError
+from plm_toolkit.core.schema import DataConfig, TokenizerConfig
+from plm_toolkit.data.tokenization import tokenizer as tokenizer_module
+from plm_toolkit.data.tokenization.tokenizer import (
     load_or_train_tokenizer,
     load_tokenizer,
     save_tokenizer,
     vocab_from_tokenizer,
 )
-from plm_toolkit.errors import DataError
 
 TEXT = (
     "The quick brown fox jumps over the lazy dog. The dog sleeps.\nFoxes and dogs are animals.\n\n"

@@ -2,8 +2,9 @@
 
 from tokenizers import Tokenizer, models
 
-from plm_toolkit.config.schema import TokenizerKind
-from plm_toolkit.data.tokenizer import SPECIAL_TOKENS, load_or_train_tokenizer, load_tokenizer, vocab_from_tokenizer
+from plm_toolkit.core.schema import TokenizerKind
+from plm_toolkit.data.tokenization.pipelines import SPECIAL_TOKENS
+from plm_toolkit.data.tokenization.tokenizer import load_or_train_tokenizer, load_tokenizer, vocab_from_tokenizer
 
 from .test_tokenizer import trained_cfg
 

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from plm_toolkit.data.preparation import prepare_store
-from plm_toolkit.data.shard_worker import KILL_AFTER
-from plm_toolkit.data.store import TokenStore
+from plm_toolkit.data.store.preparation import prepare_store
+from plm_toolkit.data.store.shard_worker import KILL_AFTER
+from plm_toolkit.data.store.token_store import TokenStore
 from plm_toolkit.objectives.knowledge_masking import KnowledgeMaskingConfig
 from tests.data.test_store import config, shard_digests, write_corpus
 
@@ -35,7 +35,7 @@ def test_a_killed_preparation_of_units_resumes_to_the_same_store(tmp_path):
         "objective.collocation_threshold=10",
         *(f"data.{k}={v}" for k, v in fields.items()),
     ]
-    command = [sys.executable, "-m", "plm_toolkit.prepare", *overrides, f"data.store={tmp_path / 'killed'}"]
+    command = [sys.executable, "-m", "plm_toolkit.commands.prepare", *overrides, f"data.store={tmp_path / 'killed'}"]
     killed = subprocess.run(command, cwd=tmp_path, env={**os.environ, KILL_AFTER: "2"}, capture_output=True)
     assert killed.returncode == -9, killed.stderr.decode()[-2000:]
     assert (tmp_path / "killed" / "phrases.txt").is_file() and not (tmp_path / "killed" / "manifest.json").exists()

@@ -10,12 +10,13 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-from plm_toolkit.config.schema import DataConfig, TokenizerConfig
-from plm_toolkit.data.collocations import learn_phrases
-from plm_toolkit.data.preparation import prepare_store
-from plm_toolkit.data.store import TokenStore
-from plm_toolkit.data.tokenizer import load_tokenizer
-from plm_toolkit.data.units import (
+from plm_toolkit.core.errors import DataError
+from plm_toolkit.core.schema import DataConfig, TokenizerConfig
+from plm_toolkit.data.store.preparation import prepare_store
+from plm_toolkit.data.store.token_store import TokenStore
+from plm_toolkit.data.tokenization.tokenizer import load_tokenizer
+from plm_toolkit.data.units.collocations import learn_phrases
+from plm_toolkit.data.units.knowledge import (
     ENTITY,
     NONE,
     PHRASE,
@@ -26,7 +27,6 @@ from plm_toolkit.data.units import (
     read_lexicon,
     split_words,
 )
-from plm_toolkit.errors import DataError
 
 
 def words_of(text: str, segmenter: str = "regex") -> list[str]:
@@ -137,7 +137,7 @@ def test_join_codes_with_byte_level_pieces(tmp_path):
     """A byte-level BPE piece that starts in the space before a word belongs to that word."""
     from tokenizers import models, trainers
 
-    from plm_toolkit.data.tokenizer import BPE_SPECIAL_TOKENS, byte_level_tokenizer
+    from plm_toolkit.data.tokenization.pipelines import BPE_SPECIAL_TOKENS, byte_level_tokenizer
 
     tokenizer = byte_level_tokenizer(models.BPE())
     trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=list(BPE_SPECIAL_TOKENS), show_progress=False)
@@ -261,8 +261,8 @@ def test_chinese_words_by_jieba(tmp_path, shared_data_module):
 def test_collocations_counted_in_pieces_find_the_phrases_counted_in_memory(tmp_path, monkeypatch):
     """Phrases learned while preparing a store (each piece counted apart, counts spilled to disk in sorted runs and
     merged as streams) are the phrases ``learn_phrases`` finds over the same sentences in memory."""
-    from plm_toolkit.data import collocations
-    from plm_toolkit.data.documents import split_sentences
+    from plm_toolkit.data.sources.documents import split_sentences
+    from plm_toolkit.data.units import collocations
     from tests.tasks.conftest import tiny_tokenizer
 
     rng = random.Random(3)

@@ -12,13 +12,14 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 
-from plm_toolkit import checkpoint as ckpt
-from plm_toolkit import generate, registry
-from plm_toolkit.catalog import load_all
-from plm_toolkit.config.schema import DataConfig, TokenizerConfig
-from plm_toolkit.data.corpus import resource_path
-from plm_toolkit.data.tokenizer import load_or_train_tokenizer, vocab_from_tokenizer
-from plm_toolkit.export import main
+from plm_toolkit.commands import generate
+from plm_toolkit.commands.export import main
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core import registry
+from plm_toolkit.core.catalog import load_all
+from plm_toolkit.core.schema import DataConfig, TokenizerConfig
+from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.data.tokenization.tokenizer import load_or_train_tokenizer, vocab_from_tokenizer
 from plm_toolkit.interop.hf import ADAPTERS
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.checkpoint_head import export_pad_id

@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.registry import MODELS
 from plm_toolkit.models.base import BIDIRECTIONAL, POOLER, SEGMENTS
 from plm_toolkit.models.bert import Bert, BertConfig
-from plm_toolkit.registry import MODELS
 from tests.config.test_compose import composed
 
 # Odd sizes so that no two dimensions can be confused.

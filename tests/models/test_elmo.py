@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from plm_toolkit.data.characters import character_ids
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.core.errors import CheckpointError
+from plm_toolkit.data.tokenization.characters import character_ids
 from plm_toolkit.models.elmo import Elmo, ElmoConfig
 
 h5py = pytest.importorskip("h5py")

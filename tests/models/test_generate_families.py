@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from plm_toolkit.decoding import SearchConfig, generate
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.generation.decoding import SearchConfig, generate
 from plm_toolkit.models.bert import Bert, BertConfig
 from plm_toolkit.models.transformer_xl import TransformerXL, TransformerXLConfig
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from plm_toolkit.decoding import CachedDecoder
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.generation.decoding import CachedDecoder
 from plm_toolkit.models.gpt import GPT, GPT2Config, GPTConfig
 
 ODD = dict(vocab_size=99, hidden_size=36, num_layers=2, num_heads=3, intermediate_size=37, max_position_embeddings=40)

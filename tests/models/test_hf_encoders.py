@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.core.errors import CheckpointError
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.interop.hf import export_hf, import_hf
 from plm_toolkit.models.albert import Albert
 from plm_toolkit.models.bert import Bert

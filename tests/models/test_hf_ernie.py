@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.interop.hf import export_hf, import_hf
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.models.ernie import Ernie, ErnieConfig

@@ -11,10 +11,10 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 
-import plm_toolkit.train  # noqa: F401  (registers schemas, registries and resolvers)
+import plm_toolkit.commands.train  # noqa: F401  (registers schemas, registries and resolvers)
 from plm_toolkit.config.validate import problems
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.core.errors import CheckpointError
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.interop.hf import export_hf, import_hf
 from plm_toolkit.models.bert import Bert, BertConfig
 from plm_toolkit.models.electra import Electra, ElectraConfig

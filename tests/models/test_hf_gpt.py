@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from plm_toolkit.decoding import SearchConfig, generate
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.core.errors import CheckpointError
+from plm_toolkit.generation.decoding import SearchConfig, generate
 from plm_toolkit.interop.hf import export_hf, import_hf
 from plm_toolkit.models.gpt import GPT, GPT2Config
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.interop.hf import export_hf, import_hf
 from plm_toolkit.models.t5 import T5, T5Config
 

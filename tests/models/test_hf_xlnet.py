@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.core.errors import CheckpointError
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.interop.hf import export_hf, import_hf
 from plm_toolkit.models.xlnet import XLNet
 from plm_toolkit.objectives.plm import PermutationTransform, PlmConfig

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.models.t5 import T5, T5Config
 
 

@@ -4,7 +4,7 @@ for token, beam search with one beam equals greedy, and the cache is followed th
 import pytest
 import torch
 
-from plm_toolkit.decoding import SearchConfig, generate
+from plm_toolkit.generation.decoding import SearchConfig, generate
 from plm_toolkit.interop.hf import export_hf
 from plm_toolkit.models.t5 import T5, T5Config
 

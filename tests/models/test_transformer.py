@@ -4,8 +4,8 @@ causal decoding, the key/value cache equals recomputation, beam search with beam
 import pytest
 import torch
 
-from plm_toolkit.decoding import SearchConfig, beam_search, generate, sample
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.generation.decoding import SearchConfig, beam_search, generate, sample
 from plm_toolkit.models.transformer import Transformer, TransformerConfig
 
 PAD, BOS, EOS = 1, 0, 2

@@ -3,7 +3,7 @@ later target of its factorization order; fine-tuning runs the content stream alo
 
 import torch
 
-from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.xlnet import XLNet, XLNetConfig
 from plm_toolkit.objectives.plm import PermutationTransform, PlmConfig
 

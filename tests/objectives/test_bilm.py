@@ -3,9 +3,9 @@
 import torch
 import torch.nn.functional as F
 
-from plm_toolkit.data.sentence_streams import sentence_streams
-from plm_toolkit.data.tokenizer import vocab_from_tokenizer
-from plm_toolkit.data.word_vocabulary import word_tokenizer
+from plm_toolkit.data.layouts.sentence_streams import sentence_streams
+from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
+from plm_toolkit.data.tokenization.word_vocabulary import word_tokenizer
 from plm_toolkit.models.elmo import Elmo, ElmoConfig
 from plm_toolkit.objectives.bilm import BidirectionalLanguageModeling, BilmConfig
 

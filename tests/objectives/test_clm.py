@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.transformer_xl import TransformerXL, TransformerXLConfig
 from plm_toolkit.objectives.clm import CausalLanguageModeling, ClmConfig
 

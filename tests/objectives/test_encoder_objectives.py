@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 import torch
 
-from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.albert import Albert, AlbertConfig
 from plm_toolkit.models.electra import Electra, ElectraConfig
 from plm_toolkit.objectives.masking import (

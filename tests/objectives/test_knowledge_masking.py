@@ -8,8 +8,8 @@ import pickle
 import pytest
 import torch
 
-from plm_toolkit.data.units import ENTITY, NONE, PHRASE, WORD
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.data.units.knowledge import ENTITY, NONE, PHRASE, WORD
 from plm_toolkit.objectives.knowledge_masking import KnowledgeMaskingConfig, StagedMasking, stage_starts
 from plm_toolkit.objectives.masking import IGNORE_INDEX, NO_JOIN, MaskingTransform, word_spans
 from plm_toolkit.objectives.mlm import MaskedLanguageModeling, MlmConfig

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.objectives.masking import IGNORE_INDEX, MaskingTransform, check_masking_config
 
 # An odd-sized vocabulary with the special ids scattered, so that the non-special draw must step over each.

@@ -14,9 +14,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from torch import nn
 
-from plm_toolkit.config.schema import choices
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.registry import OBJECTIVES
+from plm_toolkit.core.schema import choices
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models import bert
 from plm_toolkit.models.base import BIDIRECTIONAL, POOLER, SEGMENTS, Backbone, Representations
 from plm_toolkit.objectives.base import normalized_loss
@@ -24,7 +25,6 @@ from plm_toolkit.objectives.masking import IGNORE_INDEX
 from plm_toolkit.objectives.mlm import MaskedLanguageModeling, MlmConfig
 from plm_toolkit.objectives.mlm_nsp import MlmNsp, MlmNspConfig
 from plm_toolkit.objectives.nsp import NextSentencePrediction, NspConfig
-from plm_toolkit.registry import OBJECTIVES
 
 CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "configs")
 HiddenAct = choices("HiddenAct", "gelu", "gelu_tanh", "relu")

@@ -9,9 +9,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from plm_toolkit.config.schema import DataConfig, TokenizerConfig, TokenizerKind
-from plm_toolkit.data import prepare_pretraining_data
-from plm_toolkit.data.sentinels import sentinel_ids
+from plm_toolkit.core.schema import DataConfig, TokenizerConfig, TokenizerKind
+from plm_toolkit.data.build import prepare_pretraining_data
+from plm_toolkit.data.tokenization.sentinels import sentinel_ids
 from plm_toolkit.models.t5 import T5Config
 from plm_toolkit.objectives.span_corruption import SpanCorruptionConfig, SpanCorruptionObjective
 from plm_toolkit.objectives.span_noise import (

@@ -4,9 +4,9 @@ label-smoothed formula over real target positions only, and a tiny Transformer l
 import pytest
 import torch
 
-from plm_toolkit.data.collate import IGNORE_INDEX, Seq2SeqCollator
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.decoding import SearchConfig
+from plm_toolkit.data.batching.collate import IGNORE_INDEX, Seq2SeqCollator
+from plm_toolkit.data.tokenization.vocab import Vocab
+from plm_toolkit.generation.decoding import SearchConfig
 from plm_toolkit.models.transformer import Transformer, TransformerConfig
 from plm_toolkit.nn.losses import label_smoothed_cross_entropy
 from plm_toolkit.objectives.translation import Translation, TranslationConfig, decode, shift_right

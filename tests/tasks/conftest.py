@@ -9,10 +9,10 @@ from omegaconf import OmegaConf
 from tokenizers import Tokenizer, models, trainers
 from torch import nn
 
-import plm_toolkit.finetune  # noqa: F401  (registers schemas, registries and resolvers)
-from plm_toolkit import checkpoint as ckpt
-from plm_toolkit.data.corpus import resource_path
-from plm_toolkit.data.tokenizer import SPECIAL_TOKENS, _add_specials, bert_tokenizer
+import plm_toolkit.commands.finetune  # noqa: F401  (registers schemas, registries and resolvers)
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.data.tokenization.pipelines import SPECIAL_TOKENS, _add_specials, bert_tokenizer
 from plm_toolkit.models.bert import Bert, BertConfig
 
 SST2_TRAIN = resource_path("corpora/sst2/train.tsv")

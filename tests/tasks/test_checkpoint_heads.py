@@ -10,14 +10,14 @@ import warnings
 import pytest
 import torch
 
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.base import TaskData
 from plm_toolkit.tasks.checkpoint_head import start_from_checkpoint_head
-from plm_toolkit.tasks.glue import ClassificationConfig, SequenceClassification
+from plm_toolkit.tasks.glue.classification import ClassificationConfig, SequenceClassification
 from plm_toolkit.tasks.ner import NerConfig, TokenClassification
-from plm_toolkit.tasks.squad import QuestionAnswering
-from plm_toolkit.tasks.squad_data import SquadConfig
+from plm_toolkit.tasks.squad.data import SquadConfig
+from plm_toolkit.tasks.squad.task import QuestionAnswering
 
 transformers = pytest.importorskip("transformers")
 
@@ -69,7 +69,7 @@ def save(model, folder):
 
 
 def task_for(kind: str, loaded, labels=None, name: str = "sst2"):
-    from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+    from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 
     vocab = vocab_from_tokenizer(loaded.tokenizer)
     if kind == "sequence":
@@ -257,9 +257,9 @@ def hf_folder_with_tokenizer(tiny_checkpoint, folder, family: str, calibrate=Non
 
 
 def test_evaluation_only_reports_the_checkpoints_own_accuracy(tiny_checkpoint, finetune_config, tmp_path):
-    from plm_toolkit.data.tokenizer import load_tokenizer
-    from plm_toolkit.finetune import run
-    from plm_toolkit.tasks.glue import read_rows
+    from plm_toolkit.commands.finetune import run
+    from plm_toolkit.data.tokenization.tokenizer import load_tokenizer
+    from plm_toolkit.tasks.glue.classification import read_rows
 
     from .conftest import SST2_DEV
 
@@ -292,7 +292,7 @@ def test_evaluation_only_reports_the_checkpoints_own_accuracy(tiny_checkpoint, f
 def test_a_head_with_its_own_dense_layer_trains_and_resumes_exactly(tiny_checkpoint, finetune_config, tmp_path):
     from safetensors.torch import load_file
 
-    from plm_toolkit.finetune import run
+    from plm_toolkit.commands.finetune import run
     from tests.training.conftest import read_metrics
 
     from .test_finetune import FAST, SST2
@@ -332,8 +332,8 @@ def test_plm_embed_reads_a_fine_tuned_folder_and_leaves_its_head_out(tmp_path, c
 def test_evaluation_only_of_a_tagger_takes_its_labels_from_the_checkpoint(tiny_checkpoint, finetune_config, tmp_path):
     import shutil
 
-    from plm_toolkit.data.tokenizer import load_tokenizer
-    from plm_toolkit.finetune import run
+    from plm_toolkit.commands.finetune import run
+    from plm_toolkit.data.tokenization.tokenizer import load_tokenizer
 
     tags = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
     tokenizer = load_tokenizer(tiny_checkpoint / "tokenizer.json")
@@ -382,7 +382,7 @@ def test_gpts_bias_free_score_starts_a_head_with_no_bias_or_a_zero_one(tmp_path,
 
 
 def test_a_head_with_a_bias_is_not_taken_by_a_task_without_one(tmp_path, caplog):
-    from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+    from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 
     loaded = load_backbone(save(hf_model("bert", "sequence"), tmp_path / "hf"), with_task_head=True)
     config = ClassificationConfig(name="sst2", labels=["0", "1"], head_bias=False)

@@ -14,18 +14,18 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from plm_toolkit import checkpoint as ckpt
-from plm_toolkit import registry
-from plm_toolkit.config.schema import FinetuneMode, FinetuneModeConfig
-from plm_toolkit.data.tokenizer import vocab_from_tokenizer
-from plm_toolkit.export import main
+from plm_toolkit.commands.export import main
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core import registry
+from plm_toolkit.core.schema import FinetuneMode, FinetuneModeConfig
+from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.base import TaskData
 from plm_toolkit.tasks.checkpoint_head import start_from_checkpoint_head
-from plm_toolkit.tasks.glue import ClassificationConfig, SequenceClassification
+from plm_toolkit.tasks.glue.classification import ClassificationConfig, SequenceClassification
 from plm_toolkit.tasks.ner import NerConfig, TokenClassification
-from plm_toolkit.tasks.squad import QuestionAnswering
-from plm_toolkit.tasks.squad_data import SquadConfig
+from plm_toolkit.tasks.squad.data import SquadConfig
+from plm_toolkit.tasks.squad.task import QuestionAnswering
 from tests.conftest import save_finetuned
 
 from .test_checkpoint_heads import TOLERANCE, batch, max_diff
@@ -176,8 +176,8 @@ def test_a_head_over_a_task_encoder_is_refused(tmp_path, tokenizer, capsys):
 
 
 def test_a_dense_layer_whose_activation_is_not_recorded_is_refused(tmp_path, tokenizer):
-    from plm_toolkit.errors import CheckpointError
-    from plm_toolkit.export import export_checkpoint
+    from plm_toolkit.commands.export import export_checkpoint
+    from plm_toolkit.core.errors import CheckpointError
 
     step, _, _ = fine_tuned(tmp_path / "run", tokenizer, "electra", "sequence", "gelu")
     config = step / ckpt.CONFIG_FILE
@@ -189,7 +189,7 @@ def test_a_dense_layer_whose_activation_is_not_recorded_is_refused(tmp_path, tok
 @pytest.mark.slow
 def test_a_fine_tuned_tagger_exports_through_the_command_line_and_evaluates_the_same(finetune_config, tmp_path):
     """plm-finetune task=ner, plm-export, plm-finetune trainer.epochs=0 model.checkpoint=<export>: the same tags."""
-    from plm_toolkit.finetune import run
+    from plm_toolkit.commands.finetune import run
 
     from .test_finetune import FAST
 
@@ -245,7 +245,7 @@ def test_a_gpt2_run_padded_with_end_of_text_exports_a_pad_id_that_finds_the_same
     does."""
     from tokenizers import models, pre_tokenizers, trainers
 
-    from plm_toolkit.data.tokenizer import END_OF_TEXT, _add_gpt2_specials, byte_level_tokenizer
+    from plm_toolkit.data.tokenization.pipelines import END_OF_TEXT, _add_gpt2_specials, byte_level_tokenizer
     from tests.conftest import tokenizer_texts
 
     gpt2_bpe = byte_level_tokenizer(models.BPE())

@@ -11,9 +11,9 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from torch import nn
 
-from plm_toolkit import checkpoint as ckpt
-from plm_toolkit import registry
-from plm_toolkit.finetune import run
+from plm_toolkit.commands.finetune import run
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core import registry
 from plm_toolkit.interop.hf import export_hf
 from plm_toolkit.interop.pretrained import load_backbone
 from tests.training.conftest import read_metrics

@@ -4,8 +4,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from plm_toolkit import checkpoint as ckpt
-from plm_toolkit.finetune import run
+from plm_toolkit.commands.finetune import run
+from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.interop.pretrained import load_backbone
 from tests.training.conftest import read_metrics
 
@@ -53,9 +53,9 @@ def test_features_mode_trains_only_the_task_encoder(finetune_config, tiny_checkp
 
 
 def test_features_mode_reads_every_layer_without_gradients(finetune_config, tiny_checkpoint, tmp_path):
-    from plm_toolkit.config.schema import FinetuneModeConfig
+    from plm_toolkit.core.schema import FinetuneModeConfig
     from plm_toolkit.tasks.base import PadCollator, TaskData
-    from plm_toolkit.tasks.glue import ClassificationConfig, SequenceClassification
+    from plm_toolkit.tasks.glue.classification import ClassificationConfig, SequenceClassification
 
     loaded = load_backbone(tiny_checkpoint)
     model = loaded.model.train()
@@ -87,8 +87,8 @@ def tiny_elmo_folder(tmp_path_factory):
 def test_elmo_features_carry_the_spelling_of_unknown_words(tiny_elmo_folder, tmp_path):
     from omegaconf import OmegaConf
 
-    from plm_toolkit.data.characters import word_character_ids
-    from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+    from plm_toolkit.data.tokenization.characters import word_character_ids
+    from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
     from plm_toolkit.tasks.ner import NerConfig, TokenClassification
 
     (tmp_path / "train.conll").write_text("Zyzzyva\tB-PER\nran\tO\n")

@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from plm_toolkit.commands.finetune import run
 from plm_toolkit.config.validate import validate
-from plm_toolkit.errors import CheckpointError, ConfigError
-from plm_toolkit.finetune import run
+from plm_toolkit.core.errors import CheckpointError, ConfigError
 from plm_toolkit.interop.hf import export_hf
 from plm_toolkit.interop.pretrained import load_backbone
 from tests.training.conftest import read_metrics
@@ -192,7 +192,7 @@ def test_cli_reports_where_outputs_went(tiny_checkpoint, tmp_path):
         [
             sys.executable,
             "-m",
-            "plm_toolkit.finetune",
+            "plm_toolkit.commands.finetune",
             f"model.checkpoint={tmp_path / 'pretrained'}",
             *SST2,
             *QUIET,

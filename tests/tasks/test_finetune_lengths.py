@@ -12,7 +12,7 @@ from omegaconf import open_dict
 
 from plm_toolkit.config.lengths import command_line_values, steps_over_epochs
 from plm_toolkit.config.validate import validate
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.core.errors import ConfigError
 
 from .conftest import SST2_DEV, SST2_TRAIN
 
@@ -69,7 +69,13 @@ def test_the_real_command_line_trains_max_steps_and_says_why(tiny_checkpoint, tm
     out = tmp_path / "run"
     shutil.copytree(tiny_checkpoint, tmp_path / "pretrained")
     quiet = ["trainer.progress_bar=false", "trainer.tensorboard=false", "hardware=cpu"]
-    command = [sys.executable, "-m", "plm_toolkit.finetune", f"model.checkpoint={tmp_path / 'pretrained'}", *SST2]
+    command = [
+        sys.executable,
+        "-m",
+        "plm_toolkit.commands.finetune",
+        f"model.checkpoint={tmp_path / 'pretrained'}",
+        *SST2,
+    ]
     command += [*quiet, "data.max_train_samples=16", "data.max_eval_samples=8", "trainer.batch_size=8"]
     command += ["trainer.max_steps=3", f"hydra.run.dir={out}"]
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)

@@ -17,17 +17,17 @@ import torch
 from hydra import compose, initialize_config_module
 from tokenizers import Tokenizer
 
-from plm_toolkit.config.schema import FinetuneMode, FinetuneModeConfig
-from plm_toolkit.data.tokenizer import vocab_from_tokenizer
-from plm_toolkit.finetune import run
+from plm_toolkit.commands.finetune import run
+from plm_toolkit.core.schema import FinetuneMode, FinetuneModeConfig
+from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.base import TaskData
 from plm_toolkit.tasks.checkpoint_head import checkpoint_labels, start_from_checkpoint_head
-from plm_toolkit.tasks.glue import ClassificationConfig, SequenceClassification
-from plm_toolkit.tasks.kbqa import KbqaConfig, KnowledgeBaseQA
+from plm_toolkit.tasks.glue.classification import ClassificationConfig, SequenceClassification
+from plm_toolkit.tasks.kbqa.task import KbqaConfig, KnowledgeBaseQA
 from plm_toolkit.tasks.ner import NerConfig, TokenClassification
-from plm_toolkit.tasks.squad import QuestionAnswering
-from plm_toolkit.tasks.squad_data import SquadConfig
+from plm_toolkit.tasks.squad.data import SquadConfig
+from plm_toolkit.tasks.squad.task import QuestionAnswering
 from tests.conftest import save_finetuned
 from tests.training.conftest import read_metrics
 
@@ -195,7 +195,7 @@ def test_an_evaluation_without_a_training_file_takes_the_runs_labels_for_the_sam
 def test_a_run_without_its_objective_file_or_with_an_unknown_task_is_refused(
     tiny_checkpoint, tmp_path, damage, expected
 ):
-    from plm_toolkit.errors import CheckpointError
+    from plm_toolkit.core.errors import CheckpointError
 
     step, _, _ = fine_tuned_run(tmp_path / "run", tiny_checkpoint, "sequence", name="sst2", labels=["0", "1"])
     if damage == "objective":
@@ -308,7 +308,7 @@ def evaluations(tmp_path_factory, tiny_checkpoint) -> dict[str, tuple[Path, subp
         with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
             run(compose("finetune", overrides=overrides), root / "run")
         validation = [f for f in files if f.startswith(("data.validation_file", "data.max_eval"))]
-        return root, [sys.executable, "-m", "plm_toolkit.finetune", *task, *validation, *length, *batch,
+        return root, [sys.executable, "-m", "plm_toolkit.commands.finetune", *task, *validation, *length, *batch,
                       "trainer.epochs=0", f"model.checkpoint={root / 'run'}", *QUIET[:4],
                       f"hydra.run.dir={root / 'evaluated'}"]  # fmt: skip
 
@@ -357,9 +357,9 @@ def with_finetune_section(step: Path, mode: FinetuneModeConfig) -> Path:
 def test_plm_glue_and_the_entity_tagger_load_a_runs_task_module_through_the_same_path(tiny_checkpoint, tmp_path):
     """plm-glue's test predictions and ERNIE's entity tagger rebuild the run's task (finetune.mode=features here)
     and take its whole task module, or refuse it in one line: a fresh head would predict without a word."""
-    from plm_toolkit.errors import CheckpointError
+    from plm_toolkit.core.errors import CheckpointError
     from plm_toolkit.tasks.entity_tagger import EntityTagger
-    from plm_toolkit.tasks.glue_predict import load_classifier
+    from plm_toolkit.tasks.glue.predict import load_classifier
 
     step, trained, _ = fine_tuned_run(tmp_path / "rte", tiny_checkpoint, "sequence", finetune=FEATURES)
     classifier = load_classifier(with_finetune_section(step, FEATURES))

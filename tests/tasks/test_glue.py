@@ -5,9 +5,9 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-import plm_toolkit.finetune  # noqa: F401
-from plm_toolkit.errors import DataError
-from plm_toolkit.tasks.glue import ClassificationConfig, SequenceClassification, read_rows
+import plm_toolkit.commands.finetune  # noqa: F401
+from plm_toolkit.core.errors import DataError
+from plm_toolkit.tasks.glue.classification import ClassificationConfig, SequenceClassification, read_rows
 from plm_toolkit.tasks.metrics import accuracy, f1, matthews, pearson, spearman
 
 from .conftest import SST2_DEV, SST2_TRAIN
@@ -56,7 +56,7 @@ def test_features_pair_layout(tiny_checkpoint, shared_data):
     from plm_toolkit.interop.pretrained import load_backbone
 
     loaded = load_backbone(tiny_checkpoint)
-    from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+    from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 
     vocab = vocab_from_tokenizer(loaded.tokenizer)
     data = SequenceClassification.prepare_data(
@@ -108,7 +108,7 @@ def test_short_row_names_its_line(tmp_path):
 
 
 def test_label_unseen_in_training_names_its_line(tmp_path, tiny_checkpoint):
-    from plm_toolkit.data.tokenizer import vocab_from_tokenizer
+    from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
     from plm_toolkit.interop.pretrained import load_backbone
 
     (tmp_path / "train.tsv").write_text("text\tlabel\ngood\tpos\nbad\tneg\n")

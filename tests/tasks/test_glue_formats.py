@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from plm_toolkit.errors import ConfigError, DataError
-from plm_toolkit.tasks.glue import read_rows
-from plm_toolkit.tasks.glue_suite import BENCHMARK, TASKS, check_files, find_tasks, read_test_rows
+from plm_toolkit.core.errors import ConfigError, DataError
+from plm_toolkit.tasks.glue.classification import read_rows
+from plm_toolkit.tasks.glue.suite import BENCHMARK, TASKS, check_files, find_tasks, read_test_rows
 
 from . import test_glue
 

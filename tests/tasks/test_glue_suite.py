@@ -11,12 +11,12 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from plm_toolkit import glue
-from plm_toolkit.errors import ConfigError
-from plm_toolkit.glue_runs import RECORD, SubRun, record
-from plm_toolkit.glue_schedule import Job, failure_line, launch_worker, schedule, visible_gpus
-from plm_toolkit.glue_summary import markdown, summarize
-from plm_toolkit.tasks.glue_suite import find_tasks
+from plm_toolkit.commands.glue import command as glue
+from plm_toolkit.commands.glue.runs import RECORD, SubRun, record
+from plm_toolkit.commands.glue.schedule import Job, failure_line, launch_worker, schedule, visible_gpus
+from plm_toolkit.commands.glue.summary import markdown, summarize
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.tasks.glue.suite import find_tasks
 
 from .conftest import SST2_TRAIN
 from .test_glue_formats import FILES, write_glue
@@ -238,7 +238,7 @@ def test_glue_defaults_are_plm_finetunes():
 
 @pytest.mark.slow
 def test_worker_processes_run_a_subrun_and_report_a_failure(tiny_checkpoint, tmp_path):
-    """The GPU path's worker (``python -m plm_toolkit.glue_runs FOLDER``), here with no GPU visible."""
+    """The GPU path's worker (``python -m plm_toolkit.commands.glue.runs FOLDER``), here with no GPU visible."""
     glue_dir = two_tasks(tmp_path)
     overrides = [f"model.checkpoint={tiny_checkpoint}", f"data.glue_dir={glue_dir}", *TINY, "glue.seeds=[7,8]"]
     with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):

@@ -9,14 +9,14 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from plm_toolkit.data.tokenizer import vocab_from_tokenizer
-from plm_toolkit.errors import DataError
+from plm_toolkit.core.errors import DataError
+from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.base import IGNORE, summary_vector
-from plm_toolkit.tasks.kbqa import KbqaConfig, KnowledgeBaseQA, choose, predicted_mention
-from plm_toolkit.tasks.kbqa_data import Encoded, Question, build_features, gold_answers, read_questions
-from plm_toolkit.tasks.kbqa_kb import NameIndex, find_mention, normalize, read_kb
-from plm_toolkit.tasks.kbqa_metrics import kbqa_scores
+from plm_toolkit.tasks.kbqa.data import Encoded, Question, build_features, gold_answers, read_questions
+from plm_toolkit.tasks.kbqa.knowledge_base import NameIndex, find_mention, normalize, read_kb
+from plm_toolkit.tasks.kbqa.metrics import kbqa_scores
+from plm_toolkit.tasks.kbqa.task import KbqaConfig, KnowledgeBaseQA, choose, predicted_mention
 
 TRIPLES = """\
 territory/DE\tcurrency\tcurrency/EUR
@@ -281,8 +281,8 @@ def test_metrics_hand_computed(kb):
 def test_masking_replaces_the_mention_tokens_and_their_characters():
     from types import SimpleNamespace
 
-    from plm_toolkit.data.characters import word_character_ids
-    from plm_toolkit.tasks.kbqa import MASK_WORD
+    from plm_toolkit.data.tokenization.characters import word_character_ids
+    from plm_toolkit.tasks.kbqa.task import MASK_WORD
 
     batch = {"input_ids": torch.tensor([[2, 7, 8, 3]]), "char_ids": torch.arange(4 * 6).reshape(1, 4, 6)}
     mask = torch.tensor([[False, True, True, False]])
@@ -293,7 +293,7 @@ def test_masking_replaces_the_mention_tokens_and_their_characters():
 
 
 def test_evaluation_questions_that_cannot_be_right_are_counted(kb, caplog):
-    from plm_toolkit.tasks.kbqa_data import count_unanswerable
+    from plm_toolkit.tasks.kbqa.data import count_unanswerable
 
     questions = [
         Question(1, "a", "territory/DE", "currency"),

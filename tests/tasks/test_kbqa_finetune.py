@@ -11,9 +11,9 @@ import pytest
 from hydra import compose, initialize_config_module
 from tokenizers import Tokenizer
 
-from plm_toolkit.finetune import run
-from plm_toolkit.tasks.kbqa_data import gold_answers, read_questions
-from plm_toolkit.tasks.kbqa_kb import read_kb
+from plm_toolkit.commands.finetune import run
+from plm_toolkit.tasks.kbqa.data import gold_answers, read_questions
+from plm_toolkit.tasks.kbqa.knowledge_base import read_kb
 
 from .conftest import QUIET, save_tiny_checkpoint, tiny_tokenizer
 from .test_families import save_family_checkpoint

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from plm_toolkit.data.loader import EpochPermutations, LengthGroupedPermutations
-from plm_toolkit.finetune import run
+from plm_toolkit.commands.finetune import run
+from plm_toolkit.data.batching.loader import EpochPermutations, LengthGroupedPermutations
 
 from .conftest import SST2_DEV, SST2_TRAIN
 

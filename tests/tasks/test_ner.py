@@ -3,8 +3,8 @@
 import pytest
 from omegaconf import OmegaConf
 
-from plm_toolkit.data.tokenizer import vocab_from_tokenizer
-from plm_toolkit.errors import DataError
+from plm_toolkit.core.errors import DataError
+from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.ner import NerConfig, TokenClassification, entities, entity_scores, read_conll
 

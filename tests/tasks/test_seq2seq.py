@@ -6,8 +6,8 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from plm_toolkit.errors import ConfigError
-from plm_toolkit.finetune import run
+from plm_toolkit.commands.finetune import run
+from plm_toolkit.core.errors import ConfigError
 from tests.training.conftest import read_metrics
 
 from .conftest import SST2_DEV, SST2_TRAIN

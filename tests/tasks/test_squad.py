@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from plm_toolkit.data.tokenizer import load_tokenizer, vocab_from_tokenizer
-from plm_toolkit.errors import DataError
+from plm_toolkit.core.errors import DataError
+from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, vocab_from_tokenizer
 from plm_toolkit.models.bert import Bert, BertConfig
 from plm_toolkit.tasks.base import TaskData
-from plm_toolkit.tasks.squad import QuestionAnswering, SquadEvalInfo
-from plm_toolkit.tasks.squad_data import SquadConfig, build_features, read_squad
-from plm_toolkit.tasks.squad_metric import normalize_answer, squad_evaluate
+from plm_toolkit.tasks.squad.data import SquadConfig, build_features, read_squad
+from plm_toolkit.tasks.squad.metric import normalize_answer, squad_evaluate
+from plm_toolkit.tasks.squad.task import QuestionAnswering, SquadEvalInfo
 
 # Short windows, so that many contexts need several and some windows cut an answer.
 CONFIG = SquadConfig(doc_stride=32, max_query_length=24)
@@ -183,7 +183,7 @@ def test_answer_start_that_misses_its_text_is_skipped_and_counted(tmp_path, capl
 
 
 def test_sliding_windows_cover_the_context_with_bert_strides():
-    from plm_toolkit.tasks.squad_data import sliding_windows
+    from plm_toolkit.tasks.squad.data import sliding_windows
 
     assert sliding_windows(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]
     assert sliding_windows(3, 4, 3) == [(0, 3)]

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from plm_toolkit.tasks.squad_metric import f1_score, normalize_answer, span_threshold_search, squad_evaluate
+from plm_toolkit.tasks.squad.metric import f1_score, normalize_answer, span_threshold_search, squad_evaluate
 
 GOLDS = {
     "q1": ["the Eiffel Tower", "Eiffel Tower"],
@@ -98,7 +98,7 @@ def test_command_line_matches_the_function(tmp_path):
         [
             sys.executable,
             "-m",
-            "plm_toolkit.tasks.squad_metric",
+            "plm_toolkit.tasks.squad.metric",
             "data.json",
             "pred.json",
             "--na-prob-file",

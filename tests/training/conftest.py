@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 
-import plm_toolkit.train  # noqa: F401  (registers schemas, registries and resolvers)
-from plm_toolkit.data.corpus import resource_path
+import plm_toolkit.commands.train  # noqa: F401  (registers schemas, registries and resolvers)
+from plm_toolkit.data.sources.corpus import resource_path
 
 # Every step logged, no evaluation unless asked, no progress bar or TensorBoard, on the CPU.
 QUIET = [
@@ -80,7 +80,7 @@ GPT2_SMALL = [
 @pytest.fixture(scope="session")
 def gpt_run(small_corpus, tmp_path_factory) -> Path:
     """60 steps of model=gpt2 (tiny, odd sizes) ending with an evaluation: a plm-train run directory."""
-    import plm_toolkit.train as train
+    import plm_toolkit.commands.train as train
 
     run_dir = tmp_path_factory.mktemp("gpt2")
     base = [

@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
-from plm_toolkit import checkpoint as ckpt
-from plm_toolkit.average import average_checkpoints
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.commands.average import average_checkpoints
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core.errors import CheckpointError
 
 
 def save(run_dir, step, value):

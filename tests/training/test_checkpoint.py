@@ -5,8 +5,8 @@ import shutil
 import pytest
 import torch
 
-from plm_toolkit import checkpoint as ckpt
-from plm_toolkit.errors import CheckpointError
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core.errors import CheckpointError
 
 
 def save(run_dir, step, model, keep_last=2):

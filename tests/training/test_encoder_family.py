@@ -5,9 +5,9 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
+from plm_toolkit.commands.train import run
 from plm_toolkit.config.validate import validate
-from plm_toolkit.errors import ConfigError
-from plm_toolkit.train import run
+from plm_toolkit.core.errors import ConfigError
 
 from .conftest import read_metrics
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from plm_toolkit.commands.train import run
 from plm_toolkit.config.validate import validate
-from plm_toolkit.errors import ConfigError
-from plm_toolkit.train import run
+from plm_toolkit.core.errors import ConfigError
 
 from .conftest import read_metrics
 
@@ -77,7 +77,7 @@ def test_task_types_and_whole_word_baseline_train(make_config, tmp_path):
     assert weights["embeddings.task_type_embeddings.weight"].shape == (3, 36)
     # plm-export writes the run as ErnieForMaskedLM, which transformers loads whole.
     transformers = pytest.importorskip("transformers")
-    from plm_toolkit.export import export_checkpoint
+    from plm_toolkit.commands.export import export_checkpoint
 
     export_checkpoint(tmp_path, tmp_path / "hf")
     model, info = transformers.ErnieForMaskedLM.from_pretrained(tmp_path / "hf", output_loading_info=True)

@@ -7,8 +7,8 @@ import logging
 import numpy as np
 import torch
 
-from plm_toolkit.data.loader import eval_loader, eval_rows, eval_scope, mix_seed
-from plm_toolkit.train import run
+from plm_toolkit.commands.train import run
+from plm_toolkit.data.batching.loader import eval_loader, eval_rows, eval_scope, mix_seed
 
 
 def collate(rows):

@@ -10,8 +10,8 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 from torch import nn
 
-from plm_toolkit.errors import CheckpointError, ConfigError
-from plm_toolkit.train import run
+from plm_toolkit.commands.train import run
+from plm_toolkit.core.errors import CheckpointError, ConfigError
 from plm_toolkit.training.parallel import check_shardable, shard_units
 from plm_toolkit.training.sharded import consolidate
 

@@ -6,9 +6,9 @@ on the Transformer; a prompt longer than the position table is refused."""
 import pytest
 import torch
 
-from plm_toolkit.errors import DataError
-from plm_toolkit.export import export_checkpoint
-from plm_toolkit.generate import run as generate
+from plm_toolkit.commands.export import export_checkpoint
+from plm_toolkit.commands.generate import run as generate
+from plm_toolkit.core.errors import DataError
 from plm_toolkit.interop.pretrained import load_language_model
 
 from ..conftest import save_untrained, tiny_transformer

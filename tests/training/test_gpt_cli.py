@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from plm_toolkit.errors import ConfigError, DataError
-from plm_toolkit.export import export_checkpoint
-from plm_toolkit.generate import run as generate
+from plm_toolkit.commands.export import export_checkpoint
+from plm_toolkit.commands.generate import run as generate
+from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.interop.pretrained import load_language_model
 
 from .conftest import generate_config

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from plm_toolkit import cli
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.commands import run_harness as cli
+from plm_toolkit.core.errors import ConfigError
 
 from .conftest import TINY
 from .test_train import launch

@@ -1,6 +1,6 @@
 import torch
 
-from plm_toolkit.data.loader import BatchLayout, EpochPermutations, MicroBatches, mix_seed
+from plm_toolkit.data.batching.loader import BatchLayout, EpochPermutations, MicroBatches, mix_seed
 
 
 def collate(rows):

@@ -4,7 +4,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from plm_toolkit.config.schema import OptimizerConfig
+from plm_toolkit.core.schema import OptimizerConfig
 from plm_toolkit.training.optim import build_optimizer, build_scheduler, parameter_groups, schedule_factor
 
 

@@ -15,8 +15,8 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-import plm_toolkit.train  # noqa: F401  (registers the schemas)
-from plm_toolkit.config.schema import OptimizerConfig
+import plm_toolkit.commands.train  # noqa: F401  (registers the schemas)
+from plm_toolkit.core.schema import OptimizerConfig
 from plm_toolkit.training.optim import build_optimizer, build_scheduler, schedule_factor
 
 
@@ -268,7 +268,7 @@ def test_warmup_from_half_then_cosine_is_nanot5s_schedule(step):
 )
 def test_paper_optimizer_keys_out_of_range_are_refused(overrides, expected):
     from plm_toolkit.config.validate import validate
-    from plm_toolkit.errors import ConfigError
+    from plm_toolkit.core.errors import ConfigError
 
     with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
         cfg = compose("train", overrides=overrides)

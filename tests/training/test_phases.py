@@ -6,8 +6,8 @@ import torch
 from safetensors.torch import load_file
 
 import plm_toolkit.training.phases as phases_module
+from plm_toolkit.commands.train import run
 from plm_toolkit.config.validate import problems
-from plm_toolkit.train import run
 from plm_toolkit.training.phases import phase_bounds
 from tests.training.conftest import read_metrics
 

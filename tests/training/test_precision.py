@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from plm_toolkit.errors import ConfigError, TrainingError
-from plm_toolkit.train import run
+from plm_toolkit.commands.train import run
+from plm_toolkit.core.errors import ConfigError, TrainingError
 from plm_toolkit.training.distributed import ProcessInfo
 from plm_toolkit.training.precision import LossScaler, Runtime, resolve_runtime
 

@@ -11,8 +11,8 @@ import time
 import pytest
 import torch
 
-from plm_toolkit.errors import ConfigError
-from plm_toolkit.train import run
+from plm_toolkit.commands.train import run
+from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.training import preemption
 from plm_toolkit.training.preemption import EXIT_REQUEUE, StopSignals
 
@@ -40,7 +40,7 @@ def test_sigterm_saves_the_current_step_and_resume_matches_an_uninterrupted_run(
 
     run_dir = tmp_path / "interrupted"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-m", "plm_toolkit.train", *args_for(small_corpus, run_dir)]
+    command = [sys.executable, "-m", "plm_toolkit.commands.train", *args_for(small_corpus, run_dir)]
     process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     metrics = run_dir / "metrics.jsonl"
     deadline = time.monotonic() + 240

@@ -93,7 +93,7 @@ def test_every_recipe_composes_validates_and_names_its_paper():
 
 
 def test_recipe_through_the_command_line_prints_its_settings(tmp_path):
-    command = [sys.executable, "-m", "plm_toolkit.train", "experiment=albert_base_paper", "--cfg", "job"]
+    command = [sys.executable, "-m", "plm_toolkit.commands.train", "experiment=albert_base_paper", "--cfg", "job"]
     out = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True, cwd=tmp_path).stdout
     job = OmegaConf.create(out)
     assert job.model.name == "albert" and job.objective.name == "mlm_sop" and job.objective.masking == "ngram"
@@ -157,7 +157,7 @@ def test_bert_schedule_spans_both_phases():
 
 def test_recipe_refuses_a_model_of_another_family():
     from plm_toolkit.config.validate import validate
-    from plm_toolkit.errors import ConfigError
+    from plm_toolkit.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"experiment=t5_base_paper is a recipe for t5 models .* bert model"):
         validate(composed("experiment=t5_base_paper", "model=bert_base"))
@@ -167,7 +167,7 @@ def test_recipe_refuses_a_model_of_another_family():
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_scaled_down_recipe_trains_with_falling_loss(recipe, small_corpus, tmp_path):
-    import plm_toolkit.train as train
+    import plm_toolkit.commands.train as train
 
     data = user_data(recipe)
     if data and not EN_DE.is_dir():

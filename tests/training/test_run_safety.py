@@ -14,10 +14,10 @@ import torch
 from hydra import compose, initialize_config_module
 from torch import nn
 
-from plm_toolkit import checkpoint as ckpt
-from plm_toolkit.errors import CheckpointError, ConfigError
-from plm_toolkit.run_lock import launch_tag, lock_run_directory, release
-from plm_toolkit.train import run
+from plm_toolkit.commands.train import run
+from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core.errors import CheckpointError, ConfigError
+from plm_toolkit.core.run_lock import launch_tag, lock_run_directory, release
 from plm_toolkit.training.logging import MetricsWriter, read_metrics
 from plm_toolkit.training.preemption import EXIT_REQUEUE, Interrupted, Preempted, StopSignals
 from plm_toolkit.training.resume import changes
@@ -27,7 +27,7 @@ from .conftest import read_metrics as read_strictly
 from .test_train import launch
 
 HOLDER = (
-    "import sys, time; from plm_toolkit.run_lock import lock_run_directory; lock_run_directory(sys.argv[1]); "
+    "import sys, time; from plm_toolkit.core.run_lock import lock_run_directory; lock_run_directory(sys.argv[1]); "
     "print('held', flush=True); time.sleep(600)"
 )
 
@@ -219,7 +219,7 @@ def test_ctrl_c_saves_the_step_and_resume_matches_an_uninterrupted_run(small_cor
 
     run_dir = tmp_path / "interrupted"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-m", "plm_toolkit.train", *args, f"hydra.run.dir={run_dir}"]
+    command = [sys.executable, "-m", "plm_toolkit.commands.train", *args, f"hydra.run.dir={run_dir}"]
     log = tmp_path / "interrupted.log"
     with log.open("w") as out:
         process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch import nn
 
-from plm_toolkit.data.collate import pack_rows, target_positions
-from plm_toolkit.data.vocab import Vocab
-from plm_toolkit.errors import ConfigError
+from plm_toolkit.commands.train import run
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.data.batching.collate import pack_rows, target_positions
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.bert import Bert, BertConfig
 from plm_toolkit.objectives.mlm import MaskedLanguageModeling, MlmConfig
-from plm_toolkit.train import run
 from plm_toolkit.training import parallel
 from plm_toolkit.training.flops import ModelFlops, non_embedding_parameters, peak_tflops
 from plm_toolkit.training.optim import build_optimizer
@@ -216,7 +216,7 @@ def test_cuda_mlm_head_needs_no_host_sync():
 
 @pytest.mark.gpu
 def test_cuda_training_step_needs_no_host_sync(make_config, tmp_path):
-    from plm_toolkit.data.loader import BatchLayout, MicroBatches
+    from plm_toolkit.data.batching.loader import BatchLayout, MicroBatches
 
     from .test_train import build_trainer
 

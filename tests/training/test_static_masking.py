@@ -2,8 +2,8 @@
 
 import torch
 
-from plm_toolkit.data.loader import BatchLayout, MicroBatches
-from plm_toolkit.data.vocab import Vocab
+from plm_toolkit.data.batching.loader import BatchLayout, MicroBatches
+from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.objectives.masking import IGNORE_INDEX, MaskingTransform
 
 VOCAB = Vocab(50, 0, 1, 2, 3, 4)

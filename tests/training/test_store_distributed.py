@@ -35,7 +35,7 @@ def test_two_processes_train_from_one_store_as_one_process(small_corpus, tmp_pat
     # plm-prepare writes a store of its own; one process trains from it at the same global batch.
     store = tmp_path / "prepared"
     prepared = subprocess.run(
-        [sys.executable, "-m", "plm_toolkit.prepare", *GPT, *corpus, f"data.store={store}", "data.num_proc=2"],
+        [sys.executable, "-m", "plm_toolkit.commands.prepare", *GPT, *corpus, f"data.store={store}", "data.num_proc=2"],
         capture_output=True, text=True, cwd=tmp_path,
     )  # fmt: skip
     assert prepared.returncode == 0, prepared.stderr[-3000:]

@@ -12,13 +12,13 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from plm_toolkit import registry
+from plm_toolkit.commands.train import build_model, run
 from plm_toolkit.config.resolve import resolve_run
-from plm_toolkit.data import prepare_pretraining_data
-from plm_toolkit.data.collate import Collator
-from plm_toolkit.data.loader import BatchLayout, MicroBatches
-from plm_toolkit.errors import TrainingError
-from plm_toolkit.train import build_model, run
+from plm_toolkit.core import registry
+from plm_toolkit.core.errors import TrainingError
+from plm_toolkit.data.batching.collate import Collator
+from plm_toolkit.data.batching.loader import BatchLayout, MicroBatches
+from plm_toolkit.data.build import prepare_pretraining_data
 from plm_toolkit.training.loop import Trainer
 from plm_toolkit.training.precision import resolve_runtime
 
@@ -154,11 +154,11 @@ def launch(args, cwd, nproc=None, timeout=300):
             "--standalone",
             f"--nproc_per_node={nproc}",
             "-m",
-            "plm_toolkit.train",
+            "plm_toolkit.commands.train",
             *args,
         ]
     else:
-        cmd = [sys.executable, "-m", "plm_toolkit.train", *args]
+        cmd = [sys.executable, "-m", "plm_toolkit.commands.train", *args]
     process = subprocess.Popen(
         cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )

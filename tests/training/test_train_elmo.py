@@ -8,7 +8,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from plm_toolkit.train import run
+from plm_toolkit.commands.train import run
 
 from .conftest import read_metrics
 
@@ -80,7 +80,7 @@ def test_resume_with_carried_lstm_states_continues_exactly(make_config, tmp_path
 
 def test_impossible_elmo_combinations_name_the_keys(make_config):
     from plm_toolkit.config.validate import validate
-    from plm_toolkit.errors import ConfigError
+    from plm_toolkit.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="model=elmo reads words as characters; objective=mlm feeds token ids"):
         validate(make_config(*ELMO, "objective=mlm", tiny=False))

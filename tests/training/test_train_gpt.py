@@ -6,10 +6,10 @@ import json
 import pytest
 from hydra import compose, initialize_config_module
 
+from plm_toolkit.commands.finetune import run as finetune
+from plm_toolkit.commands.train import run
 from plm_toolkit.config.resolve import resolve_run, tokenizer_kind
-from plm_toolkit.errors import CheckpointError
-from plm_toolkit.finetune import run as finetune
-from plm_toolkit.train import run
+from plm_toolkit.core.errors import CheckpointError
 
 from ..tasks.conftest import QUIET, SST2_DEV, SST2_TRAIN
 from .conftest import GPT2_SMALL, read_metrics

@@ -12,9 +12,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from plm_toolkit.errors import ConfigError, DataError
+from plm_toolkit.commands.train import run
+from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.interop.pretrained import load_language_model
-from plm_toolkit.train import run
 
 from .conftest import QUIET, read_metrics
 

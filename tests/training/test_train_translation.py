@@ -11,8 +11,8 @@ import torch
 from hydra import compose, initialize_config_module
 from safetensors.torch import load_file
 
-from plm_toolkit.errors import ConfigError
-from plm_toolkit.train import run
+from plm_toolkit.commands.train import run
+from plm_toolkit.core.errors import ConfigError
 
 from .conftest import read_metrics
 

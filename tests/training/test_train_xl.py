@@ -6,7 +6,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from plm_toolkit.train import run
+from plm_toolkit.commands.train import run
 
 from .conftest import read_metrics
 

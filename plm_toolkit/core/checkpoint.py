@@ -1,0 +1,375 @@
+"""Checkpoints: one directory per save, written atomically.
+
+Layout of ``<run dir>/checkpoints/step_N/``:
+  model.safetensors      backbone weights (what fine-tuning loads)
+  objective.safetensors  objective parameters (LM/NSP heads, ELECTRA's generator, ...)
+  config.yaml            the resolved run config
+  tokenizer.json         the tokenizer the run used
+  sharded/               instead of the two weight files in a sharded (FSDP) run: model, objective and optimizer
+                         state written by every rank with torch.distributed.checkpoint (training/sharded.py)
+  trainer_state.pt       optimizer, scheduler, loss scaler, RNG states, data position (tensors and plain
+                         Python values only, read back with ``torch.load(weights_only=True)``); written last, so
+                         its presence marks a complete checkpoint
+``checkpoints/last`` is a symlink to the newest one. Files go to a temporary directory that is renamed into place,
+so a crash at any moment leaves the previous checkpoints intact.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import re
+import shutil
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+from torch import nn
+
+from plm_toolkit.core.atomic import TMP_PREFIX, fsync, save_safetensors, save_torch, swap_in, sync_folder
+from plm_toolkit.core.errors import CheckpointError
+
+MODEL_FILE = "model.safetensors"
+OBJECTIVE_FILE = "objective.safetensors"
+CONFIG_FILE = "config.yaml"
+TOKENIZER_FILE = "tokenizer.json"
+STATE_FILE = "trainer_state.pt"
+# A sharded (FSDP) run's weights and optimizer state: a torch.distributed.checkpoint folder, one file per rank.
+SHARDED_DIR = "sharded"
+
+
+def unique_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """state_dict without second names for one storage (tied weights), contiguous, as safetensors requires."""
+    return unique_tensors(module.state_dict())
+
+
+def unique_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    out, seen = {}, set()
+    for name, tensor in state.items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if tensor.numel() and key in seen:
+            continue
+        seen.add(key)
+        out[name] = tensor.detach().contiguous().cpu()
+    return out
+
+
+def save_weights(module: nn.Module, path: Path) -> None:
+    save_safetensors(unique_state(module), path)
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        if is_sharded(path.parent):
+            raise CheckpointError(
+                f"{path}: not found; {path.parent} is a sharded (FSDP) checkpoint: write its {path.name} with "
+                f"`python -m plm_toolkit.training.sharded {path.parent}`"
+            )
+        raise CheckpointError(f"{path}: weights file not found")
+    try:
+        state = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({err})") from err
+    # Every tensor a checkpoint holds is a parameter (buffers are not saved): NaN or infinity anywhere is damage.
+    for name, value in state.items():
+        refuse_non_finite(path, name, value)
+    return state
+
+
+def refuse_non_finite(path: Path, name: str, value: torch.Tensor) -> None:
+    """CheckpointError naming the file and tensor when a floating-point weight holds NaN or infinity (a run that
+    diverged, a corrupt conversion): such weights load without complaint and compute garbage."""
+    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        nan, inf = int(torch.isnan(value).sum()), int(torch.isinf(value).sum())
+        raise CheckpointError(
+            f"{path}: {name} holds {nan} NaN and {inf} infinite value(s); expected finite weights (the run that "
+            "wrote them diverged, or the file is corrupt: use an earlier checkpoint)"
+        )
+
+
+def read_torch_weights(path: Path) -> dict[str, torch.Tensor]:
+    """A ``pytorch_model.bin`` state dict, read with ``weights_only=True``: plain tensors only, never unpickled
+    objects (a pickle can run code). A refusal is one line, without torch's advice to switch that off."""
+    if path.is_file() and path.stat().st_size == 0:
+        raise CheckpointError(f"{path}: empty file; expected a PyTorch state dict of tensors")
+    try:
+        with warnings.catch_warnings():  # torch warns, over two lines, of a pickle protocol it did not write
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)", str(err))
+        if found:
+            raise CheckpointError(
+                f"{path}: refused: besides tensors this pickle holds {found.group(1)}, and unpickling it could run "
+                "code; use a model.safetensors of these weights, or convert the file where you trust it and may run "
+                "it (a throwaway container: transformers' save_pretrained(folder, safe_serialization=True))"
+            ) from None
+        detail = re.search(r"WeightsUnpickler error:\s*([^\n]+)", str(err))
+        reason = detail.group(1).strip() if detail else "not a PyTorch zip or pickle file"
+        raise CheckpointError(
+            f"{path}: not a PyTorch weights file that loads safely ({reason}); expected torch.save of a state dict "
+            f"of tensors, or a model.safetensors"
+        ) from None
+    except Exception as error:  # torch.load raises many kinds; all mean "unusable file"
+        raise CheckpointError(f"{path}: not a readable PyTorch weights file ({torch_reason(error)})") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path}: expected a dict of tensors (a state dict)")
+    return state
+
+
+def torch_reason(error: Exception) -> str:
+    """torch.load's complaint without the paragraphs of advice torch appends; an empty file's EOFError says so."""
+    return str(error).split(". ")[0].strip() or ("empty file" if isinstance(error, EOFError) else type(error).__name__)
+
+
+def load_weights(module: nn.Module, path: Path, strict: bool = True) -> None:
+    """Load safetensors weights into ``module``; mismatches name the file and the keys."""
+    state = read_weights(path)
+    own = module.state_dict()
+    wrong = [
+        f"{k} {tuple(v.shape)} vs expected {tuple(own[k].shape)}"
+        for k, v in state.items()
+        if k in own and v.shape != own[k].shape
+    ]
+    if wrong:
+        raise CheckpointError(f"{path}: incompatible shapes for {', '.join(wrong[:5])}")
+    check_values(path, state, module)
+    unique = unique_state(module)
+    missing = [k for k in unique if k not in state]
+    unexpected = [k for k in state if k not in own]
+    if strict and (missing or unexpected):
+        raise CheckpointError(
+            f"{path}: does not match the {type(module).__name__} it loads into (missing keys: {_some(missing)}; "
+            f"unexpected keys: {_some(unexpected)}); expected the file written with this config"
+        )
+    module.load_state_dict(state, strict=False)
+
+
+def _some(names: list[str]) -> str:
+    return (", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")) if names else "none"
+
+
+def check_values(path: Path, state: dict[str, torch.Tensor], module: nn.Module, names: dict | None = None) -> None:
+    """Refuse weights that would load without complaint and compute garbage: integers or booleans where the model
+    holds floating-point values (``load_state_dict`` would cast them), and NaN or infinity in a parameter (a run that
+    diverged, a corrupt conversion). Half precision is fine: it widens exactly. ``names``: ours -> the file's keys."""
+    own = module.state_dict()
+    parameters = {name for name, _ in module.named_parameters(remove_duplicate=False)}
+    for key, value in state.items():
+        target, name = own.get(key), (names or {}).get(key, key)
+        if target is None:
+            continue
+        if target.is_floating_point() and not value.is_floating_point():
+            raise CheckpointError(
+                f"{path}: {name} is {str(value.dtype).removeprefix('torch.')}; expected floating-point weights "
+                f"({str(target.dtype).removeprefix('torch.')}, float16 or bfloat16)"
+            )
+        if key in parameters:
+            refuse_non_finite(path, name, value)
+
+
+def rng_state() -> dict:
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+    }
+    _, keys, pos, has_gauss, gauss = np.random.get_state()
+    state["numpy"] = {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "gauss": (has_gauss, gauss)}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(_tuplify(state["python"]))
+    np_state = state["numpy"]
+    keys = np_state["keys"].numpy().astype(np.uint32)
+    np.random.set_state(("MT19937", keys, np_state["pos"], *np_state["gauss"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _tuplify(x):
+    return tuple(_tuplify(v) for v in x) if isinstance(x, (list, tuple)) else x
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+
+    def step(self) -> int:
+        """The optimizer step it was saved at, read from the training state: a copied or renamed folder keeps it."""
+        return int(self.trainer_state()["step"])
+
+    def trainer_state(self, mmap: bool = False) -> dict:
+        """The training state; ``mmap``: its tensors mapped, not read (to look at its plain values only)."""
+        try:
+            return torch.load(self.path / STATE_FILE, map_location="cpu", weights_only=True, mmap=mmap)
+        except Exception as err:  # corrupt, truncated or holding pickled objects
+            reason = torch_reason(err)
+            raise CheckpointError(f"{self.path / STATE_FILE}: not a readable training state ({reason})") from None
+
+
+def is_sharded(path: Path) -> bool:
+    return (path / SHARDED_DIR / ".metadata").is_file()
+
+
+def is_complete(path: Path) -> bool:
+    return (path / STATE_FILE).is_file() and ((path / MODEL_FILE).is_file() or is_sharded(path))
+
+
+def temporary_directory(root: Path, step: int, tag: int | None = None) -> Path:
+    """A fresh ``.tmp-step_N-<tag>`` directory under ``root`` to write a checkpoint into before ``publish``."""
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f"{TMP_PREFIX}step_{step}-{os.getpid() if tag is None else tag}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    return tmp
+
+
+def write_common_files(tmp: Path, trainer_state: dict, config_yaml: str, tokenizer_json: str | None) -> None:
+    """The files every checkpoint has beside its weights; the training state last, as the mark of completeness."""
+    (tmp / CONFIG_FILE).write_text(config_yaml)
+    if tokenizer_json is not None:
+        (tmp / TOKENIZER_FILE).write_text(tokenizer_json)
+    save_torch(trainer_state, tmp / STATE_FILE)
+
+
+def publish(root: Path, tmp: Path, step: int, keep_last: int) -> Path:
+    """Make the written ``tmp`` the checkpoint ``step_<step>`` in one rename, point ``last`` at it, prune."""
+    sync_folder(tmp)
+    final = root / f"step_{step}"
+    # The same step saved again (e.g. a rerun) replaces the old copy.
+    swap_in(tmp, final, root / f"{TMP_PREFIX}old-step_{step}-{os.getpid()}")
+    link_tmp = root / f"{TMP_PREFIX}last-{os.getpid()}"
+    if link_tmp.is_symlink() or link_tmp.exists():
+        link_tmp.unlink()
+    os.symlink(final.name, link_tmp)
+    os.replace(link_tmp, root / "last")
+    fsync(root)
+    prune(root, keep_last)
+    return final
+
+
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: nn.Module,
+    objective: nn.Module,
+    trainer_state: dict,
+    config_yaml: str,
+    tokenizer_json: str | None,
+    keep_last: int,
+) -> Path:
+    """Write ``checkpoints/step_<step>`` atomically, point ``last`` at it and prune old ones."""
+    root = run_dir / "checkpoints"
+    with failed_save(root, step) as tmp:
+        save_weights(model, tmp / MODEL_FILE)
+        save_weights(objective, tmp / OBJECTIVE_FILE)
+        write_common_files(tmp, trainer_state, config_yaml, tokenizer_json)
+        return publish(root, tmp, step, keep_last)
+
+
+@contextmanager
+def failed_save(root: Path, step: int, tag: int | None = None) -> Iterator[Path]:
+    """The temporary folder of checkpoint ``step`` (``temporary_directory``). A write that fails in the block (a full
+    disk, a file-size limit) removes it and stops the run with one line naming the folder and the cause; ``last``
+    still points to the previous checkpoint, which nothing touched."""
+    try:
+        tmp = temporary_directory(root, step, tag)
+    except OSError as err:
+        raise _save_error(root, step, err) from None
+    try:
+        yield tmp
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _save_error(root, step, err) from None
+
+
+def _save_error(root: Path, step: int, err: OSError) -> CheckpointError:
+    where = f" writing {Path(err.filename).name}" if err.filename else ""
+    last = root / "last"
+    kept = f"{last} still points to {os.readlink(last)}" if last.is_symlink() else "no earlier checkpoint exists"
+    return CheckpointError(
+        f"{root}: could not save checkpoint step_{step} ({err.strerror or err}{where}); the half-written copy is "
+        f"removed and {kept}: free space (or raise the file-size limit) and rerun the command to resume"
+    )
+
+
+def list_checkpoints(root: Path) -> list[Path]:
+    """Complete step_N checkpoints under ``root``, oldest first."""
+    if not root.is_dir():
+        return []
+    found = [p for p in root.glob("step_*") if p.is_dir() and p.name[5:].isdigit() and is_complete(p)]
+    return sorted(found, key=lambda p: int(p.name[5:]))
+
+
+def plm_checkpoint_dir(path: Path) -> Path | None:
+    """The step directory a plm-train path names (a step_N folder, ``last``, or a run directory), or None."""
+    for candidate in (path, path / "last", path / "checkpoints" / "last"):
+        if (candidate / MODEL_FILE).is_file() and (candidate / CONFIG_FILE).is_file():
+            return candidate.resolve()
+    found = list_checkpoints(path / "checkpoints") or list_checkpoints(path)
+    return found[-1] if found else None
+
+
+def prune(root: Path, keep_last: int) -> None:
+    if keep_last <= 0:
+        return
+    last = (root / "last").resolve() if (root / "last").exists() else None
+    for old in list_checkpoints(root)[:-keep_last]:
+        if old.resolve() != last:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def clean_temporary(run_dir: Path) -> None:
+    """Remove half-written checkpoints a crash left behind (never a complete one)."""
+    root = run_dir / "checkpoints"
+    if root.is_dir():
+        for p in root.glob(f"{TMP_PREFIX}*"):
+            if p.is_symlink():
+                p.unlink()
+            else:
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def refuse_inside_checkpoints(out: Path) -> None:
+    """Refuse to write ``out`` inside a run's ``checkpoints/`` folder (``checkpoints/last/hf`` included): the run's
+    next save prunes old steps (trainer.keep_last) and would delete it with them."""
+    resolved = Path(out).expanduser().resolve()
+    for folder in (resolved, *resolved.parents):
+        if folder.name == "checkpoints" and list_checkpoints(folder):
+            raise CheckpointError(
+                f"{out}: inside the run's checkpoints folder {folder}, whose old steps each save prunes "
+                f"(trainer.keep_last), deleting what else they hold; give a folder outside it, such as "
+                f"{folder.parent / resolved.name}"
+            )
+
+
+def find_checkpoint(resume: str, run_dir: Path) -> Checkpoint | None:
+    """The checkpoint ``trainer.resume`` asks for: none, auto (newest in the run directory or None), or a path."""
+    if resume in ("none", "", "null"):
+        return None
+    if resume == "auto":
+        found = list_checkpoints(run_dir / "checkpoints")
+        return Checkpoint(found[-1]) if found else None
+    path = Path(resume).expanduser()
+    for candidate in (path, path / "last", path / "checkpoints" / "last"):
+        if candidate.is_dir() and is_complete(candidate):
+            return Checkpoint(candidate.resolve())
+    for root in (path, path / "checkpoints"):
+        found = list_checkpoints(root)
+        if found:
+            return Checkpoint(found[-1])
+    raise CheckpointError(
+        f"trainer.resume={resume}: no checkpoint there (expected a folder with {MODEL_FILE} and {STATE_FILE}, "
+        "or a run directory with checkpoints/)"
+    )

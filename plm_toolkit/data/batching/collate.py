@@ -1,0 +1,216 @@
+"""Batching: pad examples to the longest in the batch and add the masks objectives need."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from plm_toolkit.data.tokenization.spellings import SUFFIX as SPELLINGS
+from plm_toolkit.data.tokenization.vocab import Vocab
+from plm_toolkit.data.units.knowledge import NONE as NO_UNIT
+
+
+def collate(examples: Sequence[dict[str, Any]], vocab: Vocab) -> dict[str, torch.Tensor]:
+    """Stack examples (`input_ids`, optional `token_type_ids` and `next_sentence_label`) into a batch.
+
+    Returns, with B examples and T the longest length:
+      input_ids            (B, T) long, right-padded with vocab.padding_id
+      token_type_ids       (B, T) long, 0 where an example has none and on padding
+      attention_mask       (B, T) long, 1 on real tokens, 0 on padding
+      special_tokens_mask  (B, T) bool, True on padding and on the tokens with a structural role ([CLS], [SEP],
+                           [MASK], <s>, </s>, <|endoftext|>, sentinels): the positions a masking objective must
+                           never select, as in BERT, whose create_pretraining_data.py leaves [CLS] and [SEP] out
+                           of the candidates. [UNK] stays False: the reference treats it as an ordinary token
+                           that can be masked and predicted.
+      next_sentence_label  (B,) long, when the examples have one
+      reverse_ids          (B, T) long, when the examples have one (ELMo's reversed-sentence stream), padded as
+                           input_ids
+      units                (B, T) int8, knowledge units' join codes, when the examples have them
+      <name>_spellings     B lists of strings, as the examples have them (data/tokenization/spellings.py): the spelling of each
+                           unk token of <name>_ids; not tensors, so the objective's transform consumes them
+    """
+    lengths = [len(e["input_ids"]) for e in examples]
+    batch_size, width = len(examples), max(lengths)
+    input_ids = torch.full((batch_size, width), vocab.padding_id, dtype=torch.long)
+    token_type_ids = torch.zeros((batch_size, width), dtype=torch.long)
+    attention_mask = torch.zeros((batch_size, width), dtype=torch.long)
+    for row, (example, length) in enumerate(zip(examples, lengths, strict=True)):
+        input_ids[row, :length] = torch.as_tensor(example["input_ids"], dtype=torch.long)
+        if example.get("token_type_ids") is not None:
+            token_type_ids[row, :length] = torch.as_tensor(example["token_type_ids"], dtype=torch.long)
+        attention_mask[row, :length] = 1
+    roles = (vocab.cls_id, vocab.sep_id, vocab.mask_id, vocab.bos_id, vocab.eos_id, *vocab.sentinel_ids)
+    special = torch.tensor([i for i in roles if i is not None], dtype=torch.long)
+    special_tokens_mask = torch.isin(input_ids, special) | (attention_mask == 0)
+    batch = {
+        "input_ids": input_ids,
+        "token_type_ids": token_type_ids,
+        "attention_mask": attention_mask,
+        "special_tokens_mask": special_tokens_mask,
+    }
+    if "reverse_ids" in examples[0]:
+        reverse_ids = torch.full((batch_size, width), vocab.padding_id, dtype=torch.long)
+        for row, (example, length) in enumerate(zip(examples, lengths, strict=True)):
+            reverse_ids[row, :length] = torch.as_tensor(example["reverse_ids"], dtype=torch.long)
+        batch["reverse_ids"] = reverse_ids
+    if "units" in examples[0]:
+        # Knowledge units' join codes (data/units/knowledge.py); padding starts no unit of its own.
+        units = torch.full((batch_size, width), NO_UNIT, dtype=torch.int8)
+        for row, (example, length) in enumerate(zip(examples, lengths, strict=True)):
+            units[row, :length] = torch.as_tensor(example["units"], dtype=torch.int8)
+        batch["units"] = units
+    for key in examples[0]:
+        if key.endswith(SPELLINGS):
+            batch[key] = [list(e[key]) for e in examples]
+    if "next_sentence_label" in examples[0]:
+        batch["next_sentence_label"] = torch.tensor([int(e["next_sentence_label"]) for e in examples], dtype=torch.long)
+    return batch
+
+
+def target_positions(labels: torch.Tensor, ignore_index: int = -100, multiple: int = 4) -> torch.Tensor:
+    """(B, P) positions of each row's targets (``labels != ignore_index``) in order, padded with T.
+
+    P is the batch's largest count rounded up to ``multiple``. A head that runs only at the targets gathers with
+    it: computed here on the CPU, the count needs no device-to-host copy during the training step, and the few
+    values P takes keep a compiled step from recompiling for every batch.
+    """
+    targets = labels != ignore_index  # (B, T)
+    counts = targets.sum(dim=1)  # (B,)
+    longest = int(counts.max()) if counts.numel() else 0
+    width = -(-longest // multiple) * multiple
+    order = torch.sort((~targets).to(torch.int8), dim=1, stable=True).indices[:, :width]  # targets first, in order
+    slots = torch.arange(width)[None, :]  # (1, P)
+    return torch.where(slots < counts[:, None], order, labels.shape[1])  # (B, P)
+
+
+class Collator:
+    """`collate` bound to a vocabulary: a picklable `collate_fn` for DataLoader worker processes."""
+
+    def __init__(self, vocab: Vocab) -> None:
+        self.vocab = vocab
+
+    def __call__(self, examples: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        return collate(examples, self.vocab)
+
+    def __repr__(self) -> str:
+        return f"Collator({self.vocab})"
+
+
+def pack_rows(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Move the sequences of a right-padded batch into as few rows as hold them (first fit, longest first).
+
+    Every (B, T) field moves with its tokens; ``attention_mask`` (R, T) still marks real tokens, and two fields are
+    added: ``position_ids`` (R, T), counting from 0 in each sequence, and ``packed_attention_mask``
+    (R, 1, T, T) bool, block-diagonal: a token attends only to the tokens of its own sequence (a padding position
+    only to itself, so that no softmax row is empty). Per-token losses are unchanged; per-row fields (an NSP
+    label) cannot be packed and are refused.
+    """
+    mask = batch["attention_mask"]
+    rows, width = mask.shape
+    # Fields named <name>_positions list the targets of <name>_labels per row (``target_positions``): rebuilt
+    # from the moved labels.
+    derived = [key for key in batch if key.endswith("_positions")]
+    batch = {key: value for key, value in batch.items() if key not in derived}
+    for key, value in batch.items():
+        if value.shape[:2] != (rows, width):
+            raise ValueError(f"cannot pack the per-row field {key!r}: only per-token (B, T) fields move with tokens")
+    lengths = mask.sum(dim=1).tolist()
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for row in sorted(range(rows), key=lambda r: -lengths[r]):
+        fit = next((b for b, free in enumerate(room) if free >= lengths[row]), None)
+        if fit is None:
+            bins.append([row])
+            room.append(width - lengths[row])
+        else:
+            bins[fit].append(row)
+            room[fit] -= lengths[row]
+    # Padding keeps each field's own padding value (pad id, IGNORE label, ...), read off a padded position.
+    padded = next((r for r in range(rows) if lengths[r] < width), None)
+    packed = {
+        key: torch.full((len(bins), width), value[padded, -1].item() if padded is not None else 0, dtype=value.dtype)
+        for key, value in batch.items()
+    }
+    position_ids = torch.zeros((len(bins), width), dtype=torch.long)
+    sequence = torch.zeros((len(bins), width), dtype=torch.long)  # 1, 2, ... per sequence in a row; 0 = padding
+    for b, members in enumerate(bins):
+        start = 0
+        for n, row in enumerate(members, start=1):
+            length = lengths[row]
+            for key, value in batch.items():
+                packed[key][b, start : start + length] = value[row, :length]
+            position_ids[b, start : start + length] = torch.arange(length)
+            sequence[b, start : start + length] = n
+            start += length
+    same = sequence[:, :, None] == sequence[:, None, :]  # (R, T, T)
+    real = (sequence > 0)[:, :, None]
+    packed.update({key: target_positions(packed[key.removesuffix("_positions") + "_labels"]) for key in derived})
+    packed["position_ids"] = position_ids
+    packed["packed_attention_mask"] = ((same & real) | torch.eye(width, dtype=torch.bool))[:, None]  # (R, 1, T, T)
+    return packed
+
+
+class PackingTransform:
+    """An objective's batch transform followed by ``pack_rows`` (``hardware.unpad``); picklable for workers."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        # A step-dependent inner transform (plan.py) gets the optimizer step through this one.
+        self.takes_step = bool(getattr(inner, "takes_step", False))
+
+    def __call__(self, batch: dict[str, torch.Tensor], seeds, *step: int) -> dict[str, torch.Tensor]:
+        return pack_rows(self.inner(batch, seeds, *step) if self.inner is not None else batch)
+
+
+# Label of padding positions: cross-entropy's default ignore_index.
+IGNORE_INDEX = -100
+
+
+class Seq2SeqCollator:
+    """Sentence pairs -> an encoder-decoder batch. Rows hold ``source_ids`` and ``target_ids`` (no special tokens)
+    and an ``index``; a row may also be a list of rows (a token batch, ``data/layouts/token_batches.py``), flattened here.
+
+    Returns, with B rows, S the longest source and T the longest target (each with its end token):
+      input_ids       (B, S) the source followed by eos, right-padded with pad
+      attention_mask  (B, S) 1 on source tokens, 0 on padding
+      labels          (B, T) the target followed by eos, IGNORE_INDEX on padding; the objective shifts it right
+                      behind the model's decoder start token to feed the decoder (teacher forcing)
+      index           (B,) row numbers, to match decoded output with references
+    """
+
+    def __init__(self, pad_id: int, eos_id: int):
+        self.pad_id, self.eos_id = pad_id, eos_id
+
+    def __call__(self, rows: Sequence[Any]) -> dict[str, torch.Tensor]:
+        rows = [r for item in rows for r in (item if isinstance(item, list) else [item])]
+        sources = [[*r["source_ids"], self.eos_id] for r in rows]
+        targets = [[*r["target_ids"], self.eos_id] for r in rows]
+        input_ids = _pad(sources, self.pad_id)  # (B, S)
+        return {
+            "input_ids": input_ids,
+            "attention_mask": (_pad([[1] * len(s) for s in sources], 0)),  # (B, S)
+            "labels": _pad(targets, IGNORE_INDEX),  # (B, T)
+            "index": torch.tensor([int(r["index"]) for r in rows], dtype=torch.long),  # (B,)
+        }
+
+    def __repr__(self) -> str:
+        return f"Seq2SeqCollator(pad_id={self.pad_id}, eos_id={self.eos_id})"
+
+
+def shift_right(labels: torch.Tensor, start_id: int, pad_id: int) -> torch.Tensor:
+    """(B, T) labels -> (B, T) decoder inputs: the start token, then the labels but the last; padding for
+    IGNORE_INDEX."""
+    shifted = labels.new_full(labels.shape, pad_id)
+    shifted[:, 0] = start_id
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill(shifted == IGNORE_INDEX, pad_id)
+
+
+def _pad(sequences: Sequence[Sequence[int]], fill: int) -> torch.Tensor:
+    width = max(len(s) for s in sequences)
+    out = torch.full((len(sequences), width), fill, dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        out[row, : len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)
+    return out

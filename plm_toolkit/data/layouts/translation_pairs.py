@@ -1,0 +1,96 @@
+"""Parallel text for translation: the sentence pairs of data.train_files / data.validation_files (read and checked by
+``data/sources/parallel_text.py``) tokenized into a token store (``data/store/pairs.py``) and grouped into token batches.
+
+Sentences longer than ``data.max_seq_len - 1`` tokens are cut to it when they are read and counted in a warning (one
+position is left for the end-of-sentence token the collator adds).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.data.layouts.token_batches import TokenBatches, token_batches
+from plm_toolkit.data.sources.parallel_text import (
+    ReadCounts,
+    iter_pairs,
+    report_counts,
+    resolve,
+)
+from plm_toolkit.data.store.pairs import ParallelPairs, prepare_parallel_store
+from plm_toolkit.data.store.token_store import TokenStore
+from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
+from plm_toolkit.data.tokenization.vocab import Vocab
+
+log = logging.getLogger("plm_toolkit")
+
+
+@dataclass
+class ParallelData:
+    tokenizer: Tokenizer
+    vocab: Vocab
+    # Token batches of training pairs (rows: index, source_ids, target_ids).
+    train: TokenBatches
+    # Token batches of validation pairs, or None without validation files.
+    validation: TokenBatches | None
+    # The validation pairs' text as read (stripped), by row index: decoding is scored against ``references``.
+    sources: list[str]
+    references: list[str]
+
+
+def batches_of(pairs: ParallelPairs, data_cfg: Any, seed: int, split: str) -> TokenBatches:
+    """Token batches over a split's pairs (lengths count the end or start token each side gets); the sentences cut
+    to data.max_seq_len - 1 tokens are counted in a warning."""
+    source, target = pairs.full_lengths()
+    cut = (int(np.sum(source > pairs.limit)), int(np.sum(target > pairs.limit)))
+    if any(cut):
+        log.warning(
+            "%s split: cut %d source and %d target sentences of %d pairs to %d tokens (data.max_seq_len=%d minus "
+            "the end-of-sentence token); raise data.max_seq_len (at most model.max_position_embeddings) to keep them",
+            split, *cut, len(pairs), pairs.limit, pairs.limit + 1,
+        )  # fmt: skip
+    source, target = np.minimum(source, pairs.limit) + 1, np.minimum(target, pairs.limit) + 1
+    batches = token_batches(source, target, int(data_cfg.max_tokens), seed, int(data_cfg.max_sentences))
+    return TokenBatches(pairs, batches)
+
+
+def prepare_parallel_data(data_cfg: Any, seed: int) -> ParallelData:
+    """The sentence pairs tokenized into a token store (prepared here when missing) with a joint vocabulary (loaded,
+    or trained on both sides of the training pairs), grouped into batches of about data.max_tokens tokens; the
+    validation pairs' text kept for scoring."""
+    if int(data_cfg.max_tokens) < int(data_cfg.max_seq_len):
+        raise ConfigError(
+            f"data.max_tokens={data_cfg.max_tokens} is below data.max_seq_len={data_cfg.max_seq_len}: a batch must "
+            "hold at least one sentence of the longest length"
+        )
+    store = TokenStore(prepare_parallel_store(data_cfg))
+    tokenizer = store.tokenizer
+    limit = int(data_cfg.max_seq_len) - 1
+    splits = {}
+    for split in ("train", "validation"):
+        part = store.split(split)
+        if part is not None:
+            specs = data_cfg.train_files if split == "train" else data_cfg.validation_files
+            report_counts(", ".join(map(str, specs)), ReadCounts(part.num_documents, part.info["skipped_empty"]))
+            splits[split] = batches_of(ParallelPairs(part, limit), data_cfg, seed, split)
+    validation, sources, references = splits.get("validation"), [], []
+    if validation is not None:  # the text, as read (stripped), that decoding is scored against
+        languages = (str(data_cfg.source_lang), str(data_cfg.target_lang))
+        for spec in data_cfg.validation_files:
+            entry = resolve(str(spec), *languages, "data.validation_files")
+            for a, b in iter_pairs(entry, *languages, ReadCounts()):
+                sources.append(a)
+                references.append(b)
+    log.info(
+        "parallel data: %d training pairs in %d batches of <= %d tokens per side; %d validation pairs",
+        splits["train"].num_rows(),
+        len(splits["train"]),
+        int(data_cfg.max_tokens),
+        len(references),
+    )
+    return ParallelData(tokenizer, vocab_from_tokenizer(tokenizer), splits["train"], validation, sources, references)

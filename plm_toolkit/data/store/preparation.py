@@ -1,0 +1,351 @@
+"""Preparing a token store (``data/store/token_store.py``): ``plm-prepare``, and ``plm-train`` when its store is missing.
+
+1. The sources of each split are found (``data/sources/pieces.py``) and cut into pieces at document boundaries.
+2. The tokenizer is loaded (``data.tokenizer.path``) or trained on a sample of the training text of at most
+   ``data.tokenizer.train_sample_bytes``: the same share from the start of every piece.
+3. ``data.num_proc`` worker processes (default: the cores this process may use) tokenize one piece each into one
+   shard (``data/store/shard_worker.py``), reporting progress (MB/s and the time left) to the main process.
+4. The sources are checked again (a file that changed while it was read refuses the store), and the manifest is
+   written: the store is finished.
+
+Everything is written under temporary names and renamed, so a preparation that is killed resumes from its finished
+shards (the plan and the tokenizer are kept in the folder) and gives the same store. Several processes (the ranks of
+a data-parallel job, on one node or many sharing the folder) prepare a store once: the first takes a lock and the
+others wait for its manifest (``data/store/lock.py``), without entering any collective.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import tokenizers
+from tokenizers import Tokenizer
+from tqdm import tqdm
+
+from plm_toolkit.core.errors import DataError
+from plm_toolkit.data.sources.corpus import SPLITS, choice, document_boundary, stable_hash
+from plm_toolkit.data.sources.pieces import Source, plan_pieces, resolve_sources
+from plm_toolkit.data.store.cache import cache_root
+from plm_toolkit.data.store.lock import run_once
+from plm_toolkit.data.store.processes import CONTEXT, available_cores, worker_pool
+from plm_toolkit.data.store.shard_worker import maybe_kill, start_worker, tokenize_piece
+from plm_toolkit.data.store.token_store import MANIFEST, Shard, id_dtype, read_manifest, write_json
+from plm_toolkit.data.tokenization.tokenizer import (
+    TRAINING_VERSION,
+    load_or_train_tokenizer,
+    load_tokenizer,
+    lowercase_setting,
+    tokenizer_kind,
+    vocab_from_tokenizer,
+)
+from plm_toolkit.data.units.store import split_summary, unit_finder, units_difference, units_settings
+
+log = logging.getLogger("plm_toolkit")
+
+STORE_VERSION = 1
+PLAN = "plan.json"
+TOKENIZER = "tokenizer.json"
+
+
+def tokenizer_settings(data_cfg: Any) -> dict:
+    """What decides the tokenizer: the loaded file's contents, or every training setting."""
+    t = data_cfg.tokenizer
+    if t.path:
+        loaded = load_tokenizer(t.path, lowercase=t.lowercase is None or bool(t.lowercase))
+        return {"path": str(t.path), "contents": stable_hash(loaded.to_str())}
+    return {
+        "kind": tokenizer_kind(data_cfg),
+        "vocab_size": int(t.vocab_size),
+        "lowercase": lowercase_setting(data_cfg),
+        "min_frequency": int(t.min_frequency),
+        "train_sample_bytes": int(t.train_sample_bytes),
+        "tokenizers": tokenizers.__version__,
+        "training": TRAINING_VERSION,
+    }
+
+
+def store_settings(data_cfg: Any, unit: str, spellings: bool, units: Any = None) -> dict:
+    """Every setting that changes what a store holds (``units``: where a store of knowledge units finds them)."""
+    settings = {
+        "version": STORE_VERSION,
+        "unit": unit,
+        "spellings": bool(spellings),
+        "document_boundary": document_boundary(data_cfg),
+        "text_column": str(data_cfg.text_column),
+        "tokenizer": tokenizer_settings(data_cfg),
+    }
+    if unit == "units":
+        settings["units"] = units_settings(units)
+    return settings
+
+
+def store_folder(data_cfg: Any, settings: dict, splits: dict[str, list[Source] | None]) -> Path:
+    """``data.store``, or the cache's folder for these settings and files."""
+    if getattr(data_cfg, "store", None):
+        return Path(os.path.expanduser(str(data_cfg.store)))
+    records = {split: [s.record() for s in sources] for split, sources in splits.items() if sources}
+    return cache_root(data_cfg) / "stores" / stable_hash(settings, records)
+
+
+def prepare_store(data_cfg: Any, unit: str, spellings: bool = False, units: Any = None) -> Path:
+    """The folder of a finished store for ``data_cfg`` holding ``unit`` (``data/store/shard_worker.py``), prepared here
+    (or by another process, waited for) when it is missing or unfinished; ``units``: the sources of knowledge
+    units (the objective config, ``data/units/store.py``) for unit ``units``."""
+    settings = store_settings(data_cfg, unit, spellings, units)
+    explicit = bool(getattr(data_cfg, "store", None))
+    if explicit:
+        folder = Path(os.path.expanduser(str(data_cfg.store)))
+        manifest = read_manifest(folder)
+        if manifest is not None:
+            check_settings(manifest["settings"], settings, folder)
+            return folder
+        if folder.is_dir() and not (folder / PLAN).is_file() and any(folder.iterdir()):
+            raise DataError(f"data.store={folder} holds other files; remove it or give another folder")
+    splits = {split: resolve_sources(data_cfg, split) for split in SPLITS}
+    folder = store_folder(data_cfg, settings, splits)
+    return finished_store(folder, lambda: _prepare(folder, data_cfg, settings, splits, explicit, units), settings)
+
+
+def finished_store(folder: Path, prepare: Callable[[], None], settings: dict) -> Path:
+    """``folder`` once it holds a finished store (prepared by ``prepare()`` here, or by another process, waited
+    for), whose settings are ``settings`` (else DataError naming the first that differs)."""
+    done = lambda: (folder / MANIFEST).is_file()  # noqa: E731
+    run_once(folder.parent / f".{folder.name}.lock", done, prepare, f"the token store {folder} to be prepared")
+    check_settings(read_manifest(folder)["settings"], settings, folder)
+    return folder
+
+
+def resumed_store(data_cfg: Any, tokenizer_file: Path, unit: str, spellings: bool = False, units: Any = None) -> Any:
+    """``data_cfg`` for a run resumed from a checkpoint whose tokenizer is ``tokenizer_file``: the store the run was
+    prepared into where it still holds that tokenizer (nothing is tokenized again), else a store prepared with that
+    tokenizer (data.tokenizer.path). A given data.store must hold the checkpoint's tokenizer."""
+    from omegaconf import OmegaConf
+
+    wanted = load_tokenizer(tokenizer_file).to_str()
+    if getattr(data_cfg, "store", None):
+        folder = Path(os.path.expanduser(str(data_cfg.store)))
+        held = folder / TOKENIZER
+        if (folder / MANIFEST).is_file() and load_tokenizer(held).to_str() != wanted:
+            raise DataError(
+                f"data.store={folder} holds another tokenizer than the checkpoint being resumed ({tokenizer_file}); "
+                "resume with the store the run trained on"
+            )
+        return data_cfg
+    settings = store_settings(data_cfg, unit, spellings, units)
+    folder = store_folder(data_cfg, settings, {split: resolve_sources(data_cfg, split) for split in SPLITS})
+    if (folder / MANIFEST).is_file() and load_tokenizer(folder / TOKENIZER).to_str() == wanted:
+        return OmegaConf.merge(data_cfg, {"store": str(folder)})
+    return OmegaConf.merge(data_cfg, {"tokenizer": {"path": str(tokenizer_file)}})
+
+
+_WORDS = {
+    "unit": {
+        "documents": "documents tokenized whole, as written (streams)",
+        "document_sentences": "documents tokenized whole with their sentence starts (streams and full sentences)",
+        "sentences": "sentences tokenized one by one (sentence pairs and sentence streams)",
+        "units": "sentences tokenized one by one with their knowledge units' join codes (ERNIE)",
+        "pairs": "sentence pairs for translation",
+    },
+}
+
+
+# Settings of a store that are data.* keys of the run.
+_DATA_KEYS = ("document_boundary", "text_column", "source_lang", "target_lang")
+
+
+def check_settings(stored: dict, wanted: dict, folder: Path) -> None:
+    """DataError naming the first setting in which a finished store differs from what the run needs (a store with
+    sentence starts serves streams too; one with spellings serves a run without)."""
+    for key, value in sorted(wanted.items(), key=lambda item: item[0] != "unit"):  # what it holds, first
+        have = stored.get(key)
+        if key == "unit" and have == "document_sentences" and value == "documents":
+            continue
+        if key == "spellings" and have and not value:
+            continue
+        if key == "tokenizer":
+            if set(have) != set(value):
+                raise DataError(
+                    f"data.store={folder} was prepared with a {'trained' if 'kind' in have else 'given'} tokenizer, "
+                    f"this run asks for a {'trained' if 'kind' in value else 'given'} one (data.tokenizer.path): give "
+                    "plm-train the data overrides plm-prepare had"
+                )
+            for name, setting in value.items():
+                if have.get(name) != setting:
+                    shown = "the tokenizer file's contents" if name == "contents" else f"data.tokenizer.{name}"
+                    raise DataError(
+                        f"data.store={folder} was prepared with {shown}={have.get(name)}, this run asks for "
+                        f"{setting}: prepare a store with this run's settings (plm-prepare) or leave data.store unset"
+                    )
+            continue
+        if key == "units" and have != value:
+            raise DataError(
+                f"data.store={folder} holds knowledge units found with another {units_difference(have, value)} than "
+                "this run's: prepare a store for this run (plm-prepare, same overrides) or leave data.store unset"
+            )
+        if have != value:
+            words, name = _WORDS.get(key, {}), f"data.{key}" if key in _DATA_KEYS else key
+            raise DataError(
+                f"data.store={folder} holds {words.get(have, f'{name}={have}')}; this run needs "
+                f"{words.get(value, f'{name}={value}')}: prepare a store for it (plm-prepare with the same overrides)"
+            )
+
+
+def _prepare(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit: bool, units: Any = None) -> None:
+    started = time.perf_counter()
+    records = {split: [s.record() for s in sources] for split, sources in splits.items() if sources}
+    plan = read_plan(folder, settings, records, explicit)
+    folder.mkdir(parents=True, exist_ok=True)
+    if plan is None:  # written first: the tokenizer of a resumed preparation is the one its plan led to
+        boundary, shard_bytes = document_boundary(data_cfg), getattr(data_cfg, "shard_bytes", None)
+        pieces = {split: [vars(p) for p in plan_pieces(sources, shard_bytes, boundary)] for split, sources in
+                  splits.items() if sources}  # fmt: skip
+        plan = {"settings": settings, "sources": records, "pieces": pieces}
+        write_json(folder / PLAN, plan)
+    tokenizer = _tokenizer(folder, data_cfg)
+    unk_id = vocab_from_tokenizer(tokenizer).require("unk_id", "keeping the spelling of unknown words") if (
+        settings["spellings"]) else None  # fmt: skip
+    wanted = int(getattr(data_cfg, "num_proc", None) or available_cores())
+    finder = unit_finder(folder, data_cfg, plan, units, wanted) if settings["unit"] == "units" else None
+    if finder is not None and finder.tagger is not None:
+        log.info("the entity tagger tags the corpus in this process (one piece at a time; docs/data-store.md)")
+        wanted = 1
+    jobs = _jobs(folder, data_cfg, plan, tokenizer)
+    setup = (tokenizer.to_str(), settings["unit"], unk_id)
+    processes, cpu = run_jobs(jobs, wanted, start_worker, setup, tokenize_piece, finder)
+    manifest = {"format": "plm_toolkit token store", "settings": settings, "vocab_size": tokenizer.get_vocab_size(),
+                "tokenizer": stable_hash(tokenizer.to_str()), "splits": {}}  # fmt: skip
+    for split, pieces in plan["pieces"].items():
+        sources = [Source(**r) for r in plan["sources"][split]]
+        for source in sources:
+            source.check_unchanged()
+        headers = [Shard.open(folder / split / f"{k:05d}").header for k in range(len(pieces))]
+        _check_text(split, sources, pieces, headers, choice(data_cfg.document_boundary))
+        if finder is not None:  # the units found (a split whose text has no letter is refused here)
+            manifest["splits"][split] = {"units": split_summary(folder, split, len(pieces), [s.path for s in sources])}
+        manifest["splits"][split] = {
+            **manifest["splits"].get(split, {}),
+            "sources": plan["sources"][split],
+            "shards": len(pieces),
+            "bytes": sum(s.size for s in sources),
+            **{key: sum(h[key] for h in headers) for key in ("tokens", "documents", "sentences")},
+            "sha256": stable_hash([h["sha256"] for h in headers]),
+        }
+    manifest["fingerprint"] = stable_hash({s: v["sha256"] for s, v in manifest["splits"].items()}, settings)
+    seconds = time.perf_counter() - started
+    manifest["prepared"] = {"seconds": round(seconds, 3), "processes": processes, "worker_cpu_seconds": round(cpu, 3)}
+    write_json(folder / MANIFEST, manifest)
+    (folder / PLAN).unlink(missing_ok=True)
+    train = manifest["splits"]["train"]
+    log.info(
+        "token store %s: %d tokens in %d documents from %.1f MB of training text, %.1f MB/s with %d process(es)",
+        folder, train["tokens"], train["documents"], train["bytes"] / 1e6,
+        sum(v["bytes"] for v in manifest["splits"].values()) / 1e6 / max(seconds, 1e-9), processes,
+    )  # fmt: skip
+
+
+def read_plan(folder: Path, settings: dict, records: dict, explicit: bool) -> dict | None:
+    """The plan of an unfinished preparation of the same store (resumed), or None to start afresh."""
+    path = folder / PLAN
+    plan = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if plan is not None and plan["settings"] == settings and plan["sources"] == records:
+        return plan
+    if folder.is_dir() and any(folder.iterdir()):
+        if explicit and plan is not None and plan["settings"] == settings:
+            planned = {r["path"]: r for rows in plan["sources"].values() for r in rows}
+            changed = [r["path"] for rows in records.values() for r in rows if planned.get(r["path"]) != r]
+            raise DataError(
+                f"corpus file {(changed or ['?'])[0]} changed since the preparation of data.store={folder} began "
+                "(size or modification time differ, or the file list); the store is refused: remove the folder to "
+                "prepare it again"
+            )
+        if explicit:
+            what = "an unfinished preparation with other settings" if plan else "other files"
+            raise DataError(f"data.store={folder} holds {what}; remove it or give another folder")
+        shutil.rmtree(folder)  # the cache's own folder, keyed on settings and files: an older format
+    return None
+
+
+def _tokenizer(folder: Path, data_cfg: Any) -> Tokenizer:
+    """The store's tokenizer: kept from an interrupted preparation, else loaded or trained on a sample (cached)."""
+    path = folder / TOKENIZER
+    if path.is_file():
+        return load_tokenizer(path)
+    tokenizer = load_or_train_tokenizer(data_cfg)
+    temporary = path.with_name(f".{TOKENIZER}.{os.getpid()}.tmp")
+    temporary.write_text(tokenizer.to_str(), encoding="utf-8")
+    os.replace(temporary, path)
+    return tokenizer
+
+
+def _jobs(folder: Path, data_cfg: Any, plan: dict, tokenizer: Tokenizer) -> list[dict]:
+    """One job per piece whose shard is not finished yet (a finished one is kept: the preparation resumes)."""
+    jobs = []
+    dtype = id_dtype(tokenizer.get_vocab_size()).str
+    for split, pieces in plan["pieces"].items():
+        (folder / split).mkdir(exist_ok=True)
+        for number, piece in enumerate(pieces):
+            stem = folder / split / f"{number:05d}"
+            if stem.with_suffix(".idx").is_file():
+                try:
+                    Shard.open(stem)
+                    continue
+                except DataError:
+                    pass  # a damaged shard is written again
+            source = plan["sources"][split][piece["source"]]
+            jobs.append({"source": source, "piece": piece, "stem": str(stem), "dtype": dtype, "split": split,
+                         "boundary": document_boundary(data_cfg), "text_column": str(data_cfg.text_column),
+                         "bytes": piece["end"] - piece["start"]})  # fmt: skip
+    return jobs
+
+
+def run_jobs(jobs: list[dict], wanted: int, initializer, setup: tuple, work, finder=None) -> tuple[int, float]:
+    """Run ``work`` on every job (a piece to tokenize into its shard), in this process or in a pool of at most
+    ``wanted`` worker processes, each set up by ``initializer(*setup, progress counter, finder)`` (a finder with a
+    tagger stays in this process); returns how many processes, and the CPU seconds the pieces took."""
+    processes = max(1, min(wanted, len(jobs)))
+    total = sum(job["bytes"] for job in jobs)
+    bar = tqdm(total=total, unit="B", unit_scale=True, desc="tokenizing", disable=None, dynamic_ncols=True)
+    try:
+        if processes == 1:
+            initializer(*setup, None, finder)
+            cpu = 0.0
+            for finished, job in enumerate(jobs, 1):
+                cpu += work(job)
+                bar.update(job["bytes"])
+                maybe_kill(finished)
+            return 1, cpu
+        counter = CONTEXT.Value("q", 0)
+        carried = finder.without_tagger() if finder is not None else None
+        with worker_pool(processes, initializer, (*setup, counter, carried)) as pool:
+            results = [pool.apply_async(work, (job,)) for job in jobs]
+            cpu = 0.0
+            for finished, result in enumerate(results, 1):
+                while not result.ready():
+                    result.wait(0.25)
+                    bar.update(min(counter.value, total) - bar.n)
+                cpu += result.get()  # a worker's error is raised here
+                maybe_kill(finished)
+            bar.update(total - bar.n)
+        return processes, cpu
+    finally:
+        bar.close()
+
+
+def _check_text(split: str, sources: list[Source], pieces: list[dict], headers: list[dict], boundary: str) -> None:
+    """DataError naming a source that gave no document, or a split with no token at all."""
+    documents = [0] * len(sources)
+    for piece, header in zip(pieces, headers, strict=True):
+        documents[piece["source"]] += header["documents"]
+    expected = {"blank_line": "documents separated by blank lines", "line": "one document per line",
+                "file": "text"}[boundary]  # fmt: skip
+    for source, count in zip(sources, documents, strict=True):
+        if count == 0:
+            kind = "saved dataset" if source.format == "saved" else "corpus file"
+            raise DataError(f"{kind} {source.path} has no text; expected {expected}")

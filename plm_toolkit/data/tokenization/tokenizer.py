@@ -1,0 +1,376 @@
+"""Tokenizers: load a tokenizer.json, a WordPiece vocab.txt or a byte-level BPE vocab.json + merges.txt, or train a
+WordPiece (BERT), byte-level BPE (RoBERTa's or GPT-2's special tokens), SentencePiece-style unigram (XLNet),
+character or word (ELMo's, ``data/tokenization/word_vocabulary.py``) vocabulary on the corpus.
+
+Each tokenizer carries its family's template (its post-processor): how one text or a pair is wrapped in special
+tokens. The roles of the special tokens (pad, unk, cls, sep, mask, bos, eos, sentinels) are read from it by
+``vocab_from_tokenizer``; none is required here, the code that needs one asks for it (``Vocab.require``).
+
+A trained tokenizer is cached as `<cache_dir>/tokenizers/<key>.json`. The key hashes the training split's
+contents (the sha256 of each file's bytes, or a saved dataset's fingerprint) together with the tokenizer
+settings and the `tokenizers` version, so that editing a file or a setting trains a new one and anything else
+reuses the cached file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import tokenizers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from plm_toolkit.core.errors import DataError
+from plm_toolkit.data.sources.corpus import choice, document_boundary, stable_hash
+from plm_toolkit.data.sources.piece_reader import sample_texts
+from plm_toolkit.data.sources.pieces import resolve_sources
+from plm_toolkit.data.sources.user_files import not_a_file, read_text
+from plm_toolkit.data.store.cache import cache_root
+from plm_toolkit.data.tokenization.pipelines import (
+    BPE_SPECIAL_TOKENS,
+    END_OF_TEXT,
+    GPT2_SPECIAL_TOKENS,
+    SPECIAL_TOKENS,
+    _add_bpe_specials,
+    _add_gpt2_specials,
+    _add_specials,
+    bert_tokenizer,
+    byte_level_tokenizer,
+    gpt2_tokenizer,
+    unigram_tokenizer,
+)
+from plm_toolkit.data.tokenization.sentinels import (
+    NUM_SENTINELS,
+    T5_SPECIAL_TOKENS,
+    add_sentinels,
+    sentinel_ids,
+    t5_unigram_trainer,
+)
+from plm_toolkit.data.tokenization.vocab import ROLE_TOKENS, Vocab
+from plm_toolkit.data.tokenization.vocabulary_files import check_ids, read_bpe_files, read_vocab_txt, vocabulary_size
+from plm_toolkit.data.tokenization.word_vocabulary import WORD_SPECIAL_TOKENS, train_word_tokenizer
+
+# The marker byte-level BPE puts at the start of a piece that follows a space (a byte-level "Ġ").
+_BYTE_LEVEL_SPACE = "\u0120"
+# The characters byte-level BPE writes for the bytes that are not printable Latin-1 (controls, the space as "Ġ", the
+# newline as "Ċ", DEL, 0x80-0xA0, the soft hyphen): in a text a user writes, only as rare letters.
+BYTE_STAND_INS = range(0x100, 0x144)
+# The roles a vocab.txt (a BERT WordPiece vocabulary) must fill: its template and MLM need every one.
+_BERT_ROLES = ("pad_id", "unk_id", "cls_id", "sep_id", "mask_id")
+TOKENIZER_FILE = "tokenizer.json"
+BPE_VOCAB_FILE, BPE_MERGES_FILE = "vocab.json", "merges.txt"
+
+
+def tokenizer_kind(data_cfg: Any) -> str:
+    """wordpiece, bpe, gpt2_bpe, unigram, t5_unigram, character or word; ``auto`` (left unresolved by a caller that
+    knows no model) means wordpiece."""
+    kind = choice(data_cfg.tokenizer.kind)
+    return "wordpiece" if kind == "auto" else kind
+
+
+# Kinds whose pipeline lower-cases when data.tokenizer.lowercase says so, with their default (lowercase: null).
+LOWERCASE_DEFAULTS = {"wordpiece": True, "unigram": True, "character": False}
+# Bump when a change to training (or to the text it reads) changes what a trained tokenizer holds.
+TRAINING_VERSION = 2
+
+
+def lowercase_setting(data_cfg: Any) -> bool:
+    """Whether the tokenizer lower-cases: data.tokenizer.lowercase, or the kind's default when it is null; False
+    for the kinds that are always cased."""
+    kind = tokenizer_kind(data_cfg)
+    value = data_cfg.tokenizer.lowercase
+    if kind not in LOWERCASE_DEFAULTS:
+        return False
+    return LOWERCASE_DEFAULTS[kind] if value is None else bool(value)
+
+
+def load_or_train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
+    """The tokenizer named by `data.tokenizer.path`, or one trained on the training documents (cached); `documents`
+    (a `Documents`) replaces them, e.g. both sides of parallel text for a joint vocabulary."""
+    tok_cfg = data_cfg.tokenizer
+    if tok_cfg.path:
+        return load_tokenizer(tok_cfg.path, lowercase=tok_cfg.lowercase is None or bool(tok_cfg.lowercase))
+    return train_tokenizer(data_cfg, documents)
+
+
+def load_tokenizer(path: str | Path, lowercase: bool = True) -> Tokenizer:
+    """Load a tokenizer.json, a WordPiece vocab.txt, a byte-level BPE vocab.json (merges.txt beside it), or a folder
+    holding one of them (in that order of preference).
+
+    A vocab.txt becomes a BERT tokenizer with lower-casing set by `lowercase` (and must hold BERT's five special
+    tokens); a vocab.json a RoBERTa one, or a GPT-2 one when it holds <|endoftext|> instead of <s> and </s>; a
+    tokenizer.json keeps its own pipeline, but for GPT-2's vocabulary without a template, which gets GPT-2's (as its
+    vocab.json does). Raises DataError naming the file when it is missing or does not load.
+    """
+    path = Path(os.path.expanduser(str(path)))
+    if path.is_dir():
+        for name in (TOKENIZER_FILE, "vocab.txt", BPE_VOCAB_FILE):
+            if (path / name).is_file():
+                path = path / name
+                break
+        else:
+            raise DataError(f"tokenizer folder {path} holds none of {TOKENIZER_FILE}, vocab.txt, {BPE_VOCAB_FILE}")
+    if not path.exists():
+        raise DataError(f"tokenizer file {path} does not exist; expected a tokenizer.json, vocab.txt or vocab.json")
+    reason = not_a_file(path)
+    if reason is not None:
+        raise DataError(f"tokenizer file {path}: {reason}; expected a tokenizer.json, vocab.txt or vocab.json")
+    if path.name == BPE_VOCAB_FILE:
+        tokenizer = _load_bpe_files(path)
+    elif path.suffix == ".json":
+        text = read_text(path)  # checked: a regular UTF-8 file, its byte-order mark dropped
+        try:
+            tokenizer = Tokenizer.from_str(text)
+        except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exceptions
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise DataError(f"tokenizer file {path} does not load ({first}); expected a tokenizer.json") from e
+        if _gpt2_vocabulary(tokenizer) and _adds_nothing(tokenizer):
+            # GPT-2's tokenizer.json, or the export of a GPT language model (interop/hf_tokenizer.py), encodes a text
+            # alone; fine-tuning wraps it in GPT-2's template, as it does the same vocabulary's vocab.json.
+            _add_gpt2_specials(tokenizer)
+    else:
+        tokenizer = bert_tokenizer(models.WordPiece(read_vocab_txt(path), unk_token="[UNK]"), lowercase)
+        vocab = vocab_from_tokenizer(tokenizer)
+        for role in _BERT_ROLES:  # fail now, naming the file, if a special token is missing
+            if getattr(vocab, role) is None:
+                names = " or ".join(ROLE_TOKENS[role])
+                raise DataError(f"tokenizer file {path} has no {names} token; expected BERT's special tokens")
+    check_ids(tokenizer, path)
+    return tokenizer
+
+
+def _load_bpe_files(vocab_path: Path) -> Tokenizer:
+    model = read_bpe_files(vocab_path, vocab_path.with_name(BPE_MERGES_FILE))
+    if model.token_to_id(END_OF_TEXT) is not None and model.token_to_id("<s>") is None:
+        # GPT-2's files: its tokenizer adds no space before a text (GPT2Tokenizer's add_prefix_space=False).
+        return gpt2_tokenizer(model, add_prefix_space=False)
+    return byte_level_tokenizer(model)
+
+
+def _gpt2_vocabulary(tokenizer: Tokenizer) -> bool:
+    """Whether ``tokenizer`` is a BPE with GPT-2's one special token, <|endoftext|>, and none of RoBERTa's."""
+    bpe = isinstance(tokenizer.model, models.BPE)
+    return bpe and tokenizer.token_to_id(END_OF_TEXT) is not None and tokenizer.token_to_id("<s>") is None
+
+
+def _adds_nothing(tokenizer: Tokenizer) -> bool:
+    """Whether the template of ``tokenizer`` (its post-processor) wraps a text or a pair in no special token."""
+    encodings = (tokenizer.encode("a", "b"), tokenizer.encode("a", "b", add_special_tokens=False))
+    return encodings[0].ids == encodings[1].ids
+
+
+def character_tokenizer(texts: Iterable[str], vocab_size: int, lowercase: bool) -> Tokenizer:
+    """One token per character: the special tokens, then the corpus's characters by falling frequency (at most
+    vocab_size in all; rarer ones become [UNK])."""
+    counts: Counter[str] = Counter()
+    for text in texts:
+        counts.update(text.lower() if lowercase else text)
+    characters = [c for c, _ in counts.most_common(max(vocab_size - len(SPECIAL_TOKENS), 1))]
+    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *sorted(characters)])}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    if lowercase:
+        tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character
+    tokenizer.decoder = decoders.Fuse()
+    return tokenizer
+
+
+def unigram_trainer(vocab_size: int) -> trainers.UnigramTrainer:
+    return trainers.UnigramTrainer(
+        vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), unk_token="[UNK]", show_progress=False
+    )
+
+
+# The fewest tokens a trained vocabulary of each kind holds, and what they are. (A word vocabulary keeps every word
+# whatever the size.)
+MINIMUM_VOCABULARY = {
+    "wordpiece": (len(SPECIAL_TOKENS) + 1, "5 special tokens and a piece"),
+    "bpe": (len(BPE_SPECIAL_TOKENS) + 256, "5 special tokens and the 256 byte symbols"),
+    "gpt2_bpe": (len(GPT2_SPECIAL_TOKENS) + 256, "<|endoftext|> and the 256 byte symbols"),
+    "unigram": (len(SPECIAL_TOKENS) + 1, "5 special tokens and a piece"),
+    "t5_unigram": (len(T5_SPECIAL_TOKENS) + NUM_SENTINELS + 1, "3 special tokens, 100 sentinels and a piece"),
+    "character": (len(SPECIAL_TOKENS) + 1, "5 special tokens and a character"),
+}
+# Token ids are stored as 32-bit integers.
+MAXIMUM_VOCABULARY = 2**31 - 1
+
+
+def tokenizer_cache_path(data_cfg: Any, corpus_fingerprint: str) -> Path:
+    """Where the tokenizer trained on this corpus with these settings is cached."""
+    t = data_cfg.tokenizer
+    kind = tokenizer_kind(data_cfg)
+    specials = {
+        "wordpiece": SPECIAL_TOKENS,
+        "gpt2_bpe": GPT2_SPECIAL_TOKENS,
+        "t5_unigram": T5_SPECIAL_TOKENS,
+        "word": WORD_SPECIAL_TOKENS,
+    }.get(kind, BPE_SPECIAL_TOKENS)
+    word = kind == "word"  # keeps every word, whatever the size settings (they cut the bilm softmax instead)
+    key = stable_hash(
+        corpus_fingerprint,
+        kind,
+        0 if word else int(t.vocab_size),
+        lowercase_setting(data_cfg),
+        0 if word else int(t.min_frequency),
+        specials,
+        tokenizers.__version__,
+        TRAINING_VERSION,
+    )
+    return cache_root(data_cfg) / "tokenizers" / f"{key}.json"
+
+
+def train_tokenizer(data_cfg: Any, documents: Any = None) -> Tokenizer:
+    """Train the vocabulary of `data.tokenizer` on a sample of the training files (at most
+    `data.tokenizer.train_sample_bytes`, ``sources.sample_texts``) or on `documents` (a ``Documents``), or load the
+    cached one trained on the same files (or contents) and settings."""
+    if documents is not None:
+        dataset = documents.dataset
+        texts = lambda: (text for batch in dataset.iter(batch_size=1000) for text in batch["text"])  # noqa: E731
+        return train_cached(data_cfg, documents.fingerprint, texts, len(dataset), documents.source)
+    sources = resolve_sources(data_cfg, "train")
+    boundary, column = document_boundary(data_cfg), str(data_cfg.text_column)
+    budget = int(getattr(data_cfg.tokenizer, "train_sample_bytes", 100_000_000))
+    fingerprint = stable_hash("sources", [s.record() for s in sources], boundary, column, budget)
+    named = ", ".join(s.path for s in sources)
+    return train_cached(data_cfg, fingerprint, lambda: sample_texts(sources, budget, boundary, column), source=named)
+
+
+def train_cached(
+    data_cfg: Any, fingerprint: str, texts: Callable[[], Iterable[str]], length: int | None = None, source: str = ""
+) -> Tokenizer:
+    """The vocabulary trained on ``texts()``, cached under ``fingerprint`` (what identifies the texts); ``source``
+    names them in messages."""
+    path = tokenizer_cache_path(data_cfg, fingerprint)
+    if path.is_file():
+        return load_tokenizer(path)
+    tokenizer = train_on_texts(data_cfg, texts, length, source)
+    _atomic_save(tokenizer, path)
+    return tokenizer
+
+
+def train_on_texts(
+    data_cfg: Any, texts: Callable[[], Iterable[str]], length: int | None = None, source: str = "the corpus"
+) -> Tokenizer:
+    """A vocabulary of `data.tokenizer.kind` and `data.tokenizer.vocab_size` trained on the texts that ``texts()``
+    yields (``length``: how many, for the trainer's own bookkeeping; ``source``: the files, for messages)."""
+    t = data_cfg.tokenizer
+    kind = tokenizer_kind(data_cfg)
+    if kind == "word":
+        return train_word_tokenizer(texts())
+    if kind == "character":
+        tokenizer = character_tokenizer(texts(), int(t.vocab_size), lowercase_setting(data_cfg))
+        _add_specials(tokenizer)
+        return tokenizer
+    if kind in ("bpe", "gpt2_bpe"):
+        tokenizer = byte_level_tokenizer(models.BPE())
+        trainer = trainers.BpeTrainer(
+            vocab_size=int(t.vocab_size),
+            min_frequency=int(t.min_frequency),
+            special_tokens=list(BPE_SPECIAL_TOKENS if kind == "bpe" else GPT2_SPECIAL_TOKENS),
+            # All 256 byte symbols, so that any text encodes without an unknown token.
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        finish = _add_bpe_specials if kind == "bpe" else _add_gpt2_specials
+    elif kind == "unigram":
+        tokenizer, trainer = unigram_tokenizer(lowercase_setting(data_cfg)), unigram_trainer(int(t.vocab_size))
+        finish = partial(_add_specials, xlnet_layout=True)
+    elif (
+        kind == "t5_unigram"
+    ):  # T5's: cased, <pad> </s> <unk>, 100 sentinels at the top (data/tokenization/sentinels.py)
+        tokenizer, trainer = unigram_tokenizer(lowercase=False), t5_unigram_trainer(int(t.vocab_size))
+        finish = add_sentinels
+    else:
+        tokenizer = bert_tokenizer(models.WordPiece(unk_token="[UNK]"), lowercase_setting(data_cfg))
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=int(t.vocab_size),
+            min_frequency=int(t.min_frequency),
+            special_tokens=list(SPECIAL_TOKENS),
+            continuing_subword_prefix="##",
+            show_progress=False,
+        )
+        finish = _add_specials
+
+    def batches():
+        batch = []
+        for text in texts():
+            batch.append(text)
+            if len(batch) == 1000:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    try:
+        tokenizer.train_from_iterator(batches(), trainer=trainer, length=length)
+    except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exceptions
+        if "not large enough to contain all chars" not in str(e):
+            raise
+        characters = len({c for texts in batches() for text in texts for c in text if not c.isspace()})
+        needs = f"every distinct character ({characters}) and its special tokens"
+        raise _too_small(t.vocab_size, kind, source, needs) from None
+    finish(tokenizer)  # the template needs the ids of [CLS] and [SEP], which exist only now
+    if vocabulary_size(tokenizer) > int(t.vocab_size):  # the trainer keeps every character, whatever the size
+        needs = f"at least {vocabulary_size(tokenizer)} tokens (its special tokens and every distinct character)"
+        raise _too_small(t.vocab_size, kind, source, needs)
+    return tokenizer
+
+
+def _too_small(vocab_size: int, kind: str, source: str, needs: str) -> DataError:
+    return DataError(
+        f"data.tokenizer.vocab_size={vocab_size}: a {kind} vocabulary of {source or 'the corpus'} holds {needs}; "
+        "raise data.tokenizer.vocab_size"
+    )
+
+
+def save_tokenizer(tokenizer: Tokenizer, directory: str | Path) -> Path:
+    """Write `directory/tokenizer.json` (checkpoints keep the tokenizer they were trained with)."""
+    path = Path(directory) / TOKENIZER_FILE
+    _atomic_save(tokenizer, path)
+    return path
+
+
+def _atomic_save(tokenizer: Tokenizer, path: Path) -> None:
+    # Several processes (data-parallel ranks) may write the same file: each writes its own temporary name
+    # and renames it, so that a reader never sees half a file.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tokenizer.save(str(temporary))
+    os.replace(temporary, path)
+
+
+def vocab_from_tokenizer(tokenizer: Tokenizer, source: str | Path | None = None) -> Vocab:
+    """The roles of the tokenizer's special tokens (``data/tokenization/vocab.py``); a role no token fills is None.
+    ``source`` is kept for callers that name the file; nothing is required here."""
+    ids = {}
+    for role, names in ROLE_TOKENS.items():
+        found = [tokenizer.token_to_id(n) for n in names if tokenizer.token_to_id(n) is not None]
+        ids[role] = found[0] if found else None
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    return Vocab(
+        size=vocabulary_size(tokenizer),
+        sentinel_ids=sentinel_ids(tokenizer),
+        tokens=tuple(sorted(vocab, key=vocab.__getitem__)),
+        continuation_ids=continuation_ids(tokenizer),
+        **ids,
+    )
+
+
+def continuation_ids(tokenizer: Tokenizer) -> frozenset[int]:
+    """Ids of the pieces that continue a word: WordPiece's (and prefixed BPE's) `##` pieces, or, for byte-level
+    BPE, every non-special piece without the leading-space marker. Other models: none (each piece is a word)."""
+    model = tokenizer.model
+    prefix = getattr(model, "continuing_subword_prefix", None)
+    vocab = tokenizer.get_vocab(with_added_tokens=False)
+    if prefix:
+        return frozenset(i for token, i in vocab.items() if token.startswith(prefix))
+    if isinstance(model, models.BPE) and isinstance(tokenizer.pre_tokenizer, pre_tokenizers.ByteLevel):
+        specials = {name for names in ROLE_TOKENS.values() for name in names}
+        return frozenset(
+            i for token, i in vocab.items() if not token.startswith(_BYTE_LEVEL_SPACE) and token not in specials
+        )
+    return frozenset()
