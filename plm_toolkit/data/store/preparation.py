@@ -50,6 +50,8 @@ from plm_toolkit.data.units.store import split_summary, unit_finder, units_diffe
 log = logging.getLogger("plm_toolkit")
 
 STORE_VERSION = 1
+# Bump when data/sources/documents.py splits sentences differently: stores of sentences are prepared again.
+SENTENCE_RULES = 2
 PLAN = "plan.json"
 TOKENIZER = "tokenizer.json"
 
@@ -81,6 +83,8 @@ def store_settings(data_cfg: Any, unit: str, spellings: bool, units: Any = None)
         "text_column": str(data_cfg.text_column),
         "tokenizer": tokenizer_settings(data_cfg),
     }
+    if unit in ("document_sentences", "sentences", "units"):  # where sentences end (data/chinese.py)
+        settings["sentence_rules"] = SENTENCE_RULES
     if unit == "units":
         settings["units"] = units_settings(units)
     return settings
@@ -153,6 +157,7 @@ _WORDS = {
         "units": "sentences tokenized one by one with their knowledge units' join codes (ERNIE)",
         "pairs": "sentence pairs for translation",
     },
+    "sentence_rules": {None: "sentences split by English rules only", 2: "sentences split at Chinese 。！？ too"},
 }
 
 
