@@ -21,6 +21,7 @@ for spans; RoBERTa's sequence head is ``classifier.dense`` (our pooler: a tanh d
 
 from __future__ import annotations
 
+import logging
 import warnings
 from pathlib import Path
 from typing import Any, ClassVar
@@ -47,6 +48,8 @@ from plm_toolkit.interop.hf_tokenizer import WITHOUT_TOKEN_TYPES, TokenizerLayou
 from plm_toolkit.models.bert import BertConfig, embedding_width
 from plm_toolkit.nn.feed_forward import HiddenAct
 from plm_toolkit.nn.heads import head_activation
+
+log = logging.getLogger("plm_toolkit")
 
 # Our BertConfig field <- Hugging Face config.json key (every family of the encoder layout has them).
 CONFIG_FROM_HF = {
@@ -293,6 +296,17 @@ class BertAdapter(EncoderAdapter):
 
     def exports(self, config: Any) -> bool:
         return config.name == "bert" and not config.position_offset
+
+    def config_from_hf(self, hf: dict, path: Path) -> BertConfig:
+        # HFL's chinese-roberta-wwm-ext: RoBERTa's training recipe on BERT's architecture, WordPiece and token types.
+        named = " ".join([*path.parent.parts[-3:], str(hf.get("_name_or_path", ""))])
+        if "roberta" in named.lower():
+            log.info(
+                "%s: a RoBERTa name on model_type 'bert' (%s), as HFL's Chinese RoBERTa-wwm releases are: BERT's "
+                "architecture, WordPiece vocabulary and token types; imported as BERT (model=bert)",
+                path.parent, ", ".join(hf.get("architectures") or ["no architectures"]),
+            )  # fmt: skip
+        return super().config_from_hf(hf, path)
 
 
 @ADAPTERS.register

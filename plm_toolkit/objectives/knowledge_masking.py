@@ -37,11 +37,10 @@ from plm_toolkit.core.registry import OBJECTIVES
 from plm_toolkit.core.schema import choices
 from plm_toolkit.data.layouts.plan import DataPlan, Layout
 from plm_toolkit.data.sources.corpus import choice
-from plm_toolkit.objectives.masking import NO_JOIN, WORD_LEVEL, MaskingTransform, MaskingUnit
+from plm_toolkit.objectives.masking import NO_JOIN, WORD_LEVEL, MaskingTransform, MaskingUnit, WordSegmenter
 from plm_toolkit.objectives.mlm import MaskedLanguageModeling, MlmConfig
 
 BasicUnit = choices("BasicUnit", "word", "token")
-WordSegmenter = choices("WordSegmenter", "regex", "jieba")
 LexiconCase = choices("LexiconCase", "exact", "ignore")
 STAGES = ("basic", "phrase", "entity")
 TAGGER_KEY = "objective.entity_tagger"

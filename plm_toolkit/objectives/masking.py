@@ -41,6 +41,7 @@ from plm_toolkit.data.batching.collate import target_positions
 # Label of a position that is not a target; cross-entropy's default ignore_index.
 IGNORE_INDEX = -100
 MaskingUnit = choices("MaskingUnit", "token", "whole_word", "ngram", "knowledge")
+WordSegmenter = choices("WordSegmenter", "regex", "jieba")
 # Join codes of the batch's ``units`` column (data/units/knowledge.py): a position continues the unit of the position
 # before it when its code is at most the grouping level. ``NO_JOIN`` as the level: every token is a unit of its own.
 WORD_LEVEL, NO_JOIN = 0, -1

@@ -17,12 +17,20 @@ from torch import nn
 
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import OBJECTIVES
+from plm_toolkit.data.layouts.plan import DataPlan
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.base import BIDIRECTIONAL, Representations
 from plm_toolkit.nn.heads import masked_lm_head
 from plm_toolkit.nn.losses import linear_cross_entropy
 from plm_toolkit.objectives.base import BatchTransform, Objective, ObjectiveOutput
-from plm_toolkit.objectives.masking import IGNORE_INDEX, MaskingUnit, check_masking_config, masking_from_config
+from plm_toolkit.objectives.masking import (
+    IGNORE_INDEX,
+    MaskingUnit,
+    WordSegmenter,
+    check_masking_config,
+    masking_from_config,
+)
+from plm_toolkit.objectives.whole_word import check_word_segmenter, with_word_units
 
 
 @dataclass
@@ -42,6 +50,10 @@ class MlmConfig:
     masking: MaskingUnit = MaskingUnit.token
     # Longest n-gram, in words, of masking=ngram (ALBERT: 3).
     max_ngram: int = 3
+    # Words of masking=whole_word (or ngram) found by a segmenter at preparation time and kept beside the ids:
+    # jieba (Chinese words: HFL's Chinese BERT-wwm; needs the zh extra) or regex (BERT's split). Null: the
+    # tokenizer's pieces decide (## pieces continue a word; each Chinese character is a word of its own).
+    word_segmenter: WordSegmenter | None = None
     # 0: dynamic masking, a new mask every time a sequence is seen (RoBERTa section 4.1). N > 0: BERT's static
     # masking, N masks per sequence fixed ahead of training and used in turn, epoch e taking mask e mod N
     # (the original BERT: dupe_factor 10).
@@ -83,10 +95,17 @@ class MaskedLanguageModeling(Objective):
     @classmethod
     def check_config(cls, config) -> None:
         check_masking_config(config, finds_units=cls.finds_units)
+        if not cls.finds_units:  # knowledge_masking checks its own word_segmenter
+            check_word_segmenter(config)
         if config.dupe_factor < 0:
             raise ConfigError(
                 f"objective.dupe_factor must be 0 (dynamic masking) or positive, got {config.dupe_factor}"
             )
+
+    @classmethod
+    def data_plan(cls, config, data_cfg, model_config) -> DataPlan:
+        """The default plan, with the segmenter's words beside the ids when ``word_segmenter`` is set."""
+        return with_word_units(super().data_plan(config, data_cfg, model_config), config)
 
     def batch_transform(self) -> BatchTransform:
         return self.masking

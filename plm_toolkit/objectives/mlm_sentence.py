@@ -14,9 +14,11 @@ import torch
 from torch import nn
 
 from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.data.layouts.plan import DataPlan
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.objectives.base import BatchTransform, Objective, ObjectiveOutput
 from plm_toolkit.objectives.mlm import MaskedLanguageModeling, encode
+from plm_toolkit.objectives.whole_word import with_word_units
 
 
 class SwapThenMask:
@@ -60,6 +62,11 @@ class MlmWithSentenceObjective(Objective):
         weight = getattr(config, f"{cls.sentence_name}_weight")
         if weight < 0:
             raise ConfigError(f"objective.{cls.sentence_name}_weight must be at least 0, got {weight}")
+
+    @classmethod
+    def data_plan(cls, config, data_cfg, model_config) -> DataPlan:
+        """The sentence objective's layout, with the segmenter's words beside the ids when ``word_segmenter`` is set."""
+        return with_word_units(super().data_plan(config, data_cfg, model_config), config)
 
     @property
     def sentence(self) -> Objective:

@@ -55,6 +55,7 @@ class SegmentSwap:
     def __call__(self, batch: dict[str, torch.Tensor], seeds: Sequence[int]) -> dict[str, torch.Tensor]:
         ids, types = batch["input_ids"].clone(), batch["token_type_ids"].clone()
         special = batch["special_tokens_mask"].clone()
+        units = batch["units"].clone() if "units" in batch else None
         labels = torch.zeros(ids.shape[0], dtype=torch.long)
         lengths = batch["attention_mask"].sum(dim=1).tolist()
         for row, (seed, length) in enumerate(zip(seeds, lengths, strict=True)):
@@ -68,10 +69,13 @@ class SegmentSwap:
             order = torch.cat([torch.tensor([0]), b, torch.tensor([a_end]), a, torch.tensor([length - 1])])
             ids[row, :length] = batch["input_ids"][row, order]
             special[row, :length] = batch["special_tokens_mask"][row, order]
+            if units is not None:  # whole-word masking's join codes follow their tokens
+                units[row, :length] = batch["units"][row, order]
             types[row, :length] = 0
             types[row, len(b) + 2 : length] = 1
             labels[row] = 1
-        return {**batch, "input_ids": ids, "token_type_ids": types, "special_tokens_mask": special, "sop_label": labels}
+        swapped = {"input_ids": ids, "token_type_ids": types, "special_tokens_mask": special, "sop_label": labels}
+        return {**batch, **swapped, **({} if units is None else {"units": units})}
 
 
 @OBJECTIVES.register("sop", SopConfig)

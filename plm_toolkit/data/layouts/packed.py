@@ -15,6 +15,7 @@ import random
 import shutil
 from array import array
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,7 @@ from plm_toolkit.data.store.processes import worker_pool
 from plm_toolkit.data.store.token_store import StoreSplit, TokenStore, sync_rename
 from plm_toolkit.data.tokenization.template import Template
 from plm_toolkit.data.units.knowledge import NONE as NO_UNIT
+from plm_toolkit.data.units.words import coded_document, pair_codes, uncoded
 
 logger = logging.getLogger(__name__)
 
@@ -178,6 +180,9 @@ class SentencePairs(ExampleView):
         self.ends = _memmap(where / "ends.bin", np.int64)
         self.a_lengths = _memmap(where / "a_lengths.bin", np.int32)
         self.labels = _memmap(where / "labels.bin", np.int8)
+        self.codes = _memmap(where / "units.bin", np.int8) if (where / "units.bin").is_file() else None
+        if self.codes is not None:
+            self.column_names = [*self.column_names, "units"]
 
     def __len__(self) -> int:
         return len(self.ends)
@@ -186,11 +191,15 @@ class SentencePairs(ExampleView):
         start = int(self.ends[index - 1]) if index else 0
         tokens = self.ids[start : int(self.ends[index])].tolist()
         a = int(self.a_lengths[index])
-        return {
+        row = {
             "input_ids": [self.cls_id, *tokens[:a], self.sep_id, *tokens[a:], self.sep_id],
             "token_type_ids": [0] * (a + 2) + [1] * (len(tokens) - a + 1),
             "next_sentence_label": int(self.labels[index]),
         }
+        if self.codes is not None:
+            codes = self.codes[start : int(self.ends[index])].tolist()
+            row["units"] = pair_codes(codes[:a], codes[a:])
+        return row
 
     def lengths(self) -> list[int]:
         return (np.diff(np.concatenate([[0], self.ends])) + 3).tolist()
@@ -208,12 +217,15 @@ def _write_pairs(split: StoreSplit, settings: dict, seed: int, into: Path, proce
     else:
         with worker_pool(processes) as pool:
             cut = sum(pool.map(_shard_pairs, jobs, chunksize=1))
-    outputs = {name: open(into / name, "wb") for name in _PAIR_FILES}  # noqa: SIM115 - closed below
+    names = _PAIR_FILES + (("units.bin",) if split.shards and len(split.shards[0].array("units")) else ())
+    outputs = {name: open(into / name, "wb") for name in names}  # noqa: SIM115 - closed below
     try:
         written = 0
         for job in jobs:
             part = Path(job["out"])
-            for name in ("ids.bin", "a_lengths.bin", "labels.bin"):
+            for name in ("ids.bin", "a_lengths.bin", "labels.bin", "units.bin"):
+                if name not in outputs:
+                    continue
                 with open(part / name, "rb") as f:
                     shutil.copyfileobj(f, outputs[name], 1 << 20)
             ends = _memmap(part / "ends.bin", np.int64)
@@ -244,16 +256,20 @@ def _shard_pairs(job: dict, split: StoreSplit | None = None) -> int:
     settings, first = job["settings"], job["first"]
     max_seq_len, contiguous = settings["max_seq_len"], settings["contiguous"]
     max_tokens = max_seq_len - 3
-    documents = SplitDocuments(split.num_documents, split.document, max_tokens)
     shard = split.shards[job["shard"]]
+    # A store of units: each token carries its join code through the pairs (data/units/words.py).
+    with_units = len(shard.array("units")) > 0
+    load = partial(coded_document, split) if with_units else split.document
+    documents = SplitDocuments(split.num_documents, load, max_tokens)
     out = Path(job["out"])
     out.mkdir()
     ids = _Appender(out / "ids.bin", "H" if shard.ids.dtype.itemsize == 2 else "I")
     ends, a_lengths, labels = (_Appender(out / n, t) for n, t in (("ends.bin", "q"), ("a_lengths.bin", "i"),
                                                                  ("labels.bin", "b")))  # fmt: skip
+    codes = _Appender(out / "units.bin", "b") if with_units else None
     written = long_sentences = 0
     for index in range(first, first + shard.num_documents):
-        document, cut = split_long_sentences(split.document(index), max_tokens)
+        document, cut = split_long_sentences(load(index), max_tokens)
         long_sentences += cut
         documents.keep(index, document)
         # One generator per document: the pairs do not depend on how the work is split.
@@ -262,12 +278,15 @@ def _shard_pairs(job: dict, split: StoreSplit | None = None) -> int:
             document, index, documents, max_seq_len, settings["short_seq_prob"], settings["random_next_prob"], rng,
             contiguous,
         ):  # fmt: skip
+            if codes is not None:
+                (a, codes_a), (b, codes_b) = uncoded(a), uncoded(b)
+                codes.extend(codes_a + codes_b)
             ids.extend(a)
             ids.extend(b)
             written += len(a) + len(b)
             ends.extend((written,))
             a_lengths.extend((len(a),))
             labels.extend((label,))
-    for appender in (ids, ends, a_lengths, labels):
+    for appender in (ids, ends, a_lengths, labels, *([codes] if codes else [])):
         appender.close()
     return long_sentences

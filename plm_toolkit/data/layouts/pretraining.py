@@ -67,8 +67,8 @@ def build_pretraining_examples(
     max_seq_len = int(data_cfg.max_seq_len)
     if max_seq_len < 8:
         raise DataError(f"data.max_seq_len={max_seq_len} is too short; expected at least 8 tokens")
-    if units is not None and layout != Layout.full_sentences:
-        raise DataError(f"knowledge units travel with full_sentences packing only, not {layout}")
+    if units is not None and layout not in (Layout.full_sentences, *PAIR_LAYOUTS):
+        raise DataError(f"knowledge units travel with full_sentences or sentence-pair packing only, not {layout}")
     if spellings and layout != Layout.sentence_streams:
         raise ValueError(f"token spellings travel with sentence_streams packing only, not {layout}")
     if store is None:  # prepared (or found) here; the run's data entry point passes the one it opened

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from plm_toolkit.data.tokenization.chinese import chinese_sentence_ends
+
 DOCUMENT_BOUNDARIES = ("blank_line", "line", "file")
 
 # --- sentences --------------------------------------------------------------------------------------------
@@ -45,7 +47,8 @@ def split_sentences(text: str) -> list[str]:
     whitespace and then a capital letter, a digit or an opening quote follows. A period does not end a sentence
     after a common abbreviation (`Mr.`, `Dr.`, `No.`, `etc.`; see ABBREVIATIONS), a single initial (`J.`) or a
     dotted abbreviation (`U.S.`, `e.g.`). The rule errs towards fewer splits: `in the U.S. He` stays one
-    sentence. Sentences keep their punctuation; empty text gives [].
+    sentence. A Chinese sentence ends at 。！？ and their fullwidth kin, with its closing quotes, whatever follows
+    (``data/tokenization/chinese.py``). Sentences keep their punctuation; empty text gives [].
     """
     return [text[start:end] for start, end in sentence_spans(text)]
 
@@ -54,11 +57,13 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     """(start, end) of each sentence of one line (``split_sentences``), without the whitespace around it."""
     spans = []
     start = 0
-    for match in _BOUNDARY.finditer(text):
-        if match.group().startswith(".") and _is_abbreviation(text[start : match.start() + 1]):
+    # Chinese sentences end at 。！？ with no space after them (data/tokenization/chinese.py).
+    ends = [(m.end(), m.group().startswith(".") and m.start() + 1) for m in _BOUNDARY.finditer(text)]
+    for end, period in sorted(ends + [(end, False) for end in chinese_sentence_ends(text)]):
+        if end <= start or (period and _is_abbreviation(text[start:period])):
             continue
-        spans += _stripped(text, start, match.end())
-        start = match.end()
+        spans += _stripped(text, start, end)
+        start = end
     return spans + _stripped(text, start, len(text))
 
 

@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("plm_toolkit")
 
 STORE_VERSION = 1
+# Bump when data/sources/documents.py splits sentences differently: stores of sentences are prepared again.
+SENTENCE_RULES = 2
 PLAN = "plan.json"
 TOKENIZER = "tokenizer.json"
 
@@ -85,6 +87,8 @@ def store_settings(data_cfg: DataConfig, unit: str, spellings: bool, units: Any 
         "text_column": str(data_cfg.text_column),
         "tokenizer": tokenizer_settings(data_cfg),
     }
+    if unit in ("document_sentences", "sentences", "units"):  # where sentences end (data/tokenization/chinese.py)
+        settings["sentence_rules"] = SENTENCE_RULES
     if unit == "units":
         settings["units"] = units_settings(units)
     return settings
@@ -159,6 +163,7 @@ _WORDS = {
         "units": "sentences tokenized one by one with their knowledge units' join codes (ERNIE)",
         "pairs": "sentence pairs for translation",
     },
+    "sentence_rules": {None: "sentences split by English rules only", 2: "sentences split at Chinese 。！？ too"},
 }
 
 

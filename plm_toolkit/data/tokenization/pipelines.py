@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
+from plm_toolkit.data.tokenization.chinese import chinese_split
+
 # The special tokens of a trained vocabulary, in id order: [PAD] is 0 so that zero-filled tensors are padding.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # A trained byte-level BPE vocabulary's, in RoBERTa's (fairseq's) order: <pad> is 1, as its checkpoints expect.
@@ -68,7 +70,8 @@ def bert_tokenizer(model: models.Model, lowercase: bool) -> Tokenizer:
     tokenizer = Tokenizer(model)
     # strip_accents=None follows lowercase, as in BERT's uncased and cased releases.
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    # Every CJK ideograph a word of its own in BERT's ranges, which the normalizer's own misses in part.
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.BertPreTokenizer(), chinese_split()])
     tokenizer.decoder = decoders.WordPiece(prefix="##")
     _add_specials(tokenizer)
     return tokenizer

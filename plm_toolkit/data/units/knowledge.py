@@ -77,10 +77,13 @@ class SentenceUnits:
         """The join code of every token, given its character offsets in ``text``.
 
         A token belongs to the word its first character falls in (or the next word, for a token that starts in
-        the space before it); a token spanning several words joins them at the highest level between them.
+        the space before it); a token spanning several words joins them at the highest level between them. Where
+        the pieces and the words disagree (a piece reaches over a word's boundary), the tokens of the words it
+        touches do not join at the word level: each is masked alone (whole-word masking falls back to tokens).
         """
         ends = [e for _, e in self.words]
         links = self.word_links()
+        split = self._split_words(offsets)
         codes: list[int] = []
         previous = None
         for start, _ in offsets:
@@ -88,11 +91,32 @@ class SentenceUnits:
             if previous is None or word < previous:
                 codes.append(NONE)
             elif word == previous:
-                codes.append(WORD)
+                # The pieces of a word the tokenizer cut elsewhere are units of their own (up to its phrase).
+                codes.append(self._level_around(word) if word in split else WORD)
             else:
                 codes.append(max(links[previous + 1 : word + 1]))
             previous = word
         return codes
+
+    def _split_words(self, offsets: Sequence[tuple[int, int]]) -> set[int]:
+        """The words whose pieces disagree with them: a piece (its spaces aside) reaches over a word's boundary."""
+        ends = [e for _, e in self.words]
+        split: set[int] = set()
+        for start, end in offsets:
+            piece = self.text[start:end]
+            start, end = start + len(piece) - len(piece.lstrip()), end - len(piece) + len(piece.rstrip())
+            first = last = bisect.bisect_right(ends, start)  # the first word that ends after the piece starts
+            while last < len(self.words) and self.words[last][0] < end:
+                last += 1
+            if last - first > 1:
+                split.update(range(first, last))
+        return split
+
+    def _level_around(self, word: int) -> int:
+        """The lowest level of a phrase or entity that holds word ``word`` (NONE without one)."""
+        levels = [level for level, spans in ((ENTITY, self.entities), (PHRASE, self.phrases)) for s, e in spans
+                  if s <= word < e]  # fmt: skip
+        return min(levels, default=NONE)
 
 
 def _apart_or_around(phrase: tuple[int, int], entity: tuple[int, int]) -> bool:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("plm_toolkit")
 
 # Bump when a change here, in data/units/corpus.py or in data/units/knowledge.py changes the codes a store holds.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 PHRASES = "phrases.txt"
 
 
@@ -176,6 +176,11 @@ def log_units(split: str, info: dict, sources: Any) -> None:
     entity stage has no entity to mask."""
     summary = info["units"]
     scalars = {k: v for k, v in summary.items() if not k.startswith("top_")}
+    if choice(getattr(sources, "masking", "knowledge")) != "knowledge" and phrase_origin(sources) == "none":
+        words = ", ".join(s["path"] for s in info["sources"])  # whole-word masking (data/units/words.py)
+        log.info("words of %s (%s): %d sentences, %d words", words, choice(sources.word_segmenter),
+                 summary["sentences"], summary["words"])  # fmt: skip
+        return
     log.info(
         "knowledge units of %s: %s (phrases from %s)",
         ", ".join(s["path"] for s in info["sources"]),
