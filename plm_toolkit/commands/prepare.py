@@ -19,6 +19,7 @@ from plm_toolkit.config.resolve import resolve_run
 from plm_toolkit.config.validate import validate
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.data.build import prepare_pretraining_data
+from plm_toolkit.data.foreign_store import foreign_kind, open_foreign_store
 from plm_toolkit.data.layouts.pretraining import store_unit
 from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data
 from plm_toolkit.data.store.pairs import prepare_parallel_store
@@ -45,6 +46,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     if plan.layout == "parallel":  # sentence pairs for translation (their batches are checked, and made at start)
         store = TokenStore(prepare_parallel_store(data_cfg))
         data = prepare_parallel_data(data_cfg, seed)
+    elif foreign_kind(data_cfg.get("store")) is not None:  # token ids already: checked and surveyed, not prepared
+        store = open_foreign_store(data_cfg, plan.layout, plan.units, plan.spellings)
+        data = prepare_pretraining_data(data_cfg, plan, seed)
     else:
         store = TokenStore(prepare_store(data_cfg, store_unit(plan.layout, plan.units), plan.spellings, plan.units))
         # The files the run's layout writes once (full-sentence blocks, sentence pairs for trainer.seed) are
@@ -59,7 +63,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
             name: {key: info[key] for key in ("bytes", "tokens", "documents", "sentences", "shards") if key in info}
             for name, info in manifest["splits"].items()
         },
-        "prepared": manifest["prepared"],
+        "prepared": manifest.get("prepared", {}),
         "examples": {"layout": plan.layout, "train": len(data.train), "validation": len(data.validation or ())},
     }
     print(json.dumps(summary), flush=True)

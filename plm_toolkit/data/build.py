@@ -10,6 +10,7 @@ import datasets
 from tokenizers import Tokenizer
 
 from plm_toolkit.core.errors import DataError
+from plm_toolkit.data.foreign_store import open_foreign_store
 from plm_toolkit.data.layouts.plan import LAYOUT_BUILDERS, DataPlan
 from plm_toolkit.data.layouts.pretraining import build_pretraining_examples, store_unit
 from plm_toolkit.data.sources.corpus import split_files
@@ -41,7 +42,10 @@ def prepare_pretraining_data(
     if isinstance(layout, DataPlan):
         layout, window, units = layout.layout, layout.stream_window, layout.units
     builder = LAYOUT_BUILDERS.get(plan.layout)
-    if builder is None:  # the store's own tokenizer (a given data.store may hold any)
+    foreign = open_foreign_store(data_cfg, plan.layout, units, plan.spellings) if builder is None else None
+    if foreign is not None:  # a Megatron-LM or nanoGPT token file, read with data.tokenizer.path
+        tokenizer = foreign.tokenizer
+    elif builder is None:  # the store's own tokenizer (a given data.store may hold any)
         folder = prepare_store(data_cfg, store_unit(plan.layout, units), plan.spellings, units)
         tokenizer = TokenStore(folder).tokenizer
     else:

@@ -19,6 +19,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from plm_toolkit.core.errors import DataError
+from plm_toolkit.data.foreign_store import open_foreign_store
 from plm_toolkit.data.layouts.packed import PACKED_VERSION, FullSentenceBlocks, SentencePairs
 from plm_toolkit.data.layouts.plan import LAYOUTS, STREAM_LAYOUTS
 from plm_toolkit.data.layouts.windows import SentenceStreamWindows, StreamWindows
@@ -65,7 +66,9 @@ def build_pretraining_examples(
         raise DataError(f"knowledge units travel with full_sentences packing only, not {layout}")
     if spellings and layout != "sentence_streams":
         raise ValueError(f"token spellings travel with sentence_streams packing only, not {layout}")
-    store = TokenStore(prepare_store(data_cfg, store_unit(layout, units), spellings, units))
+    store = open_foreign_store(data_cfg, layout, units, spellings) or TokenStore(
+        prepare_store(data_cfg, store_unit(layout, units), spellings, units)
+    )
     if store.tokenizer.to_str() != tokenizer.to_str():
         raise DataError(f"the token store {store.folder} holds another tokenizer than the one given")
     part = store.split(split)
