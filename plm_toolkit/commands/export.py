@@ -4,6 +4,7 @@
     plm-export runs/bert/checkpoints/step_300 out/bert --backbone-only
     plm-export runs/elmo out/elmo --format bilm-tf
     plm-export runs/sst2 out/sst2                 # plm-finetune: BertForSequenceClassification with SST-2's labels
+    plm-export stores/wiki out/wiki-megatron --format megatron   # a token store as Megatron-LM's train.bin/.idx
 
 The Hugging Face folder holds config.json, model.safetensors and the tokenizer (tokenizer.json; a byte-level BPE also
 as vocab.json + merges.txt), in the layout of the family's transformers class: the pretraining heads of the run's
@@ -46,6 +47,7 @@ from plm_toolkit.core import registry
 from plm_toolkit.core.atomic import atomic_folder
 from plm_toolkit.core.catalog import load_all
 from plm_toolkit.core.errors import CheckpointError, ConfigError
+from plm_toolkit.data.store.export import STORE_FORMATS, write_token_files
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, vocab_from_tokenizer
 from plm_toolkit.interop.elmo_bilm_tf import export_bilm_tf
 from plm_toolkit.interop.hf import ADAPTERS, export_hf, some
@@ -60,7 +62,7 @@ from plm_toolkit.tasks.checkpoint_head import finetuned_head
 
 log = logging.getLogger("plm_toolkit")
 
-FORMATS = ("hf", "bilm-tf")
+FORMATS = ("hf", "bilm-tf", *STORE_FORMATS)
 # The formats besides Hugging Face's, and the families each holds.
 FAMILY_FORMATS = {"bilm-tf": ("elmo",)}
 # Written last into every export: its checkpoint, format and files, so that a later export knows what it may replace.
@@ -147,11 +149,16 @@ def write_hf(folder: Path, step: Path, model, tokenizer_file: Path, saved, head:
         export_hf(folder, model, objective_state, tokenizer_file, objective_config)
 
 
-def export_checkpoint(source: str | Path, out: str | Path, backbone_only: bool = False, format: str = "hf") -> Path:
-    """Export the checkpoint ``source`` names into the folder ``out``, atomically; returns the step folder it read."""
+def export_checkpoint(
+    source: str | Path, out: str | Path, backbone_only: bool = False, format: str = "hf", eod: bool = True
+) -> Path:
+    """Export the checkpoint ``source`` names into the folder ``out``, atomically; returns the step folder it read.
+    ``--format megatron`` / ``nanogpt``: ``source`` is a token store (``export_token_store``)."""
     if format not in FORMATS:
         raise ConfigError(f"--format {format}: expected one of {', '.join(FORMATS)}")
     source = Path(source).expanduser()
+    if format in STORE_FORMATS:
+        return export_token_store(source, out, format, eod)
     step = ckpt.plm_checkpoint_dir(source) if source.exists() else None
     if step is None:
         raise CheckpointError(
@@ -183,13 +190,29 @@ def export_checkpoint(source: str | Path, out: str | Path, backbone_only: bool =
     return step
 
 
+def export_token_store(source: Path, out: str | Path, format: str, eod: bool = True) -> Path:
+    """The token store at ``source`` as Megatron-LM's or nanoGPT's token files in the folder ``out``, atomically
+    (``data/store/export.py``); ``eod``: Megatron's sequences get the document separator after each document."""
+    out = Path(os.path.abspath(Path(out).expanduser()))
+    check_out_dir(out)
+    with atomic_folder(out) as tmp:
+        counts = write_token_files(source, tmp, format, eod)
+        manifest = {"store": str(source), "format": format, "splits": counts, "files": files_under(tmp)}
+        (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return source
+
+
 def _stop(signum, frame):
     raise SystemExit(128 + signum)  # unwinds through atomic_folder, which removes its temporary folder
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = failures.ArgumentParser(prog="plm-export", description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkpoint", help="a plm-train run directory, checkpoints/last or a step_N folder")
+    parser.add_argument(
+        "checkpoint",
+        help="a plm-train run directory, checkpoints/last or a step_N folder; a token store (plm-prepare's folder) "
+        "for --format megatron or nanogpt",
+    )
     parser.add_argument(
         "out_dir", help="the folder to write: absent, empty or an earlier export (replaced whole, atomically)"
     )
@@ -202,14 +225,21 @@ def main(argv: list[str] | None = None) -> int:
         "--format",
         choices=FORMATS,
         default="hf",
-        help="hf: a Hugging Face folder (default); bilm-tf: an ELMo as options.json + weights.hdf5 (+ vocab.txt)",
+        help="hf: a Hugging Face folder (default); bilm-tf: an ELMo as options.json + weights.hdf5 (+ vocab.txt); "
+        "megatron: a token store as Megatron-LM's train.bin/.idx (+ validation.bin/.idx); nanogpt: a token store as "
+        "nanoGPT's train.bin and val.bin",
+    )
+    parser.add_argument(
+        "--no-eod",
+        action="store_true",
+        help="--format megatron: no end-of-document token after each document (Megatron's BERT data; GPT needs it)",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     failures.task_started()  # no run directory: an OSError names its own path
     previous = signal.signal(signal.SIGTERM, _stop)
     try:
-        step = export_checkpoint(args.checkpoint, args.out_dir, args.backbone_only, args.format)
+        step = export_checkpoint(args.checkpoint, args.out_dir, args.backbone_only, args.format, not args.no_eod)
     except Exception as err:
         if not failures.report(err):
             raise

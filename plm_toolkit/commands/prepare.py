@@ -33,6 +33,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         raise ConfigError(
             f"plm-prepare writes token stores; objective={cfg.objective.name}'s data is prepared by plm-train"
         )
+    # The files the run's layout writes once (full-sentence blocks, sentence pairs for trainer.seed) are written now
+    # too, so that plm-train starts at once; a Megatron-LM or nanoGPT token file is checked and surveyed, not prepared.
     data = build_run_data(resolved.data, plan, int(cfg.trainer.seed))
     store = data.store
     manifest = store.manifest
@@ -44,7 +46,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
             name: {key: info[key] for key in ("bytes", "tokens", "documents", "sentences", "shards") if key in info}
             for name, info in manifest["splits"].items()
         },
-        "prepared": manifest["prepared"],
+        "prepared": manifest.get("prepared", {}),
         "examples": {"layout": plan.layout, "train": len(data.train), "validation": len(data.validation or ())},
     }
     print(json.dumps(summary), flush=True)

@@ -66,15 +66,17 @@ class TokenizerConfig:
 class DataConfig:
     # Name of the preset, for logs.
     name: str = "text_files"
-    # Local files or glob patterns: UTF-8 text (a blank line separates documents, see document_boundary), or JSONL
-    # (.jsonl/.json, one document per row in the text_column field); .gz or .zst compressed or not.
+    # Local files or glob patterns: UTF-8 text (a blank line separates documents, see document_boundary), JSONL
+    # (.jsonl/.json, one document per row in the text_column field), .gz or .zst compressed or not, or Parquet
+    # (.parquet, one document per row in the text_column column, read row group by row group).
     train_files: list[str] = field(default_factory=list)
     # Held-out files in the same formats; empty means no evaluation.
     validation_files: list[str] = field(default_factory=list)
     # A folder written by `datasets`' save_to_disk (a DatasetDict with train/validation, or one Dataset);
     # replaces train_files/validation_files when set.
     dataset_path: str | None = None
-    # Column holding one document per row in a saved dataset, or a JSONL row's field holding its text.
+    # Column holding one document per row in a saved dataset or a Parquet file, or a JSONL row's field holding its
+    # text.
     text_column: str = "text"
     # What a document is in a text file (and in a saved dataset's row): blank_line, blocks of lines separated by
     # one or more blank lines; line, every non-blank line; file, the whole file as written, blank lines included
@@ -99,7 +101,9 @@ class DataConfig:
     # $PLM_TOOLKIT_CACHE, else ~/.cache/plm_toolkit (a variable set to nothing counts as unset; empty: the default).
     cache_dir: str = "${plm_cache_dir:}"
     # A token store folder (docs/data-store.md): plm-prepare writes it, plm-train reads it (and prepares it first
-    # when it is missing or unfinished). null: a folder under cache_dir/stores keyed on the files and settings.
+    # when it is missing or unfinished). null: a folder under cache_dir/stores keyed on the files and settings. Also
+    # Megatron-LM's token files (PREFIX for PREFIX.bin + PREFIX.idx) or nanoGPT's (path/train.bin, val.bin beside it
+    # for validation), read as they are with data.tokenizer.path, the tokenizer the ids come from.
     store: str | None = None
     # Worker processes that tokenize the corpus into the store; null: the CPU cores this process may use.
     num_proc: int | None = None
@@ -332,8 +336,8 @@ class BackboneSourceConfig:
 
 @dataclass
 class TaskDataConfig:
-    # Training file in the task's official format (SQuAD JSON, GLUE TSV, CoNLL columns, ...); not needed to
-    # evaluate only (trainer.epochs=0).
+    # Training file in the task's official format (SQuAD JSON, GLUE TSV, CoNLL columns, ...; a classification or
+    # seq2seq table may also be CSV, JSONL or Parquet); not needed to evaluate only (trainer.epochs=0).
     train_file: str | None = None
     # Evaluation file in the same format; null trains without evaluating.
     validation_file: str | None = None

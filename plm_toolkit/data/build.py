@@ -20,6 +20,7 @@ from plm_toolkit.data.layouts.plan import LAYOUT_BUILDERS, DataPlan, Layout
 from plm_toolkit.data.layouts.pretraining import build_pretraining_examples, store_unit
 from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data
 from plm_toolkit.data.sources.corpus import split_files
+from plm_toolkit.data.store.foreign import open_foreign_store
 from plm_toolkit.data.store.pairs import resumed_parallel_store
 from plm_toolkit.data.store.preparation import prepare_store, resumed_store
 from plm_toolkit.data.store.token_store import TokenStore
@@ -112,8 +113,11 @@ def prepare_pretraining_data(
         layout, window, units = layout.layout, layout.stream_window, layout.units
     builder = LAYOUT_BUILDERS.get(plan.layout)
     store = None
-    if builder is None:  # the store's own tokenizer (a given data.store may hold any)
-        store = TokenStore(prepare_store(data_cfg, store_unit(plan.layout, units), plan.spellings, units))
+    if builder is None:  # the store's own tokenizer (a given data.store may hold any); a Megatron-LM or nanoGPT
+        # token file is read with data.tokenizer.path
+        store = open_foreign_store(data_cfg, plan.layout, units, plan.spellings) or TokenStore(
+            prepare_store(data_cfg, store_unit(plan.layout, units), plan.spellings, units)
+        )
         tokenizer = store.tokenizer
     else:
         tokenizer = load_or_train_tokenizer(data_cfg)

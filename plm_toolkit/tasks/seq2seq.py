@@ -2,7 +2,7 @@
 
 - ``task=translation``: sentence pairs as ``plm-train``'s ``data=parallel`` reads them (``data.train_file`` a prefix
   of two language files or a JSONL file with one key per language), BLEU and chrF by sacrebleu.
-- ``task=seq2seq``: source and target columns of any TSV, CSV or JSONL file; BLEU, chrF and exact match.
+- ``task=seq2seq``: source and target columns of any TSV, CSV, JSONL or Parquet file; BLEU, chrF and exact match.
 - The text-to-text form of classification (Raffel et al. 2020, section 2.4): ``task=sst2`` (any GLUE task or
   ``task=classification``) on an encoder-decoder checkpoint reads ``sst2 sentence: <text>``
   (``task.input_template``) and learns to generate the label's word (``task.label_words``: negative / positive),

@@ -149,6 +149,8 @@ class FullSentenceBlocks(ExampleView):
         document_ends = shard.array("document_ends")
         inside = document_ends[np.searchsorted(document_ends, first, "right") : np.searchsorted(document_ends, end)]
         at = np.asarray(inside, np.int64) - first
+        if getattr(self.split, "separated", False):  # a foreign file's documents end with the separator already
+            at = at[:0]
         block = np.insert(np.asarray(shard.ids[first:end], np.int64), at, self.separator).tolist()
         ids, _, starts = self.template.assemble(block)
         row = {"input_ids": ids, "token_type_ids": [0] * len(ids)}

@@ -25,6 +25,7 @@ from plm_toolkit.data.layouts.plan import LAYOUTS, STREAM_LAYOUTS, Layout
 from plm_toolkit.data.layouts.windows import SentenceStreamWindows, StreamWindows
 from plm_toolkit.data.sources.corpus import choice, stable_hash
 from plm_toolkit.data.store.cache import cache_root
+from plm_toolkit.data.store.foreign import open_foreign_store
 from plm_toolkit.data.store.preparation import prepare_store
 from plm_toolkit.data.store.processes import available_cores
 from plm_toolkit.data.store.token_store import TokenStore
@@ -72,7 +73,9 @@ def build_pretraining_examples(
     if spellings and layout != Layout.sentence_streams:
         raise ValueError(f"token spellings travel with sentence_streams packing only, not {layout}")
     if store is None:  # prepared (or found) here; the run's data entry point passes the one it opened
-        store = TokenStore(prepare_store(data_cfg, store_unit(layout, units), spellings, units))
+        store = open_foreign_store(data_cfg, layout, units, spellings) or TokenStore(
+            prepare_store(data_cfg, store_unit(layout, units), spellings, units)
+        )
     if store.tokenizer.to_str() != tokenizer.to_str():
         raise DataError(f"the token store {store.folder} holds another tokenizer than the one given")
     part = store.split(split)

@@ -115,7 +115,9 @@ class StreamWindows(ExampleView):
     column_names = ["input_ids"]
 
     def __init__(self, split: StoreSplit, separator: int, length: int, stride: int):
-        self.stream = _VirtualStream(split, 1, "document")
+        # A foreign token file whose documents end with the separator already (data/store/foreign.py) gets none.
+        self.marks = 0 if getattr(split, "separated", False) else 1
+        self.stream = _VirtualStream(split, self.marks, "document")
         self.separator, self.length, self.stride = separator, length, stride
         self.count = (len(self.stream) - length) // stride + 1
         if self.count < 1:
@@ -129,12 +131,12 @@ class StreamWindows(ExampleView):
         out = np.empty(self.length, np.int64)
         for shard, _, first, last, position in self.stream.pieces(start, self.length):
             # The unit's tokens, then its separator, clipped to the window.
-            lo, hi = max(start - position, 0), min(start + self.length - position, last - first + 1)
+            lo, hi = max(start - position, 0), min(start + self.length - position, last - first + self.marks)
             at = position + lo - start
             take = min(hi, last - first)
             if take > lo:
                 out[at : at + take - lo] = shard.ids[first + lo : first + take]
-            if hi == last - first + 1:
+            if self.marks and hi == last - first + 1:
                 out[position + last - first - start] = self.separator
         return out
 

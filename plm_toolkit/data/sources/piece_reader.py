@@ -16,6 +16,7 @@ from pathlib import Path
 
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.data.sources.documents import split_text
+from plm_toolkit.data.sources.parquet import parquet_documents
 from plm_toolkit.data.sources.pieces import _CHUNK, Piece, Source, plan_pieces, scan_text
 
 # A document longer than this is tokenized in fragments cut after a line end (the tokens of a fragment go on in
@@ -77,6 +78,9 @@ def read_piece(
     its size) have been read; ``digest`` (a hashlib object) gets the piece's bytes as read."""
     if source.format == "saved":
         yield from _saved_documents(source, piece, boundary, text_column, progress)
+        return
+    if source.format == "parquet":
+        yield from parquet_documents(source.path, piece.start, piece.end, text_column, progress, digest)
         return
     with open(source.path, "rb") as opened:
         raw = _Hashed(opened, digest) if digest is not None else opened

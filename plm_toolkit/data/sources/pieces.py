@@ -4,12 +4,14 @@ A split's sources are the entries of ``data.train_files`` / ``data.validation_fi
 ``data.dataset_path`` (a folder written by ``datasets``' save_to_disk). A file is UTF-8 text (documents as
 ``data.document_boundary`` says, ``data/sources/documents.py``) or JSONL (``.jsonl``/``.json``: one document per row,
 its text in the ``data.text_column`` field), either optionally compressed with gzip (``.gz``) or zstd (``.zst``,
-``pip install 'plm_toolkit[zstd]'``).
+``pip install 'plm_toolkit[zstd]'``), or Parquet (``.parquet``: one document per row in the ``data.text_column``
+column, ``data/sources/parquet.py``).
 
 Pieces: an uncompressed file is cut every ``data.shard_bytes`` bytes, each cut moved forward to the next document
 boundary (a blank line, a line end, or none for whole-file documents), so that each piece holds whole documents
 and the pieces together hold the file; a compressed file is one piece (it cannot be read from the middle); a saved
-dataset is cut into row ranges. Reading a piece yields its documents in order (``data/sources/piece_reader.py``).
+dataset is cut into row ranges; a Parquet file into runs of whole row groups. Reading a piece yields its documents
+in order (``data/sources/piece_reader.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from plm_toolkit.core.errors import ConfigError, DataError
+from plm_toolkit.data.sources.parquet import SUFFIXES as PARQUET_SUFFIXES
+from plm_toolkit.data.sources.parquet import open_parquet, parquet_pieces
 from plm_toolkit.data.sources.user_files import not_a_file
 
 if TYPE_CHECKING:
@@ -37,7 +41,8 @@ _COMPRESSION = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 
 @dataclass(frozen=True)
 class Source:
-    """One input: a file (``text`` or ``jsonl``, maybe compressed) or a saved dataset's split (``saved``)."""
+    """One input: a file (``text`` or ``jsonl``, maybe compressed; ``parquet``) or a saved dataset's split
+    (``saved``)."""
 
     path: str
     format: str
@@ -102,7 +107,9 @@ def _expand(entry: str, key: str) -> list[str]:
         return found
     why = not_a_file(path)
     if why:
-        raise DataError(f"{key}: {entry} is not a file ({why}); expected a text, JSONL, .gz or .zst file or a pattern")
+        raise DataError(
+            f"{key}: {entry} is not a file ({why}); expected a text, JSONL, Parquet, .gz or .zst file or a pattern"
+        )
     return [path]
 
 
@@ -126,8 +133,11 @@ def resolve_sources(data_cfg: DataConfig, split: str) -> list[Source] | None:
             compression = _COMPRESSION.get(name.suffix.lower())
             inner = Path(name.stem).suffix.lower() if compression else name.suffix.lower()
             info = name.stat()
-            sources.append(Source(os.path.abspath(name), "jsonl" if inner in (".jsonl", ".json") else "text",
-                                  compression, info.st_size, info.st_mtime_ns))  # fmt: skip
+            kind = "jsonl" if inner in (".jsonl", ".json") else "text"
+            if name.suffix.lower() in PARQUET_SUFFIXES:  # checked now: a readable footer, a text column
+                open_parquet(path, str(data_cfg.text_column))
+                kind = "parquet"
+            sources.append(Source(os.path.abspath(name), kind, compression, info.st_size, info.st_mtime_ns))
     return sources
 
 
@@ -160,6 +170,9 @@ def plan_pieces(sources: list[Source], shard_bytes: int | None, boundary: str) -
             pieces += [
                 Piece(number, a, min(a + rows_per_piece, source.rows)) for a in range(0, source.rows, rows_per_piece)
             ]
+            continue
+        if source.format == "parquet":
+            pieces += [Piece(number, a, b) for a, b in parquet_pieces(source.path, shard_bytes)]
             continue
         if source.compression or (source.format == "text" and boundary == "file"):
             pieces.append(Piece(number, 0, source.size))

@@ -1,5 +1,6 @@
 """Sentence and sentence-pair classification and regression: the GLUE tasks from their official TSV files
-(Wang et al. 2019) and ``task=classification`` for any TSV, CSV or JSONL file with named text and label columns.
+(Wang et al. 2019) and ``task=classification`` for any TSV, CSV, JSONL or Parquet file with named text and label
+columns.
 
 Each GLUE task is a preset in ``configs/task/<name>.yaml`` that names its columns, labels and metrics; the code
 below is the same for all. The head reads the backbone's sequence summary (BERT: the pooled [CLS], Devlin et al.
@@ -23,6 +24,8 @@ from torch import nn
 
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.core.registry import TASKS
+from plm_toolkit.data.sources.parquet import SUFFIXES as PARQUET_SUFFIXES
+from plm_toolkit.data.sources.parquet import read_table_rows
 from plm_toolkit.data.sources.user_files import iter_jsonl, iter_lines, scalar_text
 from plm_toolkit.data.tokenization.characters import token_strings, word_character_ids
 from plm_toolkit.data.tokenization.vocab import Vocab
@@ -86,9 +89,12 @@ class Row:
 
 def _rows(path: Path):
     """(line number, fields) of a TSV (GLUE: no quoting), CSV or JSONL file (``data/sources/user_files.py``'s checked
-    reader); fields are a list, or a JSON object."""
+    reader) or a Parquet table (row number); fields are a list, or a JSON object (a Parquet row: a dict too)."""
     if path.suffix == ".jsonl":
         yield from iter_jsonl(path)
+        return
+    if path.suffix in PARQUET_SUFFIXES:  # a table's rows as JSONL's objects, numbered from 1
+        yield from enumerate(read_table_rows(path), 1)
         return
     lines = (line + "\n" for _, line in iter_lines(path))
     reader = (
@@ -120,10 +126,10 @@ def _column(spec: str, names: list[str] | None, path: Path, key: str, keys: bool
 def read_columns(
     path: str | Path, specs: dict[str, str], header: bool = True, skip_malformed: bool = False
 ) -> list[tuple[int, dict[str, str]]]:
-    """(line number, {key: value}) for every row of a TSV, CSV or JSONL file, reading the columns that ``specs``
-    names (config key -> column spec, see ``ClassificationConfig.text_column``); a missing column or a short line
-    is a DataError naming file:line and the config key, or with ``skip_malformed`` a row left out (and counted in
-    one warning) when its field count differs from the header's."""
+    """(line number, {key: value}) for every row of a TSV, CSV, JSONL or Parquet file, reading the columns that
+    ``specs`` names (config key -> column spec, see ``ClassificationConfig.text_column``); a missing column or a
+    short line is a DataError naming file:line and the config key, or with ``skip_malformed`` a row left out (and
+    counted in one warning) when its field count differs from the header's."""
     path = Path(path)
     out: list[tuple[int, dict[str, str]]] = []
     where: dict[str, Any] | None = None
