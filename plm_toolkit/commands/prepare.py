@@ -21,6 +21,7 @@ from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.data.build import prepare_pretraining_data
 from plm_toolkit.data.layouts.pretraining import store_unit
 from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data
+from plm_toolkit.data.preparation_parts import prepare_part
 from plm_toolkit.data.store.pairs import prepare_parallel_store
 from plm_toolkit.data.store.preparation import prepare_store
 from plm_toolkit.data.store.token_store import TokenStore
@@ -45,6 +46,14 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     if plan.layout == "parallel":  # sentence pairs for translation (their batches are checked, and made at start)
         store = TokenStore(prepare_parallel_store(data_cfg))
         data = prepare_parallel_data(data_cfg, seed)
+    elif data_cfg.get("prepare_parts", 1) > 1:  # one job of several across nodes (data/preparation_parts.py)
+        unit, part, parts = store_unit(plan.layout, plan.units), data_cfg.prepare_part, data_cfg.prepare_parts
+        folder, finished = prepare_part(data_cfg, unit, plan.spellings, plan.units, part, parts)
+        if not finished:  # the part that finishes last writes the manifest and the layout's files
+            print(json.dumps({"store": str(folder), "part": part, "parts": parts, "finished": False}), flush=True)
+            return {}
+        store = TokenStore(folder)
+        data = prepare_pretraining_data(data_cfg, plan, seed)
     else:
         store = TokenStore(prepare_store(data_cfg, store_unit(plan.layout, plan.units), plan.spellings, plan.units))
         # The files the run's layout writes once (full-sentence blocks, sentence pairs for trainer.seed) are

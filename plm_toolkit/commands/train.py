@@ -69,6 +69,8 @@ def prepare_data(cfg: DictConfig, data_cfg: DictConfig, plan, checkpoint: ckpt.C
     tokenizer_file = checkpoint.path / ckpt.TOKENIZER_FILE if checkpoint is not None else None
     if tokenizer_file is not None and tokenizer_file.is_file() and plan.layout == "parallel":
         data_cfg = resumed_parallel_store(data_cfg, tokenizer_file)
+    elif tokenizer_file is not None and tokenizer_file.is_file() and getattr(data_cfg, "sources", None):
+        data_cfg = OmegaConf.merge(data_cfg, {"tokenizer": {"path": str(tokenizer_file)}})  # data/blend_sources.py
     elif tokenizer_file is not None and tokenizer_file.is_file():
         unit = store_unit(plan.layout, plan.units)
         data_cfg = resumed_store(data_cfg, tokenizer_file, unit, plan.spellings, plan.units)

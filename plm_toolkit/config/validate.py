@@ -12,6 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from plm_toolkit.config.blends import blend_problems
 from plm_toolkit.config.checks import (
     check_range,
     kernel_problems,
@@ -161,6 +162,10 @@ def store_problems(d) -> list[str]:
     out = []
     if d.get("num_proc") is not None and d.num_proc < 1:
         out.append(f"data.num_proc={d.num_proc}: must be at least 1 (or null for the available cores)")
+    if d.get("prepare_parts", 1) < 1 or not 0 <= d.get("prepare_part", 0) < d.get("prepare_parts", 1):
+        out.append(
+            f"data.prepare_part={d.prepare_part}: expected 0 to data.prepare_parts - 1 ({d.prepare_parts} parts)"
+        )
     if d.get("shard_bytes") is not None and d.shard_bytes < 1 << 12:
         out.append(f"data.shard_bytes={d.shard_bytes}: must be at least 4096")
     if d.tokenizer.get("train_sample_bytes", 1) < 1:
@@ -281,9 +286,10 @@ def problems(cfg: DictConfig, derive_plan: bool = True) -> list[str]:
             "data.train_files is empty: give data.train_files=[corpus/train] (reads corpus/train.<lang> for "
             "data.source_lang and data.target_lang) or a .jsonl file with one key per language"
         )
-    elif not d.train_files and not d.dataset_path and not d.get("store"):
+    elif not d.train_files and not d.dataset_path and not d.get("store") and not d.get("sources"):
         out.append("data.train_files is empty and data.dataset_path is not set: give one (or use data=default)")
     out += parallel_problems(d) if parallel else file_problems(d)
+    out += blend_problems(cfg, plan)
     if d.dataset_path and not Path(d.dataset_path).expanduser().is_dir():
         out.append(f"data.dataset_path={d.dataset_path} is not a directory written by datasets' save_to_disk")
     if d.tokenizer.path and not_a_file(d.tokenizer.path):
