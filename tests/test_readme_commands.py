@@ -163,6 +163,9 @@ def with_stand_ins(cfg, root: Path, elided: bool = False):
         langs = tuple(cfg.data[k] for k in ("source_lang", "target_lang") if k in cfg.data)
         for key in ("train_files", "validation_files"):
             cfg.data[key] = [stand_in(root, f, langs) for f in cfg.data[key]]
+        for source in cfg.data.get("sources") or []:  # a blend's corpora (data.sources)
+            source.files = [stand_in(root, f) for f in source.files]
+            source.validation_files = [stand_in(root, f) for f in source.validation_files]
         if cfg.data.dataset_path:
             cfg.data.dataset_path = str(folder)
         for key in ("entity_gazetteer", "phrase_lexicon"):

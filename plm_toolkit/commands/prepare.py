@@ -19,6 +19,8 @@ from plm_toolkit.config.validate import validate
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.data.build import build_run_data
 from plm_toolkit.data.layouts.plan import LAYOUT_BUILDERS
+from plm_toolkit.data.layouts.pretraining import store_unit
+from plm_toolkit.data.store.parts import prepare_part
 
 log = logging.getLogger("plm_toolkit")
 
@@ -33,9 +35,16 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         raise ConfigError(
             f"plm-prepare writes token stores; objective={cfg.objective.name}'s data is prepared by plm-train"
         )
+    data_cfg = resolved.data
+    if data_cfg.get("prepare_parts", 1) > 1:  # one job of several across nodes (data/store/parts.py)
+        unit, part, parts = store_unit(plan.layout, plan.units), data_cfg.prepare_part, data_cfg.prepare_parts
+        folder, finished = prepare_part(data_cfg, unit, plan.spellings, plan.units, part, parts)
+        if not finished:  # the part that finishes last writes the manifest and the layout's files
+            print(json.dumps({"store": str(folder), "part": part, "parts": parts, "finished": False}), flush=True)
+            return {}
     # The files the run's layout writes once (full-sentence blocks, sentence pairs for trainer.seed) are written now
     # too, so that plm-train starts at once; a Megatron-LM or nanoGPT token file is checked and surveyed, not prepared.
-    data = build_run_data(resolved.data, plan, int(cfg.trainer.seed))
+    data = build_run_data(data_cfg, plan, int(cfg.trainer.seed))
     store = data.store
     manifest = store.manifest
     summary = {

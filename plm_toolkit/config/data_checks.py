@@ -41,6 +41,10 @@ def store_problems(d) -> list[str]:
     out = []
     if d.get("num_proc") is not None and d.num_proc < 1:
         out.append(f"data.num_proc={d.num_proc}: must be at least 1 (or null for the available cores)")
+    if d.get("prepare_parts", 1) < 1 or not 0 <= d.get("prepare_part", 0) < d.get("prepare_parts", 1):
+        out.append(
+            f"data.prepare_part={d.prepare_part}: expected 0 to data.prepare_parts - 1 ({d.prepare_parts} parts)"
+        )
     if d.get("shard_bytes") is not None and d.shard_bytes < 1 << 12:
         out.append(f"data.shard_bytes={d.shard_bytes}: must be at least 4096")
     if d.tokenizer.get("train_sample_bytes", 1) < 1:

@@ -122,6 +122,12 @@ def render() -> str:
         base = schema.TaskDataConfig if cls is glue_schema.GlueDataConfig else None
         lines += [f"## {title}", "", *table(prefix, cls, base), ""]
         if cls is schema.DataConfig:
+            lines += [
+                "## data.sources[i] (one corpus of a blend)",
+                "",
+                *table("data.sources[i]", schema.SourceConfig),
+                "",
+            ]
             doc = " ".join(line.strip() for line in (schema.ParallelDataConfig.__doc__ or "").splitlines())
             lines += ["## data (parallel)", "", doc, "", *table(prefix, schema.ParallelDataConfig, cls), ""]
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from plm_toolkit.config.blends import blend_problems
 from plm_toolkit.config.checks import (
     hardware_problems,
     kernel_problems,
@@ -149,7 +150,7 @@ def data_problems(cfg: DictConfig) -> list[str]:
             "data.train_files is empty: give data.train_files=[corpus/train] (reads corpus/train.<lang> for "
             "data.source_lang and data.target_lang) or a .jsonl file with one key per language"
         )
-    elif not d.train_files and not d.dataset_path and not d.get("store"):
+    elif not d.train_files and not d.dataset_path and not d.get("store") and not d.get("sources"):
         out.append("data.train_files is empty and data.dataset_path is not set: give one (or use data=default)")
     out += parallel_problems(d) if parallel else file_problems(d)
     if d.dataset_path and not Path(d.dataset_path).expanduser().is_dir():
@@ -205,7 +206,7 @@ def checked_run(cfg: DictConfig, derive_plan: bool = True) -> tuple[list[str], R
             out.append(str(err))
     out += layout_problems(cfg, resolved)
     out += model_class(m.name).run_problems(cfg)
-    out += data_problems(cfg) + unpad_problems(cfg)
+    out += data_problems(cfg) + blend_problems(cfg, resolved.plan if resolved else None) + unpad_problems(cfg)
     out += training_problems(cfg.trainer, cfg.optimizer) + hardware_problems(cfg.hardware)
     out += kernel_problems(cfg.optimizer, cfg.hardware)
     return out, resolved

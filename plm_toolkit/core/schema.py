@@ -63,6 +63,22 @@ class TokenizerConfig:
 
 
 @dataclass
+class SourceConfig:
+    """One corpus of a weighted blend (``data.sources``, docs/pretraining-and-data.md)."""
+
+    # Names the source in logs and metrics (eval_loss/<name>, blend_share/<name>): letters, digits, _ . -
+    name: str = ""
+    # Files or glob patterns, in the formats data.train_files takes; prepared into a token store of its own.
+    files: list[str] = field(default_factory=list)
+    # Share of the training examples drawn from this source, normalized over the sources (Megatron-LM's
+    # --data-path 0.7 wiki 0.3 code): a source smaller than its share is repeated (more epochs), a larger one is
+    # read in part.
+    weight: float = 1.0
+    # Held-out files of this source, scored alone (eval_loss/<name>) and within the overall eval_loss.
+    validation_files: list[str] = field(default_factory=list)
+
+
+@dataclass
 class DataConfig:
     # Name of the preset, for logs.
     name: str = "text_files"
@@ -72,6 +88,10 @@ class DataConfig:
     train_files: list[str] = field(default_factory=list)
     # Held-out files in the same formats; empty means no evaluation.
     validation_files: list[str] = field(default_factory=list)
+    # A weighted blend of corpora in place of train_files/validation_files (which stay empty, e.g. data=text_files):
+    # [{name: wiki, files: [wiki/*.txt], weight: 0.7, validation_files: [wiki_dev.txt]}, {name: code, ...}].
+    # Each source has its own store; batches draw from them in the weights' proportions, deterministic in the seed.
+    sources: list[SourceConfig] = field(default_factory=list)
     # A folder written by `datasets`' save_to_disk (a DatasetDict with train/validation, or one Dataset);
     # replaces train_files/validation_files when set.
     dataset_path: str | None = None
@@ -107,6 +127,11 @@ class DataConfig:
     store: str | None = None
     # Worker processes that tokenize the corpus into the store; null: the CPU cores this process may use.
     num_proc: int | None = None
+    # plm-prepare across nodes (docs/data-store.md): the store's shards are dealt out to prepare_parts jobs sharing
+    # its folder, one per node (plm-prepare -m ... data.prepare_part=0,1,2,3); the last to finish writes the manifest.
+    prepare_parts: int = 1
+    # Which of the prepare_parts shares this job tokenizes: 0 to prepare_parts - 1. plm-train ignores both keys.
+    prepare_part: int = 0
     # Bytes of corpus text per store shard: each worker tokenizes one shard at a time (a compressed file is one
     # shard). null: a 64th of the split's bytes, at least 1 MB and at most 64 MB, so that a small corpus, too, keeps
     # every worker busy (the same store whatever data.num_proc).

@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import datasets
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 
 from plm_toolkit.core.errors import DataError
+from plm_toolkit.data.layouts.blend_sources import prepare_blended_data
+from plm_toolkit.data.layouts.examples import PretrainingData
 from plm_toolkit.data.layouts.plan import LAYOUT_BUILDERS, DataPlan, Layout
 from plm_toolkit.data.layouts.pretraining import build_pretraining_examples, store_unit
 from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data
@@ -30,18 +31,6 @@ from plm_toolkit.data.units.corpus import TaggedSources, tagged_sources
 
 if TYPE_CHECKING:
     from plm_toolkit.core.schema import DataConfig
-
-
-@dataclass
-class PretrainingData:
-    tokenizer: Tokenizer
-    vocab: Vocab
-    # Examples with input_ids and token_type_ids (+ next_sentence_label for sentence pairs).
-    train: datasets.Dataset
-    # None when there are no validation files (no evaluation).
-    validation: datasets.Dataset | None
-    # The token store the examples are read from (None for a layout an objective module builds itself).
-    store: TokenStore | None = None
 
 
 @dataclass
@@ -77,6 +66,8 @@ def build_run_data(
     if tokenizer_file is not None and tokenizer_file.is_file():
         if parallel:
             data_cfg = resumed_parallel_store(data_cfg, tokenizer_file)
+        elif getattr(data_cfg, "sources", None):  # a blend: every source's store with the checkpoint's tokenizer
+            data_cfg = OmegaConf.merge(data_cfg, {"tokenizer": {"path": str(tokenizer_file)}})
         else:
             unit = store_unit(plan.layout, plan.units)
             data_cfg = resumed_store(data_cfg, tokenizer_file, unit, plan.spellings, plan.units)
@@ -108,6 +99,8 @@ def prepare_pretraining_data(
     carry the spelling of unknown tokens); from the token store (``data/store/token_store.py``).
     ``window`` = (length, stride) of the "streams" layout; ``units``: where knowledge units come from, when the
     objective masks them (``data/units/corpus.py``)."""
+    if getattr(data_cfg, "sources", None):  # a weighted blend of corpora, each prepared alone (data/layouts/blend.py)
+        return prepare_blended_data(data_cfg, layout, seed, prepare_pretraining_data)
     plan = layout if isinstance(layout, DataPlan) else DataPlan(str(getattr(layout, "value", layout)))
     if isinstance(layout, DataPlan):
         layout, window, units = layout.layout, layout.stream_window, layout.units

@@ -30,12 +30,12 @@ from plm_toolkit.training.flops import ModelFlops, peak_tflops
 from plm_toolkit.training.logging import MetricsWriter, ProgressBar
 from plm_toolkit.training.optim import build_optimizer, build_scheduler
 from plm_toolkit.training.parallel import prepare_module
-from plm_toolkit.training.phases import TrainingPhase, phased_micro_batches
+from plm_toolkit.training.phases import TrainingPhase, blend_metrics, phased_micro_batches
 from plm_toolkit.training.precision import LossScaler, Runtime
 from plm_toolkit.training.preemption import Preempted, StopSignals, TrainingClock
 from plm_toolkit.training.resume import check_length, finish_resumed
 from plm_toolkit.training.state import restore_state, save_state
-from plm_toolkit.training.window import StepStats, Window, reduce_window, settle
+from plm_toolkit.training.window import StepStats, Window, merged_windows, reduce_window, settle
 
 log = logging.getLogger("plm_toolkit")
 
@@ -274,6 +274,8 @@ class Trainer:
             "elapsed_s": round(self.clock.elapsed, 3),
             "epoch": self.samples_seen / len(self.train_examples),
         }
+        if hasattr(self.train_examples, "realized"):  # data.sources: each source's share and epochs so far
+            record.update(blend_metrics(self))
         if self.peak:
             record["mfu"] = window.flops / elapsed / (self.peak * 1e12 * self.process.world_size)
         self.metrics.write(record)
@@ -348,27 +350,13 @@ class Trainer:
         if self.eval_examples is None:
             return {}
         self.module.eval()
-        window = Window.empty()
         outputs: dict[str, list[torch.Tensor]] = defaultdict(list)
-        batches = self._eval_batches(self.process.world_size, self.process.rank, self.cfg.eval_batches)
-        for batch, real in in_lockstep(batches, self.process, lambda: next(iter(self._eval_batches(1, 0, 1)))):
-            counts = self.objective.target_counts(batch)
-            batch = {k: v.to(self.runtime.device) for k, v in batch.items()}
-            with self.runtime.autocast():
-                out = self.module(batch)
-            # A repeated batch adds its keys, not its numbers: every process then sums the same keys.
-            for table, values in ((window.counts, counts), (window.loss_sums, out.loss_sums)):
-                for k, v in values.items():
-                    table[k] += float(v) if real else 0.0
-            for k, v in out.metrics.items():
-                window.metrics[k] += float(v) if real else 0.0
-            for k, v in out.outputs.items() if real else ():
-                outputs[k].append(v.detach().float().cpu() if v.is_floating_point() else v.detach().cpu())
-        window = reduce_window(window, self.process)
-        summary = window.summary(self.objective.metric_denominators, prefix="eval_", components=True)
-        for name in self.objective.perplexity_components:
-            if f"eval_{name}_loss" in summary:
-                summary[f"eval_{name}_perplexity"] = math.exp(min(summary[f"eval_{name}_loss"], 50.0))
+        # data.sources: each source's validation examples are scored alone (eval_loss/<name>), the overall is their sum.
+        parts = getattr(self.eval_examples, "sources", None) or {"": self.eval_examples}
+        windows = {name: self._eval_window(examples, outputs) for name, examples in parts.items()}
+        summary = self._eval_summary(merged_windows(windows.values()))
+        for name, window in windows.items() if parts.get("") is None else ():
+            summary.update({f"{key}/{name}": value for key, value in self._eval_summary(window).items()})
         if type(self.objective).finish_evaluation is not Objective.finish_evaluation:
             # Every process holds the rows of its own batches; tasks decode from all of them.
             gathered = all_gather_objects({k: torch.cat(v) for k, v in outputs.items()}, self.process)
@@ -383,10 +371,39 @@ class Trainer:
         self.tick = time.perf_counter()  # evaluation time stays out of the training throughput
         return record
 
-    def _eval_batches(self, world: int, rank: int, max_batches: int):
+    def _eval_window(self, examples, outputs: dict[str, list[torch.Tensor]]) -> Window:
+        """Loss sums, target counts and metrics of ``examples``' validation batches, over all processes."""
+        window = Window.empty()
+        batches = self._eval_batches(self.process.world_size, self.process.rank, self.cfg.eval_batches, examples)
+        for batch, real in in_lockstep(
+            batches, self.process, lambda: next(iter(self._eval_batches(1, 0, 1, examples)))
+        ):
+            counts = self.objective.target_counts(batch)
+            batch = {k: v.to(self.runtime.device) for k, v in batch.items()}
+            with self.runtime.autocast():
+                out = self.module(batch)
+            # A repeated batch adds its keys, not its numbers: every process then sums the same keys.
+            for table, values in ((window.counts, counts), (window.loss_sums, out.loss_sums)):
+                for k, v in values.items():
+                    table[k] += float(v) if real else 0.0
+            for k, v in out.metrics.items():
+                window.metrics[k] += float(v) if real else 0.0
+            for k, v in out.outputs.items() if real else ():
+                outputs[k].append(v.detach().float().cpu() if v.is_floating_point() else v.detach().cpu())
+        return reduce_window(window, self.process)
+
+    def _eval_summary(self, window: Window) -> dict:
+        summary = window.summary(self.objective.metric_denominators, prefix="eval_", components=True)
+        for name in self.objective.perplexity_components:
+            if f"eval_{name}_loss" in summary:
+                summary[f"eval_{name}_perplexity"] = math.exp(min(summary[f"eval_{name}_loss"], 50.0))
+        return summary
+
+    def _eval_batches(self, world: int, rank: int, max_batches: int, examples=None):
+        examples = self.eval_examples if examples is None else examples
         return eval_loader(
-            self.eval_examples,
-            rows_per_batch(self.eval_examples, self.cfg),
+            examples,
+            rows_per_batch(examples, self.cfg),
             world,
             rank,
             self.collate,

@@ -9,12 +9,15 @@ was not interrupted is at that step.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from plm_toolkit.data.batching.loader import MicroBatches, micro_batch_loader
-from plm_toolkit.data.build import PretrainingData
+from plm_toolkit.data.layouts.examples import PretrainingData
+
+log = logging.getLogger("plm_toolkit")
 
 
 @dataclass
@@ -71,3 +74,15 @@ def phased_micro_batches(trainer, pin_memory: bool) -> Iterator[Any]:
         )
         stop = (phase.end - phase.start - done) * accum
         yield from micro_batch_loader(micro, trainer.num_workers, stop=stop, pin_memory=pin_memory)
+
+
+def blend_metrics(trainer) -> dict[str, float]:
+    """The shares and epochs of a blend's sources (``data.sources``, data/layouts/blend.py) over the examples read from
+    it so far (the current phase's, with trainer.phases); logged in words at the last step."""
+    samples = trainer.samples_seen
+    if trainer.phases:
+        phase = next((p for p in trainer.phases if p.start < trainer.step <= p.end), trainer.phases[-1])
+        samples = (trainer.step - phase.start) * trainer.layout.global_batch
+    if trainer.step == trainer.max_steps and trainer.process.is_main:
+        log.info("data.sources over the run: %s", trainer.train_examples.describe(samples))
+    return trainer.train_examples.realized(samples)

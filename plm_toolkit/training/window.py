@@ -58,6 +58,14 @@ class Window:
         return out
 
 
+def merged_windows(windows) -> Window:
+    """The sums of several windows (the validation sources of a blend, scored one by one)."""
+    out = Window.empty()
+    for window in windows:
+        out.add(window)
+    return out
+
+
 def reduce_window(window: Window, process) -> Window:
     """Sum a window's numbers over all processes with one all-reduce."""
     keys = [("l", k) for k in sorted(window.loss_sums)] + [("c", k) for k in sorted(window.counts)]

@@ -163,7 +163,9 @@ class MicroBatches(Dataset):
         # it is then called as transform(batch, seeds, step). None: transform(batch, seeds).
         self.first_step = first_step
         self.collate, self.transform, self.seed = collate, transform, seed
-        if streams:
+        if hasattr(examples, "blend_order"):  # data.sources: the blend's own order (data/layouts/blend.py)
+            self.index_of = examples.blend_order(seed, shuffle)
+        elif streams:
             streams_total = layout.batch_size * layout.world_size
             self.index_of = StreamOrder(len(examples), streams_total, layout.batch_size, backward_half)
         elif group_lengths is not None:

@@ -209,19 +209,12 @@ def check_settings(stored: dict, wanted: dict, folder: Path) -> None:
 
 
 def _prepare(
-    folder: Path, data_cfg: DataConfig, settings: dict, splits: dict, explicit: bool, units: Any = None
+    folder: Path, data_cfg: DataConfig, settings: dict, splits: dict, explicit: bool, units: Any = None, part=None
 ) -> None:
+    """Plan, tokenizer, shards, manifest; ``part`` (``data/store/parts.py``): a function that keeps the jobs of
+    one part of a preparation across nodes, which then stops before the manifest."""
     started = time.perf_counter()
-    records = {split: [s.record() for s in sources] for split, sources in splits.items() if sources}
-    plan = read_plan(folder, settings, records, explicit)
-    folder.mkdir(parents=True, exist_ok=True)
-    if plan is None:  # written first: the tokenizer of a resumed preparation is the one its plan led to
-        boundary, shard_bytes = document_boundary(data_cfg), getattr(data_cfg, "shard_bytes", None)
-        pieces = {split: [vars(p) for p in plan_pieces(sources, shard_bytes, boundary)] for split, sources in
-                  splits.items() if sources}  # fmt: skip
-        plan = {"settings": settings, "sources": records, "pieces": pieces}
-        write_json(folder / PLAN, plan)
-    tokenizer = _tokenizer(folder, data_cfg)
+    plan, tokenizer = plan_and_tokenizer(folder, data_cfg, settings, splits, explicit)
     unk_id = vocab_from_tokenizer(tokenizer).require("unk_id", "keeping the spelling of unknown words") if (
         settings["spellings"]) else None  # fmt: skip
     wanted = int(getattr(data_cfg, "num_proc", None) or available_cores())
@@ -231,7 +224,28 @@ def _prepare(
         wanted = 1
     jobs = _jobs(folder, data_cfg, plan, tokenizer)
     setup = (tokenizer.to_str(), settings["unit"], unk_id)
-    processes, cpu = run_jobs(jobs, wanted, start_worker, setup, tokenize_piece, finder)
+    processes, cpu = run_jobs(part(plan, jobs) if part else jobs, wanted, start_worker, setup, tokenize_piece, finder)
+    if part is not None:
+        return
+    _finish(folder, data_cfg, settings, plan, tokenizer, finder, started, processes, cpu)
+
+
+def plan_and_tokenizer(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit: bool):
+    """The store's plan (its pieces) and tokenizer: kept from an unfinished preparation, else made and written."""
+    records = {split: [s.record() for s in sources] for split, sources in splits.items() if sources}
+    plan = read_plan(folder, settings, records, explicit)
+    folder.mkdir(parents=True, exist_ok=True)
+    if plan is None:  # written first: the tokenizer of a resumed preparation is the one its plan led to
+        boundary, shard_bytes = document_boundary(data_cfg), getattr(data_cfg, "shard_bytes", None)
+        pieces = {split: [vars(p) for p in plan_pieces(sources, shard_bytes, boundary)] for split, sources in
+                  splits.items() if sources}  # fmt: skip
+        plan = {"settings": settings, "sources": records, "pieces": pieces}
+        write_json(folder / PLAN, plan)
+    return plan, _tokenizer(folder, data_cfg)
+
+
+def _finish(folder, data_cfg, settings, plan, tokenizer, finder, started, processes, cpu) -> None:
+    """Check every shard and source, then write the manifest: the store is finished."""
     manifest = {"format": "plm_toolkit token store", "settings": settings, "vocab_size": tokenizer.get_vocab_size(),
                 "tokenizer": stable_hash(tokenizer.to_str()), "splits": {}}  # fmt: skip
     for split, pieces in plan["pieces"].items():

@@ -1,0 +1,96 @@
+"""The examples of a blend (``data.sources``, ``data/layouts/blend.py``): one tokenizer for all sources, each source
+prepared into its own token store and cut into the run's layout, then blended."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+from tokenizers import Tokenizer
+
+from plm_toolkit.core.errors import DataError
+from plm_toolkit.data.layouts.blend import BlendedExamples, SourceValidation
+from plm_toolkit.data.layouts.examples import PretrainingData
+from plm_toolkit.data.sources.corpus import stable_hash
+from plm_toolkit.data.store.cache import cache_root
+from plm_toolkit.data.tokenization.tokenizer import load_or_train_tokenizer, load_tokenizer
+
+log = logging.getLogger("plm_toolkit")
+
+
+def prepare_blended_data(
+    data_cfg: Any, plan: Any, seed: int, prepare: Callable[..., PretrainingData]
+) -> PretrainingData:
+    """The tokenizer and the blended train examples of ``data.sources`` (``plan``: the objective's data plan), with
+    the validation examples of every source that has some, together and by source; ``prepare`` builds one source's
+    examples (``data/build.py``'s ``prepare_pretraining_data``, handed in: the entry point calls this module)."""
+    sources = list(data_cfg.sources)
+    tokenizer_file = blend_tokenizer(data_cfg)
+    parts: dict[str, PretrainingData] = {}
+    for number, source in enumerate(sources):
+        with naming_source(number):
+            parts[source.name] = prepare(source_config(data_cfg, source, tokenizer_file), plan, seed)
+    first = next(iter(parts.values()))
+    names = list(parts)
+    train = BlendedExamples(names, [p.train for p in parts.values()], [float(s.weight) for s in sources])
+    held = [(name, p.validation) for name, p in parts.items() if p.validation is not None and len(p.validation)]
+    validation = SourceValidation([n for n, _ in held], [v for _, v in held]) if held else None
+    log.info("data.sources: %s", train.describe())
+    return PretrainingData(first.tokenizer, first.vocab, train, validation)
+
+
+def source_config(data_cfg: Any, source: Any, tokenizer_file: Path) -> Any:
+    """The data config of one source: its files as train_files and validation_files, the blend's tokenizer."""
+    return OmegaConf.merge(
+        data_cfg,
+        {
+            "train_files": [str(f) for f in source.files],
+            "validation_files": [str(f) for f in source.validation_files],
+            "sources": [],
+            "tokenizer": {"path": str(tokenizer_file)},
+        },
+    )
+
+
+def blend_tokenizer(data_cfg: Any) -> Path:
+    """The file of the blend's tokenizer under the cache, named by its contents: data.tokenizer.path's, else one
+    trained on a sample of every source's training files. A resumed run (whose data.tokenizer.path is its
+    checkpoint's tokenizer) finds the same file, so its sources' stores are the ones it trained on."""
+    t = data_cfg.tokenizer
+    if t.path:
+        tokenizer = load_tokenizer(t.path, lowercase=t.lowercase is None or bool(t.lowercase))
+    else:
+        files = [str(f) for source in data_cfg.sources for f in source.files]
+        tokenizer = load_or_train_tokenizer(OmegaConf.merge(data_cfg, {"train_files": files, "sources": []}))
+    return _saved(tokenizer, cache_root(data_cfg) / "tokenizers")
+
+
+def _saved(tokenizer: Tokenizer, folder: Path) -> Path:
+    """``tokenizer`` written under ``folder`` as the sources' stores will read it (a GPT-2 vocabulary gains its
+    template on loading), named by those contents: the same file for the checkpoint's copy of it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    temporary = folder / f".blend.{os.getpid()}.tmp.json"
+    temporary.write_text(tokenizer.to_str(), encoding="utf-8")
+    text = load_tokenizer(temporary).to_str()
+    path = folder / f"blend-{stable_hash(text)}.json"
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        temporary.unlink()
+        return path
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+    return path
+
+
+@contextmanager
+def naming_source(number: int):
+    """A DataError about one source's files names them by their data.sources key."""
+    try:
+        yield
+    except DataError as err:
+        text = str(err).replace("data.train_files", f"data.sources[{number}].files")
+        raise DataError(text.replace("data.validation_files", f"data.sources[{number}].validation_files")) from err

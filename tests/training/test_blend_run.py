@@ -1,0 +1,120 @@
+"""plm-train on a weighted blend (data.sources): one validation loss per source beside the overall one in
+metrics.jsonl and TensorBoard, realized shares within 1% of the weights, an exact resume, one store per source
+reused by another blend, and the layouts a blend serves (GPT-2's windows, RoBERTa's full sentences, T5's spans,
+BERT's sentence pairs) or refuses (Transformer-XL's streams)."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from plm_toolkit.commands.train import run
+from plm_toolkit.config.validate import validate
+from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.data.sources.corpus import resource_path
+
+from .conftest import GPT2_SMALL, QUIET, read_metrics
+from .test_train_t5 import T5
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory) -> dict[str, str]:
+    """Two sources cut from the bundled WikiText excerpt, each with a validation file, and a cache."""
+    root = tmp_path_factory.mktemp("blend")
+    docs = Path(resource_path("corpora/wikitext2/train.txt")).read_text().split("\n\n")
+    for name, part in (("a", docs[:12]), ("b", docs[12:20])):
+        text = "\n\n".join(part)
+        (root / f"{name}.txt").write_text(text[:24000])
+        (root / f"{name}_dev.txt").write_text(text[-5000:])
+    return {"root": str(root), "cache": str(tmp_path_factory.mktemp("cache"))}
+
+
+def sources(corpora, weights=(0.75, 0.25), names=("a", "b")) -> str:
+    root = corpora["root"]
+    items = [
+        f"{{name:{name},files:[{root}/{name}.txt],weight:{weight},validation_files:[{root}/{name}_dev.txt]}}"
+        for name, weight in zip(names, weights, strict=True)
+    ]
+    return f"data.sources=[{','.join(items)}]"
+
+
+def config(corpora, *overrides: str):
+    base = ["data=text_files", f"data.cache_dir={corpora['cache']}", "data.num_proc=1", sources(corpora)]
+    with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
+        return compose("train", overrides=[*QUIET, *base, *overrides])
+
+
+def gpt(corpora, *overrides: str):
+    return config(corpora, *GPT2_SMALL, "trainer.seed=3", *overrides)
+
+
+@pytest.mark.slow
+def test_gpt2_blend_logs_each_source_and_resumes_exactly(corpora, tmp_path):
+    common = ["trainer.save_every=4", "optimizer.total_steps=8", "trainer.eval_every=4", "trainer.tensorboard=true"]
+    run(gpt(corpora, *common, "trainer.max_steps=8"), tmp_path / "straight")
+    run(gpt(corpora, *common, "trainer.max_steps=4"), tmp_path / "resumed")
+    run(gpt(corpora, *common, "trainer.max_steps=8", "trainer.resume=auto"), tmp_path / "resumed")
+    straight, resumed = read_metrics(tmp_path / "straight"), read_metrics(tmp_path / "resumed")
+    assert [r["loss"] for r in straight if "lr" in r] == [r["loss"] for r in resumed if "lr" in r]
+    evaluation = [r for r in straight if "eval_loss" in r][-1]
+    assert evaluation == [r for r in resumed if "eval_loss" in r][-1]
+    for name in ("a", "b"):
+        assert evaluation[f"eval_loss/{name}"] > 0 and f"eval_clm_perplexity/{name}" in evaluation
+    # The overall loss is the target-weighted mean of the sources' (their sums, scored once each).
+    a, b = evaluation["eval_loss/a"], evaluation["eval_loss/b"]
+    assert min(a, b) <= evaluation["eval_loss"] <= max(a, b)
+    last = [r for r in straight if "lr" in r][-1]
+    assert last["blend_share/a"] == pytest.approx(0.75, abs=0.01)
+    assert last["blend_share/b"] == pytest.approx(0.25, abs=0.01)
+    assert last["blend_epochs/a"] > 0
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(next((tmp_path / "straight").rglob("events.out.tfevents*")).parent)).Reload()
+    assert {"eval_loss", "eval_loss/a", "eval_loss/b", "blend_share/a"} <= set(events.Tags()["scalars"])
+    # Each source has its own store; another blend of the same sources tokenizes nothing again.
+    stores = sorted(p.name for p in (Path(corpora["cache"]) / "stores").iterdir() if p.is_dir())
+    run(gpt(corpora, "trainer.max_steps=1", sources(corpora, (0.1, 0.9))), tmp_path / "other")
+    assert sorted(p.name for p in (Path(corpora["cache"]) / "stores").iterdir() if p.is_dir()) == stores
+
+
+@pytest.mark.parametrize(
+    "family",
+    [
+        (
+            "model=roberta_tiny",
+            "model.max_position_embeddings=80",
+            "data.max_seq_len=48",
+            "data.tokenizer.vocab_size=500",
+        ),
+        ("model=bert_tiny", "objective=mlm_nsp", "data.max_seq_len=48", "data.tokenizer.vocab_size=500"),
+        tuple(o for o in T5 if o not in QUIET),
+    ],
+    ids=["roberta_full_sentences", "bert_sentence_pairs", "t5_spans"],
+)
+def test_each_blended_layout_trains_and_scores_each_source(corpora, tmp_path, family):
+    run(config(corpora, *family, "trainer.batch_size=4", "trainer.max_steps=2", "trainer.eval_every=2"), tmp_path)
+    records = read_metrics(tmp_path)
+    evaluation = [r for r in records if "eval_loss" in r][-1]
+    assert {"eval_loss/a", "eval_loss/b"} <= set(evaluation)
+    assert records[0]["blend_share/a"] == pytest.approx(0.75)  # 3 of every 4 rows
+
+
+def test_stream_order_and_knowledge_units_are_refused(corpora):
+    xl = config(corpora, "model=transformer_xl_tiny", "data.max_seq_len=32")
+    with pytest.raises(ConfigError, match="data.sources: objective=clm reads one contiguous stream per batch row"):
+        validate(xl)
+    ernie = config(corpora, "model=ernie_tiny")
+    with pytest.raises(ConfigError, match="data.sources: objective=.* masks knowledge units"):
+        validate(ernie)
+
+
+@pytest.mark.slow
+def test_phases_blend_each_phase_and_albert_sop_reads_a_blend(corpora, tmp_path):
+    phases = "trainer.phases=[{fraction:0.5,max_seq_len:24,batch_size:4},{fraction:0.5,max_seq_len:48,batch_size:2}]"
+    bert = ("model=bert_tiny", "objective=mlm_sop", "data.tokenizer.vocab_size=500", "trainer.max_steps=4")
+    run(config(corpora, *bert, phases, "trainer.eval_every=2"), tmp_path)
+    records = read_metrics(tmp_path)
+    train = [r for r in records if "lr" in r]
+    # 4 rows of a 0.75/0.25 blend per step in phase 1, 2 rows in phase 2 (each phase read from its own start).
+    assert [r["blend_share/a"] for r in train] == [0.75, 0.75, 0.5, 0.75]
+    assert {"eval_loss/a", "eval_loss/b", "eval_sop_accuracy/b"} <= set([r for r in records if "eval_loss" in r][-1])
