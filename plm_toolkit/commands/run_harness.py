@@ -34,6 +34,7 @@ from plm_toolkit.training.loop import Trainer
 from plm_toolkit.training.precision import Runtime, resolve_runtime
 from plm_toolkit.training.preemption import EXIT_REQUEUE, Preempted
 from plm_toolkit.training.resume import starting_checkpoint
+from plm_toolkit.training.trackers import close_trackers, start_trackers
 
 log = logging.getLogger("plm_toolkit")
 
@@ -64,7 +65,10 @@ def start_run(cfg: DictConfig, run_dir: Path) -> tuple[Runtime, ckpt.Checkpoint 
         runtime = resolve_runtime(cfg.hardware, init_process_group(runtime.backend))
     if runtime.process.is_main:
         ckpt.clean_temporary(run_dir)
-    return runtime, starting_checkpoint(cfg, run_dir, runtime.process.is_main)
+    checkpoint = starting_checkpoint(cfg, run_dir, runtime.process.is_main)
+    # MLflow / W&B (trainer.loggers): one that cannot start stops the command here, before any data work.
+    start_trackers(cfg.trainer, run_dir, OmegaConf.to_container(cfg, resolve=True), runtime.process.is_main)
+    return runtime, checkpoint
 
 
 def seed_everything(seed: int) -> None:
@@ -182,6 +186,7 @@ def run_command(
         _log_to_files(f"error: {failures.explain(err)}")
         return None
     finally:
+        close_trackers(run_dir)
         destroy_process_group(wait_for_peers=finished)
         release(run_dir)
     return final.get("eval_loss", final.get("loss"))

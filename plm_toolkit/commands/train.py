@@ -22,6 +22,7 @@ from plm_toolkit.core import registry
 from plm_toolkit.core.errors import PlmError
 from plm_toolkit.data.batching.collate import Collator, Seq2SeqCollator
 from plm_toolkit.data.build import prepare_pretraining_data
+from plm_toolkit.data.bundled import validation_note
 from plm_toolkit.data.layouts.pretraining import store_unit
 from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data
 from plm_toolkit.data.store.pairs import resumed_parallel_store
@@ -81,6 +82,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     runtime, checkpoint = start_run(cfg, run_dir)
     process = runtime.process
 
+    note = validation_note(cfg.data)
+    if note and process.is_main:
+        log.info(note)
     resolved = resolve_run(cfg)
     plan = resolved.plan
     data, phases = prepare_data(cfg, resolved.data, plan, checkpoint)
