@@ -26,6 +26,7 @@ from plm_toolkit.training.loop import Trainer
 from plm_toolkit.training.precision import Runtime, resolve_runtime
 from plm_toolkit.training.preemption import EXIT_REQUEUE, Preempted
 from plm_toolkit.training.resume import starting_checkpoint
+from plm_toolkit.training.trackers import close_trackers, start_trackers
 
 log = logging.getLogger("plm_toolkit")
 
@@ -50,6 +51,7 @@ def in_run_directory(run: Callable[[DictConfig, Path], dict]) -> Callable[[DictC
             log.warning("%s; exiting with status %d: %s (trainer.resume=auto)", stopped, EXIT_REQUEUE, how)
             sys.exit(EXIT_REQUEUE)
         finally:
+            close_trackers(run_dir)
             destroy_process_group(wait_for_peers=finished)
             release(run_dir)
 
@@ -68,7 +70,10 @@ def start_run(cfg: DictConfig, run_dir: Path) -> tuple[Runtime, ckpt.Checkpoint 
         runtime = resolve_runtime(cfg.hardware, init_process_group(runtime.backend))
     if runtime.process.is_main:
         ckpt.clean_temporary(run_dir)
-    return runtime, starting_checkpoint(cfg, run_dir, runtime.process.is_main), resolved
+    checkpoint = starting_checkpoint(cfg, run_dir, runtime.process.is_main)
+    # MLflow / W&B (trainer.loggers): one that cannot start stops the command here, before any data work.
+    start_trackers(cfg.trainer, run_dir, OmegaConf.to_container(cfg, resolve=True), runtime.process.is_main)
+    return runtime, checkpoint, resolved
 
 
 def seed_everything(seed: int) -> None:

@@ -24,6 +24,7 @@ from plm_toolkit.core.errors import PlmError
 from plm_toolkit.data.batching.collate import Collator, Seq2SeqCollator
 from plm_toolkit.data.build import build_run_data
 from plm_toolkit.data.layouts.plan import Layout
+from plm_toolkit.data.sources.bundled import validation_note
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.training.phases import training_phases
 
@@ -51,6 +52,9 @@ def build_model(model_cfg: DictConfig, vocab_size: int, pad_id: int | None = Non
 def run(cfg: DictConfig, run_dir: Path) -> dict:
     runtime, checkpoint, resolved = start_run(cfg, run_dir)
     process = runtime.process
+    note = validation_note(cfg.data)
+    if note and process.is_main:
+        log.info(note)
     plan = resolved.plan
     # A resumed run keeps its checkpoint's tokenizer (and the store it was tokenized into, where that is still there).
     tokenizer_file = checkpoint.path / ckpt.TOKENIZER_FILE if checkpoint is not None else None

@@ -13,6 +13,7 @@ def setup() -> None:
     from plm_toolkit.config.help import register_help_resolver
     from plm_toolkit.core.catalog import load_all
     from plm_toolkit.core.run_lock import launch_tag
+    from plm_toolkit.data.sources.bundled import register_bundled_resolver
     from plm_toolkit.data.sources.corpus import register_resolvers
     from plm_toolkit.data.store.cache import register_cache_resolver
 
@@ -21,6 +22,7 @@ def setup() -> None:
     load_all()
     register_resolvers()
     register_cache_resolver()
+    register_bundled_resolver()
     register_help_resolver()
     if not OmegaConf.has_resolver("plm_launch_tag"):
         # Cached, as Hydra's ${now:}: a sweep's jobs resolve their directories to the one the launcher made.

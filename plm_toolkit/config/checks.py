@@ -209,8 +209,8 @@ def training_problems(t, opt, d_model_from_backbone: bool = False, zero_length: 
     for key in ("batch_size", "grad_accum_steps", "log_every"):
         if t[key] < 1:
             out.append(f"trainer.{key}={t[key]}: must be at least 1")
-    for key in ("eval_every", "save_every", "keep_last", "eval_batches"):
-        if t[key] < 0:
+    for key in ("eval_every", "save_every", "keep_last", "eval_batches", "early_stopping_patience"):
+        if t.get(key, 0) < 0:
             out.append(f"trainer.{key}={t[key]}: must be 0 (off) or positive")
     check_range(out, "trainer.clip_grad_norm", t.clip_grad_norm, 0.0)
     if t.seed < 0:

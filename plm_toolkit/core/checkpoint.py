@@ -313,8 +313,9 @@ def list_checkpoints(root: Path) -> list[Path]:
 
 
 def plm_checkpoint_dir(path: Path) -> Path | None:
-    """The step directory a plm-train path names (a step_N folder, ``last``, or a run directory), or None."""
-    for candidate in (path, path / "last", path / "checkpoints" / "last"):
+    """The step directory a plm-train path names (a step_N folder, ``last``, or a run directory: its ``best``, the
+    model a run that keeps its best model ends with, else its ``last``), or None."""
+    for candidate in (path, path / "best", path / "last", path / "checkpoints" / "best", path / "checkpoints" / "last"):
         if (candidate / MODEL_FILE).is_file() and (candidate / CONFIG_FILE).is_file():
             return candidate.resolve()
     found = list_checkpoints(path / "checkpoints") or list_checkpoints(path)
@@ -324,9 +325,10 @@ def plm_checkpoint_dir(path: Path) -> Path | None:
 def prune(root: Path, keep_last: int) -> None:
     if keep_last <= 0:
         return
-    last = (root / "last").resolve() if (root / "last").exists() else None
+    # What ``last`` and ``best`` (trainer.load_best_model_at_end) point to stays.
+    kept = {(root / name).resolve() for name in ("last", "best") if (root / name).exists()}
     for old in list_checkpoints(root)[:-keep_last]:
-        if old.resolve() != last:
+        if old.resolve() not in kept:
             shutil.rmtree(old, ignore_errors=True)
 
 

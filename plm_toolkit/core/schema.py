@@ -35,6 +35,7 @@ Backend = choices("Backend", "auto", "nccl", "gloo")
 FinetuneMode = choices("FinetuneMode", "full", "features")
 EmbedLayers = choices("EmbedLayers", "all", "top", "average")
 ResumeChanges = choices("ResumeChanges", "refuse", "accept")
+EvalStrategy = choices("EvalStrategy", "steps", "epoch")
 
 
 @dataclass
@@ -285,8 +286,29 @@ class TrainerConfig:
     clip_grad_norm: float = 1.0
     # Log to the progress bar, metrics.jsonl and TensorBoard every N steps.
     log_every: int = 10
-    # Evaluate on the validation data every N steps (0 disables).
+    # Evaluate on the validation data every N steps (0 disables), besides the evaluation at the end of training.
     eval_every: int = 100
+    # steps: evaluate every trainer.eval_every steps; epoch: at the end of every epoch of the training examples
+    # (trainer.eval_every then unused), as transformers' eval_strategy=epoch.
+    eval_strategy: EvalStrategy = EvalStrategy.steps
+    # Keep the best evaluation's model (transformers' load_best_model_at_end): an evaluation that improves
+    # trainer.metric_for_best_model is saved and checkpoints/best points to it (kept whatever trainer.keep_last
+    # says); at the end its weights are evaluated again, so eval_results.json, the predictions and the run's model
+    # (a run directory given to plm-finetune, plm-export, plm-glue) are the best one's. checkpoints/last stays the
+    # last step, which a resume continues from.
+    load_best_model_at_end: bool = False
+    # The evaluation metric that picks the best model and early stopping, with or without its eval_ prefix
+    # (accuracy, f1, loss, ...). Empty: the task's main metric (its first of task.metrics; f1 for SQuAD and NER),
+    # eval_loss for plm-train.
+    metric_for_best_model: str = ""
+    # Whether a higher trainer.metric_for_best_model is better; null: false for names ending in loss or perplexity,
+    # true for the others.
+    greater_is_better: bool | None = None
+    # Stop training after this many evaluations in a row without an improvement of the metric by more than
+    # trainer.early_stopping_threshold (0: never stop early), as transformers' EarlyStoppingCallback.
+    early_stopping_patience: int = 0
+    # The smallest change of trainer.metric_for_best_model that counts as an improvement for early stopping.
+    early_stopping_threshold: float = 0.0
     # Evaluation micro-batches per evaluation (0 = the whole validation set): a fixed random sample of the
     # validation rows, spread over the whole set and the same at every evaluation (the whole set when it fills no
     # more batches); stream-order layouts with a memory (Transformer-XL, XLNet, ELMo) read the first windows of
@@ -322,8 +344,14 @@ class TrainerConfig:
     phases: list[PhaseConfig] = field(default_factory=list)
     # Seeds weights, data order, masking and dropout.
     seed: int = 1234
-    # Write TensorBoard scalars under <run dir>/tensorboard.
+    # Write TensorBoard scalars under <run dir>/tensorboard (false takes tensorboard out of trainer.loggers).
     tensorboard: bool = True
+    # Where metrics go, any subset of: tensorboard (<run dir>/tensorboard), jsonl (<run dir>/metrics.jsonl), mlflow
+    # (MLFLOW_TRACKING_URI, else ./mlruns; pip install 'plm_toolkit[mlflow]'), wandb (Weights & Biases; WANDB_MODE=
+    # offline writes ./wandb only; pip install 'plm_toolkit[wandb]'). Trackers get the resolved config, every
+    # metric (evaluations included) and the run directory, from rank 0; one that is missing or fails to start stops
+    # the command before any work (docs/pretraining-and-data.md#experiment-trackers).
+    loggers: list[str] = field(default_factory=lambda: ["tensorboard", "jsonl"])
     # Show a tqdm progress bar (rank 0 only).
     progress_bar: bool = True
 

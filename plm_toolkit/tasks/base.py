@@ -143,6 +143,8 @@ class Task(Objective):
     # The module that is the task's head (its outputs in ``labels`` order, where the task has labels): what a
     # checkpoint's head loads into. The rest of the task module (a task encoder) loads from a plm-finetune checkpoint.
     head_name: str = "head"
+    # The metric trainer.metric_for_best_model defaults to; None: the first of task.metrics, else the loss.
+    main_metric: str | None = None
 
     def __init__(
         self, config, model: nn.Module, vocab: Vocab, data: TaskData, finetune: FinetuneModeConfig | None = None

@@ -157,6 +157,8 @@ def _features(sentences, label_ids, tokenizer, max_seq_len, path, with_index, ch
 class TokenClassification(Task):
     """Cross-entropy over the first sub-token of each word."""
 
+    main_metric = "f1"
+
     metric_denominators = {"task_correct": "task"}
     head_kind = "token"
 

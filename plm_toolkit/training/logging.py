@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from tqdm.auto import tqdm
+
+from plm_toolkit.training.trackers import Trackers
 
 log = logging.getLogger("plm_toolkit")
 
@@ -34,10 +38,13 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 class MetricsWriter:
-    """Appends records to ``metrics.jsonl`` and mirrors numeric values to TensorBoard (rank 0 only)."""
+    """Appends records to ``metrics.jsonl`` and mirrors numeric values to TensorBoard and the started trackers
+    (``training/trackers.py``: MLflow, W&B), rank 0 only."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool, enabled: bool = True):
+    def __init__(self, run_dir: Path, tensorboard: bool, enabled: bool = True, jsonl: bool = True, trackers=()):
         self.enabled = enabled
+        self.jsonl = jsonl
+        self.trackers = Trackers(trackers)
         self.path = run_dir / METRICS_FILE
         if enabled:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -53,8 +60,10 @@ class MetricsWriter:
     def write(self, record: dict) -> None:
         if not self.enabled:
             return
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        if self.jsonl:
+            with self.path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+        self.trackers.log(record)
         if self.tb is not None:
             step = record["step"]
             for key, value in record.items():
@@ -78,8 +87,14 @@ class MetricsWriter:
         return any(r["step"] == step and any(k.startswith("eval_") for k in r) for r in read_metrics(self.path))
 
     def close(self) -> None:
+        self.trackers.close()
         if self.tb is not None:
             self.tb.close()
+
+
+def clock(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 class ProgressBar:
@@ -87,7 +102,10 @@ class ProgressBar:
 
     Under a time budget (``budget_used``: the share of trainer.time_budget spent) the bar counts that share or the
     share of the steps done, whichever is further along, in thousandths: its percentage and ETA are then those of
-    whichever ends the run first, not of a trainer.max_steps the budget never lets it reach."""
+    whichever ends the run first, not of a trainer.max_steps the budget never lets it reach.
+
+    When stderr is not a terminal (a log file, a pipe, a batch job) there is no bar: each logged step is one line
+    (``progress_line``) in the log instead of a carriage-return frame per step."""
 
     SCALE = 1000
 
@@ -100,6 +118,10 @@ class ProgressBar:
         budget_used: Callable[[], float] | None = None,
     ):
         self.total, self.step, self.budget_used = total, initial, budget_used
+        # No terminal: progress lines at the log cadence (show) instead of the bar.
+        self.lines = enabled and not sys.stderr.isatty()
+        self.started, self.first_step = time.perf_counter(), initial
+        enabled = enabled and not self.lines
         if budget_used is None:
             self.bar = tqdm(total=total, initial=initial, disable=not enabled, dynamic_ncols=True, desc="train steps")
         else:
@@ -123,6 +145,9 @@ class ProgressBar:
 
     def show(self, record: dict) -> None:
         epoch = f"{record['epoch']:.2f}" + (f"/{self.epochs:g}" if self.epochs else "")
+        if self.lines:
+            log.info(self.progress_line(record, epoch))
+            return
         extra = {"mfu": f"{record['mfu']:.1%}"} if "mfu" in record else {}
         if self.budget_used is not None:
             extra = {"step": str(record["step"]), "budget": f"{self.budget_used():.0%}", **extra}
@@ -134,8 +159,32 @@ class ProgressBar:
             **extra,
         )
 
+    def progress_line(self, record: dict, epoch: str) -> str:
+        """``step 30/300 (10%) epoch 0.30/3 loss 5.1234 lr 1.00e-04 1520 tok/s elapsed 0:00:41 eta 0:06:09``."""
+        elapsed = time.perf_counter() - self.started
+        done = max(self.step - self.first_step, 1)
+        share = self.step / max(self.total, 1)
+        if self.budget_used is not None:
+            share = max(share, self.budget_used())
+        left = elapsed / done * (self.total - self.step)
+        if self.budget_used is not None and share > 0:
+            left = min(left, elapsed / max(share - self.first_step / max(self.total, 1), 1e-9) * (1 - share))
+        mfu = f" mfu {record['mfu']:.1%}" if "mfu" in record else ""
+        return (
+            f"step {record['step']}/{self.total} ({share:.0%}) epoch {epoch} loss {record['loss']:.4f} "
+            f"lr {record['lr']:.2e} {record['tokens_per_s']:.0f} tok/s{mfu} elapsed {clock(elapsed)} eta {clock(left)}"
+        )
+
     def write(self, text: str) -> None:
-        self.bar.write(text)
+        """An evaluation's line: on the console and in the run's log file (<run dir>/<command>.log)."""
+        if self.bar.disable:
+            log.info(text)
+            return
+        self.bar.write(text)  # above the bar on the console; the log file gets it below
+        record = log.makeRecord(log.name, logging.INFO, __file__, 0, text, None, None)
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.FileHandler):
+                handler.handle(record)
 
     def close(self) -> None:
         self.bar.close()

@@ -25,6 +25,7 @@ from plm_toolkit.data.batching.loader import BatchLayout, eval_loader, eval_scop
 from plm_toolkit.data.layouts.plan import DataPlan
 from plm_toolkit.objectives.base import Objective, ObjectiveOutput, normalized_loss
 from plm_toolkit.training.batches import check_streams, train_loader
+from plm_toolkit.training.best_model import BestModel
 from plm_toolkit.training.distributed import all_gather_objects, all_reduce_max, barrier, in_lockstep
 from plm_toolkit.training.flops import ModelFlops, peak_tflops
 from plm_toolkit.training.logging import MetricsWriter, ProgressBar
@@ -34,7 +35,9 @@ from plm_toolkit.training.phases import TrainingPhase, blend_metrics, phased_mic
 from plm_toolkit.training.precision import LossScaler, Runtime
 from plm_toolkit.training.preemption import Preempted, StopSignals, TrainingClock
 from plm_toolkit.training.resume import check_length, finish_resumed
+from plm_toolkit.training.selection import Selection, evaluation_due
 from plm_toolkit.training.state import restore_state, save_state
+from plm_toolkit.training.trackers import chosen_loggers, take_trackers
 from plm_toolkit.training.window import StepStats, Window, merged_windows, reduce_window, settle
 
 log = logging.getLogger("plm_toolkit")
@@ -130,7 +133,13 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         # The step of last_checkpoint, from its training state (a resumed folder may have any name).
         self.saved_step: int | None = None
-        self.metrics = MetricsWriter(run_dir, trainer_cfg.tensorboard, enabled=self.process.is_main)
+        loggers = chosen_loggers(trainer_cfg)
+        self.metrics = MetricsWriter(
+            run_dir, "tensorboard" in loggers, self.process.is_main, "jsonl" in loggers, take_trackers(run_dir)
+        )
+        # trainer.load_best_model_at_end / early_stopping_patience (training/selection.py), or None.
+        self.selection = Selection.from_config(trainer_cfg, objective)
+        self.best = BestModel(self)
         self.pending: list[StepStats] = []
 
     # --- state ---------------------------------------------------------------------------------------------
@@ -139,6 +148,7 @@ class Trainer:
         self.step, self.samples_seen = int(state["step"]), int(state["samples_seen"])
         self.clock.restart(float(state.get("elapsed_seconds", 0.0)), float(state.get("step_seconds", 0.0)))
         self.last_checkpoint, self.saved_step = checkpoint.path, self.step
+        self.best.restore(state)
         check_length(self.cfg, self.max_steps, self.step, checkpoint)
         self.metrics.truncate_after(self.step)
         log.info("resumed from %s at step %d (%d examples seen)", checkpoint.path, self.step, self.samples_seen)
@@ -164,6 +174,8 @@ class Trainer:
                 return self.evaluate()
             if self.step >= self.max_steps or (self.clock.budgeted and self.clock.next_step_overruns()):
                 return finish_resumed(self)
+            if self.selection is not None and self.selection.stopped:
+                return self.best.finish_stopped()
             if self._evaluates():
                 # Whatever else evaluation cannot read fails now, not after the steps before its first turn.
                 next(iter(self._eval_batches(self.process.world_size, self.process.rank, 1)), None)
@@ -191,7 +203,13 @@ class Trainer:
             log.info(eval_scope(len(self.eval_examples), rows, world, self.cfg.eval_batches, streams))
 
     def _evaluates(self) -> bool:
-        return self.eval_examples is not None and bool(self.cfg.eval_every)
+        by_epoch = self.cfg.get("eval_strategy", "steps") == "epoch"
+        return self.eval_examples is not None and (by_epoch or bool(self.cfg.eval_every))
+
+    def _evaluation_due(self) -> bool:
+        """Whether this step, before the last, evaluates (trainer.eval_every or eval_strategy=epoch)."""
+        due = evaluation_due(self.cfg, self.step, len(self.train_examples), self.layout.global_batch)
+        return self._evaluates() and due and self.step != self.max_steps
 
     def _run(self, loader, bar: ProgressBar) -> dict:
         cfg = self.cfg
@@ -221,15 +239,18 @@ class Trainer:
                     raise Preempted(signals.received, self.last_checkpoint)
                 if stop == "budget":
                     log.info("trainer.time_budget reached after %.0f s at step %d", self.clock.elapsed, self.step)
-                elif cfg.eval_every and self.step % cfg.eval_every == 0 and self.step != self.max_steps:
-                    self._evaluate_or_save(bar)
+                elif self._evaluation_due() and self.best.consider(self._evaluate_or_save(bar)):
+                    stop = "early"  # trainer.early_stopping_patience
                 if cfg.save_every and self.step % cfg.save_every == 0 and self.step != self.max_steps and not stop:
                     self.save()
             # Inside StopSignals still: a signal during the final evaluation or save waits for them.
-            if self._evaluates():
-                record.update(self._evaluate_or_save(bar, final=True))
+            if self._evaluates() and stop != "early":
+                evaluation = self._evaluate_or_save(bar, final=True)
+                record.update(evaluation)
+                self.best.consider(evaluation, final=True)
             if self.saved_step != self.step:
                 self.save(final=True)
+            record.update(self.best.finish(bar))
         return record
 
     def _evaluate_or_save(self, bar: ProgressBar, final: bool = False) -> dict:
@@ -346,7 +367,8 @@ class Trainer:
         return norm.detach()
 
     @torch.no_grad()
-    def evaluate(self, bar: ProgressBar | None = None) -> dict:
+    def evaluate(self, bar: ProgressBar | None = None, write: bool = True) -> dict:
+        """Evaluate the current weights; ``write=False`` keeps the record out of metrics.jsonl and the trackers."""
         if self.eval_examples is None:
             return {}
         self.module.eval()
@@ -364,7 +386,8 @@ class Trainer:
             merged = {k: torch.cat([part[k] for part in gathered if k in part]) for k in keys}
             summary.update({f"eval_{k}": v for k, v in self.objective.finish_evaluation(merged).items()})
         record = {"step": self.step, **summary}
-        self.metrics.write(record)
+        if write:
+            self.metrics.write(record)
         if bar is not None and self.process.is_main:
             bar.write(" ".join(f"{k}={v:.4g}" for k, v in record.items()))
         self.module.train()

@@ -33,6 +33,8 @@ def save_state(trainer, final: bool) -> Path:
         "step_seconds": trainer.clock.step_seconds,
         # What the objective carries between batches (segment memories), per rank: resuming continues exactly.
         "objective_state": {f"rank{r}.{k}": v for r, part in enumerate(carried) for k, v in part.items()},
+        # The best evaluation so far and early stopping's count (training/selection.py), or None.
+        "selection": trainer.selection.state_dict() if trainer.selection is not None else None,
     }
     common = (trainer.config_yaml, trainer.tokenizer_json, trainer.cfg.keep_last)
     if trainer.runtime.fsdp:

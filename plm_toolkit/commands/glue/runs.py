@@ -53,7 +53,8 @@ RECORD = "glue_subrun.json"
 PREDICTIONS = "test_predictions"
 LOG_FILE = "finetune.log"
 # Keys that may differ when a sub-run is continued: they change how it runs or reports, not what it computes.
-COSMETIC = ("trainer.progress_bar", "trainer.tensorboard", "trainer.log_every", "data.num_workers", "hardware")
+COSMETIC = ("trainer.progress_bar", "trainer.tensorboard", "trainer.loggers", "trainer.log_every", "data.num_workers",
+            "hardware")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -196,10 +197,11 @@ def finish(folder: Path, cfg: DictConfig, suite: DictConfig) -> dict:
     wanted = [name for name, _ in extra if not (folder / f"eval_results_{name}.json").is_file()]
     wanted += [name for _, name in tests if not (folder / PREDICTIONS / name).is_file()]
     if wanted:
-        found = ckpt.find_checkpoint("auto", folder)
+        # The run's model: its best evaluation's (trainer.load_best_model_at_end), else its last step's.
+        found = ckpt.plm_checkpoint_dir(folder)
         if found is None:
             raise CheckpointError(f"{folder}: no checkpoint to predict {', '.join(wanted)} with")
-        classifier = load_classifier(found.path)
+        classifier = load_classifier(found)
         runtime = resolve_runtime(cfg.hardware)
         config = classifier.task.config
         batch = 2 * cfg.trainer.batch_size

@@ -246,6 +246,7 @@ def plan_and_tokenizer(folder: Path, data_cfg: Any, settings: dict, splits: dict
 
 def _finish(folder, data_cfg, settings, plan, tokenizer, finder, started, processes, cpu) -> None:
     """Check every shard and source, then write the manifest: the store is finished."""
+    characters: dict[str, int] = {}
     manifest = {"format": "plm_toolkit token store", "settings": settings, "vocab_size": tokenizer.get_vocab_size(),
                 "tokenizer": stable_hash(tokenizer.to_str()), "splits": {}}  # fmt: skip
     for split, pieces in plan["pieces"].items():
@@ -253,6 +254,7 @@ def _finish(folder, data_cfg, settings, plan, tokenizer, finder, started, proces
         for source in sources:
             source.check_unchanged()
         headers = [Shard.open(folder / split / f"{k:05d}").header for k in range(len(pieces))]
+        characters[split] = sum(h.get("characters", 0) for h in headers)
         _check_text(split, sources, pieces, headers, choice(data_cfg.document_boundary))
         if finder is not None:  # the units found (a split whose text has no letter is refused here)
             manifest["splits"][split] = {"units": split_summary(folder, split, len(pieces), [s.path for s in sources])}
@@ -269,12 +271,23 @@ def _finish(folder, data_cfg, settings, plan, tokenizer, finder, started, proces
     manifest["prepared"] = {"seconds": round(seconds, 3), "processes": processes, "worker_cpu_seconds": round(cpu, 3)}
     write_json(folder / MANIFEST, manifest)
     (folder / PLAN).unlink(missing_ok=True)
+    log.info(store_report(folder, manifest, characters, seconds, processes))
+
+
+def store_report(folder: Path, manifest: dict, characters: dict[str, int], seconds: float, processes: int) -> str:
+    """The line a finished preparation logs: the text's size in characters (the files' size where they are stored
+    otherwise: compressed, JSONL, Parquet), and a rate only where there is one to speak of."""
     train = manifest["splits"]["train"]
-    log.info(
-        "token store %s: %d tokens in %d documents from %.1f MB of training text, %.1f MB/s with %d process(es)",
-        folder, train["tokens"], train["documents"], train["bytes"] / 1e6,
-        sum(v["bytes"] for v in manifest["splits"].values()) / 1e6 / max(seconds, 1e-9), processes,
-    )  # fmt: skip
+    text = characters.get("train", 0)
+    stored = f", {train['bytes'] / 1e6:.1f} MB as stored" if abs(train["bytes"] - text) > 0.05 * max(text, 1) else ""
+    line = (
+        f"token store {folder}: {train['tokens']} tokens in {train['documents']} documents from "
+        f"{text / 1e6:.2f} M characters of training text{stored}"
+    )
+    rate = sum(characters.values()) / 1e6 / max(seconds, 1e-9)
+    if seconds >= 1.0 and rate >= 0.1:
+        line += f", {rate:.1f} M characters/s"
+    return f"{line} with {processes} process(es) in {seconds:.1f} s"
 
 
 def read_plan(folder: Path, settings: dict, records: dict, explicit: bool) -> dict | None:

@@ -82,10 +82,11 @@ def tokenize_piece(job: dict) -> float:
 
     try:
         batch: list[tuple[str, bool]] = []
-        size = 0
+        size = characters = 0
         for item in read_piece(source, piece, job["boundary"], job["text_column"], progress, digest):
             batch.append(item)
             size += len(item[0])
+            characters += len(item[0])
             if size >= _BATCH_CHARACTERS or len(batch) >= _BATCH_TEXTS:
                 _encode(batch, writer)
                 batch, size = [], 0
@@ -94,7 +95,8 @@ def tokenize_piece(job: dict) -> float:
         if unit == "units":
             write_counts(stem, _worker["counts"])
         read = {"source": source.path, "piece": [piece.start, piece.end], "sha256": digest.hexdigest()}
-        writer.finish({**read, "split": job["split"]})
+        # The text's own size (a compressed or JSONL source's file size is not), for plm-prepare's report.
+        writer.finish({**read, "split": job["split"], "characters": characters})
     except OSError as err:
         writer.abandon()
         raise_if_full(err, stem)

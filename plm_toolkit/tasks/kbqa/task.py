@@ -143,6 +143,8 @@ def predicted_mention(probability: torch.Tensor, word_ids: torch.Tensor) -> tupl
 class KnowledgeBaseQA(Task):
     """A mention tagger and a relation classifier on one encoder; stages 2 and 4 decode at evaluation."""
 
+    main_metric = "answer_accuracy"
+
     metric_denominators = {"mention_correct": "mention", "relation_correct": "relation"}
     # The head whose outputs follow task.labels; a checkpoint's mention tagger loads beside it.
     head_name = "relation_head"

@@ -79,6 +79,8 @@ class SquadEvalInfo:
 class QuestionAnswering(Task):
     """Start and end cross-entropy over the sequence, averaged over the two (BERT's run_squad loss)."""
 
+    main_metric = "f1"
+
     head_kind = "span"
 
     @classmethod
