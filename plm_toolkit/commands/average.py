@@ -68,6 +68,26 @@ def average_weights(files: list[Path]) -> dict[str, torch.Tensor]:
     return out
 
 
+def check_agreement(chosen: list[Path]) -> None:
+    """CheckpointError naming the first checkpoint whose files (the weights, the objective's heads) or tokenizer
+    differ from the newest's: their average would silently lack the heads, or mix ids of two vocabularies."""
+    newest = chosen[-1]
+    for checkpoint in chosen[:-1]:
+        for name in (ckpt.MODEL_FILE, ckpt.OBJECTIVE_FILE, ckpt.TOKENIZER_FILE):
+            here, there = (checkpoint / name).is_file(), (newest / name).is_file()
+            if here != there:
+                has, lacks = (checkpoint, newest) if here else (newest, checkpoint)
+                raise CheckpointError(
+                    f"{lacks}: has no {name}, which {has} has; the checkpoints to average must hold the same files"
+                )
+        tokenizer = checkpoint / ckpt.TOKENIZER_FILE
+        if tokenizer.is_file() and tokenizer.read_bytes() != (newest / ckpt.TOKENIZER_FILE).read_bytes():
+            raise CheckpointError(
+                f"{tokenizer} differs from {newest / ckpt.TOKENIZER_FILE}: checkpoints with different tokenizers "
+                "cannot be averaged (their ids name other tokens)"
+            )
+
+
 def average_checkpoints(run_dir: str | Path, count: int, out_dir: str | Path) -> Path:
     """Write the average of ``run_dir``'s last ``count`` checkpoints to ``out_dir``; returns it."""
     run_dir, out_dir = Path(run_dir).expanduser(), Path(out_dir).expanduser()
@@ -75,6 +95,7 @@ def average_checkpoints(run_dir: str | Path, count: int, out_dir: str | Path) ->
     if out_dir.exists() and not (out_dir / "averaged.json").is_file():
         raise CheckpointError(f"{out_dir} exists and is not an averaged checkpoint; give a new folder")
     chosen = last_checkpoints(run_dir, count)
+    check_agreement(chosen)
     with atomic_folder(out_dir) as tmp:
         for name in (ckpt.MODEL_FILE, ckpt.OBJECTIVE_FILE):
             files = [c / name for c in chosen]

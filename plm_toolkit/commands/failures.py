@@ -212,7 +212,7 @@ def interrupted(err: KeyboardInterrupt) -> NoReturn:
     """Ctrl-C: one line instead of Python's traceback, and the status a shell gives a process SIGINT stopped."""
     line = str(err) or "interrupted (Ctrl-C)"
     print(f"error: {line}", file=sys.stderr, flush=True)
-    sys.exit(130)
+    sys.exit(getattr(err, "status", 130))  # a preparation stopped by SIGTERM or SIGHUP: 128 + its number
 
 
 class ArgumentParser(argparse.ArgumentParser):

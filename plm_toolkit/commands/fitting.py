@@ -45,9 +45,8 @@ def in_run_directory(run: Callable[[DictConfig, Path], dict]) -> Callable[[DictC
             finished = True
             return final
         except Preempted as stopped:
-            how = (
-                "rerun the same command to resume" if stopped.signum == signal.SIGINT else "so that the job is requeued"
-            )
+            by_hand = stopped.signum in (signal.SIGINT, signal.SIGHUP)
+            how = "rerun the same command to resume" if by_hand else "so that the job is requeued"
             log.warning("%s; exiting with status %d: %s (trainer.resume=auto)", stopped, EXIT_REQUEUE, how)
             sys.exit(EXIT_REQUEUE)
         finally:

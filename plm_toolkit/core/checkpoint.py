@@ -16,6 +16,7 @@ so a crash at any moment leaves the previous checkpoints intact.
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import random
@@ -312,10 +313,37 @@ def list_checkpoints(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[5:]))
 
 
+def last_checkpoint(path: Path) -> Path | None:
+    """The one rule for "the last checkpoint" of a run directory, its ``checkpoints`` folder or its ``last`` link:
+    the newest complete step_N there (what trainer.resume=auto resumes), whatever ``last`` links to; a ``last``
+    that points elsewhere (an older step, another run) is named in a warning. None where ``path`` holds no steps."""
+    path = Path(path)
+    roots = (path.parent,) if path.name == "last" else (path / "checkpoints", path)
+    found = next((steps for steps in map(list_checkpoints, roots) if steps), None)
+    if not found:
+        return None
+    newest = found[-1].resolve()
+    link = found[-1].parent / "last"
+    if link.is_symlink() and link.resolve() != newest:
+        logging.getLogger("plm_toolkit").warning(
+            "%s points to %s, not to the run's newest complete checkpoint: using %s", link, os.readlink(link), newest
+        )
+    return newest
+
+
 def plm_checkpoint_dir(path: Path) -> Path | None:
-    """The step directory a plm-train path names (a step_N folder, ``last``, or a run directory: its ``best``, the
-    model a run that keeps its best model ends with, else its ``last``), or None."""
-    for candidate in (path, path / "best", path / "last", path / "checkpoints" / "best", path / "checkpoints" / "last"):
+    """The step directory a plm-train path names (a step_N folder, or a run directory: its ``best``, the model a run
+    that keeps its best model ends with, else its last checkpoint: ``last_checkpoint`` of the run directory, its
+    checkpoints folder or ``last``), or None."""
+    if path.name != "last" and (path / MODEL_FILE).is_file() and (path / CONFIG_FILE).is_file():
+        return path.resolve()
+    for best in (path / "best", path / "checkpoints" / "best"):
+        if (best / MODEL_FILE).is_file() and (best / CONFIG_FILE).is_file():
+            return best.resolve()
+    last = last_checkpoint(path)
+    if last is not None and (last / MODEL_FILE).is_file() and (last / CONFIG_FILE).is_file():
+        return last
+    for candidate in (path, path / "last", path / "checkpoints" / "last"):
         if (candidate / MODEL_FILE).is_file() and (candidate / CONFIG_FILE).is_file():
             return candidate.resolve()
     found = list_checkpoints(path / "checkpoints") or list_checkpoints(path)
@@ -361,9 +389,14 @@ def find_checkpoint(resume: str, run_dir: Path) -> Checkpoint | None:
     if resume in ("none", "", "null"):
         return None
     if resume == "auto":
-        found = list_checkpoints(run_dir / "checkpoints")
-        return Checkpoint(found[-1]) if found else None
+        last = last_checkpoint(run_dir / "checkpoints")
+        return Checkpoint(last) if last is not None else None
     path = Path(resume).expanduser()
+    if path.name != "last" and path.is_dir() and is_complete(path):
+        return Checkpoint(path.resolve())
+    last = last_checkpoint(path)
+    if last is not None:
+        return Checkpoint(last)
     for candidate in (path, path / "last", path / "checkpoints" / "last"):
         if candidate.is_dir() and is_complete(candidate):
             return Checkpoint(candidate.resolve())

@@ -39,6 +39,7 @@ from plm_toolkit.interop.config_check import check_model_config
 from plm_toolkit.interop.finetuned_head import read_finetuned_head
 from plm_toolkit.interop.hf import SAFETENSORS_FILE, TORCH_FILE, HFImport, import_hf
 from plm_toolkit.interop.hf_heads import TaskHead
+from plm_toolkit.interop.tokenizer_roles import check_tokenizer_roles
 from plm_toolkit.models.base import ENCODER_DECODER, GENERATIVE
 
 log = logging.getLogger("plm_toolkit")
@@ -158,6 +159,7 @@ def load_plm_checkpoint(checkpoint_dir: Path) -> tuple[nn.Module, Path]:
     tokenizer = checkpoint_dir / ckpt.TOKENIZER_FILE
     if not tokenizer.is_file():
         raise CheckpointError(f"{checkpoint_dir}: no {ckpt.TOKENIZER_FILE}; the checkpoint needs its tokenizer")
+    check_vocabulary(model, load_tokenizer(tokenizer), tokenizer)
     return model, tokenizer
 
 
@@ -174,6 +176,7 @@ def check_vocabulary(model: nn.Module, tokenizer: Tokenizer, tokenizer_file: Pat
             f"{tokenizer_file}: {size} tokens, but the model's word embeddings have {rows} rows; expected at most "
             f"{rows} (the tokenizer of the checkpoint these weights came from)"
         )
+    check_tokenizer_roles(getattr(getattr(model, "config", None), "name", ""), tokenizer, tokenizer_file)
 
 
 def with_dropout(model: nn.Module, dropout: float) -> nn.Module:

@@ -7,6 +7,7 @@ again"), which a batch script turns into ``scontrol requeue``. Where a handler w
 which requeues the job itself), it runs after the checkpoint instead. ``trainer.resume=auto`` then continues the run
 exactly.
 
+A hang-up (SIGHUP: the terminal or SSH session closed) does the same, unless the command runs under nohup.
 Ctrl-C (SIGINT) during training does the same: the step ends, the checkpoint is written, the command exits with
 ``EXIT_REQUEUE`` and says how to resume. A second Ctrl-C stops at once, without saving (``Interrupted``, exit status
 130, one line); under torchrun, whose agent forwards Ctrl-C to the workers as a second SIGINT and kills them after a
@@ -63,6 +64,9 @@ class StopSignals:
         wanted = [signal.SIGTERM, signal.SIGINT, signal.SIGUSR1]
         if callable(signal.getsignal(signal.SIGUSR2)):  # submitit's preemption handler
             wanted.append(signal.SIGUSR2)
+        # A closed terminal or SSH session (SIGHUP) saves as SIGTERM does; under nohup (ignored) it stays ignored.
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+            wanted.append(signal.SIGHUP)
         return wanted
 
     def __enter__(self) -> StopSignals:

@@ -18,6 +18,7 @@ from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.data.sources.documents import split_text
 from plm_toolkit.data.sources.parquet import parquet_documents
 from plm_toolkit.data.sources.pieces import _CHUNK, Piece, Source, plan_pieces, scan_text
+from plm_toolkit.data.sources.zstd_frames import ZstdFrames
 
 # A document longer than this is tokenized in fragments cut after a line end (the tokens of a fragment go on in
 # the same document), so that a whole-file document does not hold its file in memory at once.
@@ -108,7 +109,7 @@ def _decompressed(source: Source, raw, piece: Piece):
     if source.compression == "gzip":
         return io.BufferedReader(gzip.GzipFile(fileobj=raw, mode="rb"), 1 << 16)
     if source.compression == "zstd":
-        return io.BufferedReader(zstd_module().ZstdDecompressor().stream_reader(raw, read_across_frames=True), 1 << 16)
+        return io.BufferedReader(ZstdFrames(zstd_module(), raw), 1 << 16)
     return io.BufferedReader(_Range(raw, piece.start, piece.end), 1 << 16)
 
 
@@ -248,7 +249,7 @@ def locate_text_error(path: str, start: int, end: int, compression: str | None) 
     with open(path, "rb") as raw:
         stream = gzip.GzipFile(fileobj=raw) if compression == "gzip" else raw
         if compression == "zstd":
-            stream = zstd_module().ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+            stream = ZstdFrames(zstd_module(), raw)
         try:
             scan_text(stream, path)
         except DataError as err:

@@ -126,9 +126,15 @@ def resolve_sources(data_cfg: DataConfig, split: str) -> list[Source] | None:
                 "data.train_files is empty; give data.train_files=[a.txt,...] or data.dataset_path=<folder>"
             )
         return None
-    sources = []
+    sources, seen = [], {}
     for entry in entries:
         for path in _expand(entry, f"data.{key}"):
+            if os.path.realpath(path) in seen:  # read twice, the file would count twice in the corpus
+                raise DataError(
+                    f"data.{key}: {path} is listed twice (by {seen[os.path.realpath(path)]!r} and {entry!r}); list "
+                    "each file once (to weight a file, copy it under another name)"
+                )
+            seen[os.path.realpath(path)] = entry
             name = Path(path)
             compression = _COMPRESSION.get(name.suffix.lower())
             inner = Path(name.stem).suffix.lower() if compression else name.suffix.lower()

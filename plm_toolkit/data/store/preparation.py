@@ -17,6 +17,7 @@ others wait for its manifest (``data/store/lock.py``), without entering any coll
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -34,9 +35,12 @@ from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.sources.corpus import SPLITS, choice, document_boundary, stable_hash
 from plm_toolkit.data.sources.pieces import Source, plan_pieces, resolve_sources
 from plm_toolkit.data.store.cache import cache_root
+from plm_toolkit.data.store.check import damaged, verify_store
+from plm_toolkit.data.store.given import check_store_sources
 from plm_toolkit.data.store.lock import run_once
 from plm_toolkit.data.store.processes import CONTEXT, available_cores, worker_pool
 from plm_toolkit.data.store.shard_worker import maybe_kill, start_worker, tokenize_piece
+from plm_toolkit.data.store.stop_signals import signals_stop_preparation
 from plm_toolkit.data.store.token_store import MANIFEST, Shard, id_dtype, read_manifest, write_json
 from plm_toolkit.data.tokenization.tokenizer import (
     TRAINING_VERSION,
@@ -110,11 +114,17 @@ def prepare_store(data_cfg: DataConfig, unit: str, spellings: bool = False, unit
     explicit = bool(getattr(data_cfg, "store", None))
     if explicit:
         folder = Path(os.path.expanduser(str(data_cfg.store)))
+        if folder.exists() and not folder.is_dir():
+            raise DataError(f"data.store={folder} is a file; expected a folder for the token store")
         manifest = read_manifest(folder)
         if manifest is not None:
             check_settings(manifest["settings"], settings, folder)
+            check_store_sources(folder, manifest, data_cfg, resolve_sources)
+            verify_store(folder)
             return folder
         if folder.is_dir() and not (folder / PLAN).is_file() and any(folder.iterdir()):
+            if (folder / TOKENIZER).is_file() or (folder / "train").is_dir():
+                raise damaged(folder, f"{folder / MANIFEST} is missing")
             raise DataError(f"data.store={folder} holds other files; remove it or give another folder")
     splits = {split: resolve_sources(data_cfg, split) for split in SPLITS}
     folder = store_folder(data_cfg, settings, splits)
@@ -125,8 +135,18 @@ def finished_store(folder: Path, prepare: Callable[[], None], settings: dict) ->
     """``folder`` once it holds a finished store (prepared by ``prepare()`` here, or by another process, waited
     for), whose settings are ``settings`` (else DataError naming the first that differs)."""
     done = lambda: (folder / MANIFEST).is_file()  # noqa: E731
-    run_once(folder.parent / f".{folder.name}.lock", done, prepare, f"the token store {folder} to be prepared")
+    try:
+        with signals_stop_preparation():  # SIGTERM or SIGHUP: one line, the lock removed, no worker tracebacks
+            run_once(folder.parent / f".{folder.name}.lock", done, prepare, f"the token store {folder} to be prepared")
+    except OSError as err:
+        if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        raise DataError(
+            f"data.store={folder}: cannot write the token store there ({os.strerror(err.errno)}: {err.filename}); "
+            "give data.store (or data.cache_dir) a writable folder, or prepare the store elsewhere and copy it"
+        ) from None
     check_settings(read_manifest(folder)["settings"], settings, folder)
+    verify_store(folder)
     return folder
 
 

@@ -24,7 +24,7 @@ def worker_pool(processes: int, initializer=None, initargs: tuple = ()):
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # inherited by the workers as they start
     try:
         with _main_hidden():  # the workers start here
-            pool = CONTEXT.Pool(processes, initializer, initargs)
+            pool = CONTEXT.Pool(processes, _start_worker, (initializer, initargs))
     finally:
         if saved is None:
             os.environ.pop("TOKENIZERS_PARALLELISM", None)
@@ -32,6 +32,15 @@ def worker_pool(processes: int, initializer=None, initargs: tuple = ()):
             os.environ["TOKENIZERS_PARALLELISM"] = saved
     with pool:
         yield pool
+
+
+def _start_worker(initializer, initargs: tuple) -> None:
+    """A worker's start: signals left to the main process (``data/store/stop_signals.py``), then ``initializer``."""
+    from plm_toolkit.data.store.stop_signals import quiet_worker_signals
+
+    quiet_worker_signals()
+    if initializer is not None:
+        initializer(*initargs)
 
 
 @contextlib.contextmanager

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import zlib
 from array import array
 from dataclasses import dataclass
 from functools import cached_property
@@ -70,6 +71,7 @@ class ShardWriter:
         self.temporary = stem.with_name(f".{stem.name}.{os.getpid()}.tmp")
         self.ids_file = open(self.temporary.with_suffix(".bin"), "wb")  # noqa: SIM115 - closed in finish()
         self.buffer = array("H" if self.dtype.itemsize == 2 else "I")
+        self.crc32 = 0  # of the ids written: checked when the store is opened (data/store/check.py)
         self.tokens = 0  # written and buffered
         self.document_start = 0
         self.arrays: dict[str, array] = {"document_ends": array("q")}
@@ -109,7 +111,9 @@ class ShardWriter:
     def _flush(self) -> None:
         if self.buffer.itemsize != self.dtype.itemsize:  # array's "I" is 4 bytes on every platform we run on
             raise RuntimeError("unexpected array item size")
-        self.ids_file.write(self.buffer.tobytes())
+        data = self.buffer.tobytes()
+        self.crc32 = zlib.crc32(data, self.crc32)
+        self.ids_file.write(data)
         del self.buffer[:]
 
     def finish(self, header: dict) -> dict:
@@ -120,6 +124,7 @@ class ShardWriter:
         header = {
             **header,
             "dtype": self.dtype.str,
+            "ids_crc32": self.crc32,
             "tokens": self.tokens,
             "documents": len(self.arrays["document_ends"]),
             "sentences": len(self.arrays.get("sentence_ends", ())),
@@ -169,7 +174,7 @@ class Shard:
         """The shard at ``stem`` (.bin and .idx); DataError naming the file when one is missing or truncated."""
         index = stem.with_suffix(".idx")
         if not index.is_file():
-            raise DataError(f"token store shard {index} is missing; prepare the store again (plm-prepare)")
+            raise DataError(f"token store shard {index} is missing")
         with open(index, "rb") as f:
             head = f.read(len(MAGIC) + 8)
             if len(head) < len(MAGIC) + 8 or head[: len(MAGIC)] != MAGIC:
@@ -189,7 +194,7 @@ class Shard:
         ids = stem.with_suffix(".bin")
         size = header["tokens"] * np.dtype(header["dtype"]).itemsize
         if not ids.is_file():
-            raise DataError(f"token store shard {ids} is missing; prepare the store again (plm-prepare)")
+            raise DataError(f"token store shard {ids} is missing")
         if ids.stat().st_size != size:
             raise DataError(f"token store shard {ids} is truncated ({ids.stat().st_size} bytes, expected {size})")
         return cls(stem, header, start)

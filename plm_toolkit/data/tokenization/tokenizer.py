@@ -14,6 +14,7 @@ reuses the cached file.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -66,6 +67,8 @@ BYTE_STAND_INS = range(0x100, 0x144)
 _BERT_ROLES = ("pad_id", "unk_id", "cls_id", "sep_id", "mask_id")
 TOKENIZER_FILE = "tokenizer.json"
 BPE_VOCAB_FILE, BPE_MERGES_FILE = "vocab.json", "merges.txt"
+
+log = logging.getLogger("plm_toolkit")
 
 
 def tokenizer_kind(data_cfg: DataConfig) -> str:
@@ -239,7 +242,23 @@ def train_tokenizer(data_cfg: DataConfig, documents: Any = None) -> Tokenizer:
     budget = int(getattr(data_cfg.tokenizer, "train_sample_bytes", 100_000_000))
     fingerprint = stable_hash("sources", [s.record() for s in sources], boundary, column, budget)
     named = ", ".join(s.path for s in sources)
-    return train_cached(data_cfg, fingerprint, lambda: sample_texts(sources, budget, boundary, column), source=named)
+    tokenizer = train_cached(
+        data_cfg, fingerprint, lambda: sample_texts(sources, budget, boundary, column), source=named
+    )
+    _say_if_sample_was_short(data_cfg, tokenizer, sum(s.size for s in sources), budget)
+    return tokenizer
+
+
+def _say_if_sample_was_short(data_cfg: Any, tokenizer: Tokenizer, total: int, budget: int) -> None:
+    """One line where a trained subword vocabulary came out smaller than asked because its sample was."""
+    asked = int(data_cfg.tokenizer.vocab_size)
+    if tokenizer_kind(data_cfg) in ("word", "character") or total <= budget or tokenizer.get_vocab_size() >= asked:
+        return
+    log.warning(
+        "data.tokenizer.vocab_size=%d: the vocabulary learned only %d tokens from its sample of %d bytes "
+        "(data.tokenizer.train_sample_bytes) of the %.1f MB of training text; raise train_sample_bytes for more",
+        asked, tokenizer.get_vocab_size(), budget, total / 1e6,
+    )  # fmt: skip
 
 
 def train_cached(

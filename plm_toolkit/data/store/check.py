@@ -1,0 +1,85 @@
+"""Checking a finished token store before it is used: what is cheap to check, every time a run opens it.
+
+A store's bytes are trusted by everything that reads it (layouts cut windows from memory-mapped ids), so a store
+damaged after plm-prepare wrote it (a byte flipped on disk, a shard or index removed, a tokenizer.json replaced)
+would be trained on silently, or end in an IndexError deep in the model. Before use, each shard's size is checked
+against its index, its ids against the crc32 its index records (about 7 GB/s: seconds for a large store) and
+against the vocabulary, and the tokenizer against the manifest's digest. A failure names the file and says what to
+delete: plm-prepare writes a store into an empty folder only.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from plm_toolkit.core.errors import DataError
+from plm_toolkit.data.sources.corpus import stable_hash
+from plm_toolkit.data.store.token_store import MANIFEST, Shard, read_manifest
+
+_BLOCK = 1 << 24  # ids checked at a time
+
+
+def damaged(folder: Path, what: str) -> DataError:
+    """The one line for a damaged store: what is wrong, and what to do."""
+    return DataError(
+        f"{what}: the token store data.store={folder} is damaged; remove the folder {folder} and prepare it again "
+        "(plm-prepare with the same overrides)"
+    )
+
+
+def verify_store(folder: Path) -> None:
+    """DataError (``damaged``) naming the first file of the finished store at ``folder`` that does not match what
+    its manifest and indexes record."""
+    from tokenizers import Tokenizer
+
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    if manifest is None:
+        raise damaged(folder, f"{folder / MANIFEST} is missing")
+    tokenizer_file = folder / "tokenizer.json"
+    try:
+        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    except Exception:  # missing or unreadable: the tokenizers library raises its own exception types
+        raise damaged(folder, f"{tokenizer_file} is missing or does not load") from None
+    if "tokenizer" in manifest and stable_hash(tokenizer.to_str()) != manifest["tokenizer"]:
+        raise damaged(folder, f"{tokenizer_file} is not the tokenizer the store's ids come from ({MANIFEST} differs)")
+    vocab_size = tokenizer.get_vocab_size()
+    for split, info in manifest["splits"].items():
+        tokens = 0
+        for number in range(info["shards"]):
+            try:
+                shard = Shard.open(folder / split / f"{number:05d}")
+            except DataError as err:
+                raise damaged(folder, str(err)) from None
+            _check_ids(folder, shard, vocab_size)
+            tokens += shard.num_tokens
+        if "tokens" in info and tokens != info["tokens"]:
+            raise damaged(
+                folder, f"the shards of {folder / split} hold {tokens} tokens, {MANIFEST} records {info['tokens']}"
+            )
+
+
+def _check_ids(folder: Path, shard: Shard, vocab_size: int) -> None:
+    ids, path = shard.ids, shard.stem.with_suffix(".bin")
+    crc, beyond = 0, None
+    for start in range(0, len(ids), _BLOCK):
+        block = np.asarray(ids[start : start + _BLOCK])
+        crc = zlib.crc32(block.tobytes(), crc)  # a copy of one block at a time: the memory stays bounded
+        if beyond is None and int(block.max()) >= vocab_size:
+            beyond = start + int(np.argmax(block >= vocab_size))
+    recorded = shard.header.get("ids_crc32")
+    if recorded is not None and crc != recorded:
+        raise damaged(
+            folder,
+            f"token store shard {path} does not match the checksum its index records (crc32 {crc:08x}, expected "
+            f"{recorded:08x}): its bytes changed since plm-prepare wrote them",
+        )
+    if beyond is not None:
+        raise damaged(
+            folder,
+            f"token store shard {path} holds token id {int(ids[beyond])} at position {beyond}, beyond the "
+            f"vocabulary of its tokenizer ({vocab_size} tokens)",
+        )
