@@ -28,6 +28,7 @@ from plm_toolkit.data.store.pairs import resumed_parallel_store
 from plm_toolkit.data.store.preparation import resumed_store
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.tasks.entity_tagger import with_entity_tagger
+from plm_toolkit.training.continued import adopt_checkpoint, load_starting_weights
 from plm_toolkit.training.phases import prepare_phases
 
 log = logging.getLogger("plm_toolkit")
@@ -77,7 +78,9 @@ def prepare_data(cfg: DictConfig, data_cfg: DictConfig, plan, checkpoint: ckpt.C
     return examples(data_cfg)
 
 
-def run(cfg: DictConfig, run_dir: Path) -> dict:
+def run(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> dict:
+    # model.checkpoint: the checkpoint's model, tokenizer and objective, before validation sees the config.
+    start = adopt_checkpoint(cfg, run_dir, overrides)
     runtime, checkpoint = start_run(cfg, run_dir)
     process = runtime.process
 
@@ -95,6 +98,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     objective = registry.OBJECTIVES.get(cfg.objective.name).builder(
         OmegaConf.to_object(cfg.objective), model, data.vocab
     )
+    if start is not None and checkpoint is None:  # a resumed run restores its own checkpoint instead
+        load_starting_weights(start, model, objective, cfg.objective.name)
     plan = plan.with_transform(objective.batch_transform())
     if plan.layout == "parallel":
         objective.attach_references(data.tokenizer, data.references)
