@@ -26,6 +26,7 @@ from plm_toolkit.data.build import build_run_data
 from plm_toolkit.data.layouts.plan import Layout
 from plm_toolkit.data.sources.bundled import validation_note
 from plm_toolkit.data.tokenization.vocab import Vocab
+from plm_toolkit.training.continued import adopt_checkpoint, load_starting_weights
 from plm_toolkit.training.phases import training_phases
 
 log = logging.getLogger("plm_toolkit")
@@ -49,7 +50,9 @@ def build_model(model_cfg: DictConfig, vocab_size: int, pad_id: int | None = Non
     return registry.MODELS.get(config.name).builder(config), config
 
 
-def run(cfg: DictConfig, run_dir: Path) -> dict:
+def run(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> dict:
+    # model.checkpoint: the checkpoint's model, tokenizer and objective, before validation sees the config.
+    start = adopt_checkpoint(cfg, run_dir, overrides)
     runtime, checkpoint, resolved = start_run(cfg, run_dir)
     process = runtime.process
     note = validation_note(cfg.data)
@@ -73,6 +76,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     objective = registry.OBJECTIVES.get(cfg.objective.name).builder(
         OmegaConf.to_object(cfg.objective), model, data.vocab
     )
+    if start is not None and checkpoint is None:  # a resumed run restores its own checkpoint instead
+        load_starting_weights(start, model, objective, cfg.objective.name)
     plan = plan.with_transform(objective.batch_transform())
     if plan.layout == Layout.parallel:
         objective.attach_references(data.tokenizer, data.references)

@@ -38,6 +38,26 @@ ResumeChanges = choices("ResumeChanges", "refuse", "accept")
 EvalStrategy = choices("EvalStrategy", "steps", "epoch")
 
 
+class NewRowsInit(str, Enum):
+    mean_covariance = "mean_covariance"
+    pieces_mean = "pieces_mean"
+
+
+@dataclass
+class VocabularyExtensionConfig:
+    # A UTF-8 file of tokens to add, one a line (blank lines and tokens the vocabulary holds are skipped); each
+    # becomes one id (an added token, matched as a whole word, after the tokenizer's normalizer).
+    tokens_file: str | None = None
+    # Add the N words of the training corpus (a sample of data.tokenizer.train_sample_bytes) that the checkpoint's
+    # vocabulary splits most: ranked by occurrences x (pieces - 1), the pieces they would save. 0: none.
+    top_words: int = 0
+    # How the new embedding rows (and a tied or untied output row and its bias) start: mean_covariance, sampled
+    # around the old rows' mean with 1e-9 x their covariance (transformers' resize_token_embeddings, PR #33325; the
+    # mean itself where the covariance is singular); pieces_mean, the mean of the rows of the pieces the old
+    # vocabulary split the token into.
+    init: NewRowsInit = NewRowsInit.mean_covariance
+
+
 @dataclass
 class TokenizerConfig:
     # A tokenizer.json, a WordPiece vocab.txt or a byte-level BPE vocab.json (with merges.txt beside it) to load;
@@ -61,6 +81,8 @@ class TokenizerConfig:
     # else the same share from the start of every shard (a sample spread over the corpus, as SentencePiece's
     # input_sentence_size; its time and memory then stay the same however large the corpus grows).
     train_sample_bytes: int = 100_000_000
+    # plm-train model.checkpoint=PATH only: tokens added to the checkpoint's vocabulary, with new embedding rows.
+    extend: VocabularyExtensionConfig = field(default_factory=lambda: VocabularyExtensionConfig())
 
 
 @dataclass
@@ -363,6 +385,9 @@ class RecipeConfig:
     # Model families (model.name) the recipe is written for: a model of another family is refused before any work
     # (experiment=t5_base_paper model=bert_base). Empty: any.
     families: list[str] = field(default_factory=list)
+    # A continued-pretraining recipe (experiment=dapt, experiment=tapt): model.checkpoint is required, and the
+    # recipe's objective is trained over the checkpoint's own, as objective= on the command line would be.
+    continues_checkpoint: bool = False
 
 
 @dataclass

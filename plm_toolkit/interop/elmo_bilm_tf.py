@@ -57,6 +57,22 @@ def find_bilm_tf(path: Path) -> tuple[Path, Path] | None:
     return options[0], weights[0]
 
 
+# Where a bilm-tf weights file holds the softmax (its training checkpoint's names; dump_weights leaves it out).
+SOFTMAX_DATASETS = {"softmax_weight": "softmax/W", "softmax_bias": "softmax/b"}
+
+
+def bilm_tf_softmax(path: Path) -> dict[str, torch.Tensor]:
+    """The softmax of a bilm-tf folder as the bilm objective's state (``softmax_weight`` (V, H), ``softmax_bias``
+    (V,)), where its weights file has one; empty otherwise (the released files do not)."""
+    found = find_bilm_tf(path)
+    if found is None:
+        return {}
+    with h5py_module().File(found[1], "r") as weights:
+        if not all(name in weights for name in SOFTMAX_DATASETS.values()):
+            return {}
+        return {ours: torch.from_numpy(weights[name][...]).float() for ours, name in SOFTMAX_DATASETS.items()}
+
+
 _KIND_NAMES = {int: "an integer", float: "a number", bool: "true/false", list: "a list", str: "a string"}
 _MISSING = object()
 
@@ -226,6 +242,7 @@ register_format(
         description="a bilm-tf folder (*options.json + *weights*.hdf5)",
         detect=lambda path: find_bilm_tf(path) is not None,
         load=lambda path: (import_bilm_tf(path), bilm_tf_tokenizer(path)),
+        heads=lambda path: ("bilm", bilm_tf_softmax(path)),
     )
 )
 

@@ -59,12 +59,12 @@ class LoadedBackbone:
     initialized_keys: list[str] = dataclasses.field(default_factory=list)
 
 
-def import_hf_backbone(folder: Path) -> tuple[nn.Module, Path, HFImport]:
+def import_hf_backbone(folder: Path, **options) -> tuple[nn.Module, Path, HFImport]:
     """The backbone of a local Hugging Face folder with its weights, its tokenizer file and the import. Values that
     do not make a model (heads that do not divide the width, a word where a number belongs) are reported against
     config.json."""
     with _inconsistent(folder / "config.json"):
-        imported = import_hf(folder)
+        imported = import_hf(folder, **options)
         config = imported.model_config
         OmegaConf.structured(config)  # checks every value against the config's types
         model = registry.MODELS.get(config.name).builder(config)
@@ -104,6 +104,8 @@ class CheckpointFormat:
     detect: Callable[[Path], bool]
     # The backbone with its weights, and its tokenizer.
     load: Callable[[Path], tuple[nn.Module, Tokenizer]]
+    # The objective its heads belong to and their state where the folder has them (plm-train model.checkpoint).
+    heads: Callable[[Path], tuple[str, dict[str, torch.Tensor]]] | None = None
 
 
 FORMATS: list[CheckpointFormat] = []

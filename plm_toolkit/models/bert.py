@@ -79,6 +79,10 @@ class BertConfig:
     # Activation of the masked-LM head's transform; null = hidden_act (BERT's and ALBERT's heads). RoBERTa's and
     # ELECTRA's released heads use the exact gelu whatever hidden_act is, so their presets set gelu.
     head_act: HiddenAct | None = None
+    # plm-train: continue pretraining from these weights (a local Hugging Face folder, a plm-train checkpoint or
+    # run directory, a bilm-tf folder); the family and every architecture field come from it, and its tokenizer is
+    # used as is (docs/pretraining-and-data.md). null: fresh weights. The families ignore it.
+    checkpoint: str | None = None
 
 
 def encoder_layer(config: BertConfig) -> TransformerLayer:

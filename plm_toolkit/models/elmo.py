@@ -64,6 +64,10 @@ class ElmoConfig:
     residual: bool = True
     # Dropout on every LSTM layer's input while training (the bilm objective also drops the top output).
     dropout: float = 0.1
+    # plm-train: continue pretraining from these weights (a local Hugging Face folder, a plm-train checkpoint or
+    # run directory, a bilm-tf folder); the family and every architecture field come from it, and its tokenizer is
+    # used as is (docs/pretraining-and-data.md). null: fresh weights. The families ignore it.
+    checkpoint: str | None = None
 
 
 class Highway(nn.Module):

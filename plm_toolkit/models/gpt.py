@@ -73,6 +73,10 @@ class GPTConfig:
     # Vocabulary that a trained tokenizer gets when data.tokenizer.kind=auto: GPT-2's byte-level BPE with
     # <|endoftext|> (GPT-1 used a character-level BPE of 40,000 merges; the byte-level one needs no unknown token).
     tokenizer: TokenizerKind = TokenizerKind.gpt2_bpe
+    # plm-train: continue pretraining from these weights (a local Hugging Face folder, a plm-train checkpoint or
+    # run directory, a bilm-tf folder); the family and every architecture field come from it, and its tokenizer is
+    # used as is (docs/pretraining-and-data.md). null: fresh weights. The families ignore it.
+    checkpoint: str | None = None
 
 
 @dataclass

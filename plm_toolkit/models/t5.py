@@ -76,6 +76,10 @@ class T5Config:
     initializer_factor: float = 1.0
     # Padding id; the trainer sets it to the tokenizer's. T5 also starts every decoder input with it.
     pad_token_id: int = 0
+    # plm-train: continue pretraining from these weights (a local Hugging Face folder, a plm-train checkpoint or
+    # run directory, a bilm-tf folder); the family and every architecture field come from it, and its tokenizer is
+    # used as is (docs/pretraining-and-data.md). null: fresh weights. The families ignore it.
+    checkpoint: str | None = None
 
 
 def t5_layer(config: T5Config, decoder: bool) -> TransformerLayer:

@@ -79,6 +79,10 @@ class TransformerConfig:
     eos_token_id: int = 2
     # Vocabulary a trained tokenizer gets with data.tokenizer.kind=auto: byte-level BPE over both languages.
     tokenizer: TokenizerKind = TokenizerKind.bpe
+    # plm-train: continue pretraining from these weights (a local Hugging Face folder, a plm-train checkpoint or
+    # run directory, a bilm-tf folder); the family and every architecture field come from it, and its tokenizer is
+    # used as is (docs/pretraining-and-data.md). null: fresh weights. The families ignore it.
+    checkpoint: str | None = None
 
 
 def layer_stack(config: TransformerConfig, count: int, cross_attention: bool) -> nn.ModuleList:

@@ -62,6 +62,10 @@ class TransformerXLConfig:
     layer_norm_eps: float = 1e-5
     # Standard deviation of the normal initialization of weights and embeddings.
     initializer_range: float = 0.02
+    # plm-train: continue pretraining from these weights (a local Hugging Face folder, a plm-train checkpoint or
+    # run directory, a bilm-tf folder); the family and every architecture field come from it, and its tokenizer is
+    # used as is (docs/pretraining-and-data.md). null: fresh weights. The families ignore it.
+    checkpoint: str | None = None
 
 
 class TransformerXLLayer(nn.Module):

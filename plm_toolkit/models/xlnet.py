@@ -77,6 +77,10 @@ class XLNetConfig:
     layer_norm_eps: float = 1e-12
     # Standard deviation of the normal initialization of weights, embeddings and attention biases.
     initializer_range: float = 0.02
+    # plm-train: continue pretraining from these weights (a local Hugging Face folder, a plm-train checkpoint or
+    # run directory, a bilm-tf folder); the family and every architecture field come from it, and its tokenizer is
+    # used as is (docs/pretraining-and-data.md). null: fresh weights. The families ignore it.
+    checkpoint: str | None = None
 
 
 class XLNetLayer(nn.Module):

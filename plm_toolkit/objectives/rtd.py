@@ -72,6 +72,9 @@ class RtdConfig:
     rtd_weight: float = 50.0
     # Temperature of the generator's sampling distribution (1.0: its softmax as is).
     sampling_temperature: float = 1.0
+    # plm-train model.checkpoint=<discriminator folder>: the released generator's folder (ElectraForMaskedLM) to
+    # continue with it; null reads <model.checkpoint>/generator where that exists, else the generator starts fresh.
+    generator_checkpoint: str | None = None
 
 
 def generator_config(config: RtdConfig, model_config: BertConfig) -> BertConfig:

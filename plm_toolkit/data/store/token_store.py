@@ -332,6 +332,8 @@ class TokenStore:
             raise DataError(f"{self.folder} is not a finished token store (no {MANIFEST}); prepare it with plm-prepare")
         self.manifest = manifest
         self.tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
+        self.tokenizer.no_padding()  # a store written before load_tokenizer cleared them
+        self.tokenizer.no_truncation()
 
     def split(self, name: str) -> StoreSplit | None:
         info = self.manifest["splits"].get(name)

@@ -146,6 +146,10 @@ def load_tokenizer(path: str | Path, lowercase: bool = True) -> Tokenizer:
                 names = " or ".join(ROLE_TOKENS[role])
                 raise DataError(f"tokenizer file {path} has no {names} token; expected BERT's special tokens")
     check_ids(tokenizer, path)
+    # A tokenizer.json may keep the padding and truncation its creator used (all-MiniLM-L6-v2's fixed 128): every
+    # text would be cut or padded to that length, and the pads masked and predicted. Windows are made here.
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
     return tokenizer
 
 
