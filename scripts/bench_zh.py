@@ -64,7 +64,7 @@ def train_wordpiece(lines: list[str], vocab_size: int):
 
 
 def tokens_per_character(tokenizer, lines: list[str]) -> dict:
-    from plm_toolkit.data.chinese import is_chinese_char
+    from plm_toolkit.data.tokenization.chinese import is_chinese_char
 
     tokens = chinese_tokens = unknown = characters = chinese = 0
     for line, encoding in zip(lines, tokenizer.encode_batch(lines, add_special_tokens=False), strict=True):
@@ -89,7 +89,7 @@ def tokens_per_character(tokenizer, lines: list[str]) -> dict:
 
 def masking_counts(batch, out, tokenizer, vocab) -> dict:
     """Shares of characters masked, of chosen words masked whole, of targets in multi-character words."""
-    from plm_toolkit.data.chinese import is_chinese_char
+    from plm_toolkit.data.tokenization.chinese import is_chinese_char
     from plm_toolkit.objectives.masking import IGNORE_INDEX, word_spans
 
     chosen = out["mlm_labels"] != IGNORE_INDEX
@@ -138,7 +138,7 @@ def whole_word(args, tokenizer, cache: Path) -> dict:
     from plm_toolkit.data.layouts.pretraining import build_pretraining_examples
     from plm_toolkit.data.store.preparation import prepare_store
     from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
-    from plm_toolkit.data.word_units import WordSources
+    from plm_toolkit.data.units.words import WordSources
     from plm_toolkit.objectives.masking import MaskingTransform
 
     vocab = vocab_from_tokenizer(tokenizer)

@@ -4,7 +4,7 @@ objective.word_segmenter=jieba``, the keys ERNIE's ``knowledge_masking`` has.
 
 HFL segment their corpus with LTP and, for every Chinese word, mask all of its characters when the word is chosen
 (15% of the characters overall, each target with its own label; 80% [MASK], 10% random, 10% kept). Here jieba
-segments at preparation time, the words travel beside the ids as join codes (``data/word_units.py``) and
+segments at preparation time, the words travel beside the ids as join codes (``data/units/words.py``) and
 ``MaskingTransform`` draws whole words until 15% of the row's tokens are targets.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.data.layouts.plan import DataPlan
 from plm_toolkit.data.sources.corpus import choice
-from plm_toolkit.data.word_units import WordSources
+from plm_toolkit.data.units.words import WordSources
 
 # The masking units that group tokens into words, and so can read a segmenter's.
 WORD_MASKING = ("whole_word", "ngram")

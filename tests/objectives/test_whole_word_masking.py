@@ -13,13 +13,13 @@ from omegaconf import OmegaConf
 
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.data.batching.collate import collate
-from plm_toolkit.data.chinese import is_chinese_char
 from plm_toolkit.data.layouts.pretraining import build_pretraining_examples
 from plm_toolkit.data.sources.corpus import resource_path
 from plm_toolkit.data.sources.documents import split_sentences
+from plm_toolkit.data.tokenization.chinese import is_chinese_char
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.units.knowledge import NONE, WORD, SentenceUnits, split_words
-from plm_toolkit.data.word_units import WordSources
+from plm_toolkit.data.units.words import WordSources
 from plm_toolkit.objectives.masking import IGNORE_INDEX, MaskingTransform, masking_from_config
 from plm_toolkit.objectives.mlm import MaskedLanguageModeling, MlmConfig
 from plm_toolkit.objectives.mlm_nsp import MlmNsp, MlmNspConfig

@@ -32,7 +32,7 @@ from plm_toolkit.data.store.processes import worker_pool
 from plm_toolkit.data.store.token_store import StoreSplit, TokenStore, sync_rename
 from plm_toolkit.data.tokenization.template import Template
 from plm_toolkit.data.units.knowledge import NONE as NO_UNIT
-from plm_toolkit.data.word_units import coded_document, pair_codes, uncoded
+from plm_toolkit.data.units.words import coded_document, pair_codes, uncoded
 
 logger = logging.getLogger(__name__)
 
@@ -257,7 +257,7 @@ def _shard_pairs(job: dict, split: StoreSplit | None = None) -> int:
     max_seq_len, contiguous = settings["max_seq_len"], settings["contiguous"]
     max_tokens = max_seq_len - 3
     shard = split.shards[job["shard"]]
-    # A store of units: each token carries its join code through the pairs (data/word_units.py).
+    # A store of units: each token carries its join code through the pairs (data/units/words.py).
     with_units = len(shard.array("units")) > 0
     load = partial(coded_document, split) if with_units else split.document
     documents = SplitDocuments(split.num_documents, load, max_tokens)

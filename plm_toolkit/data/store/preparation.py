@@ -83,7 +83,7 @@ def store_settings(data_cfg: Any, unit: str, spellings: bool, units: Any = None)
         "text_column": str(data_cfg.text_column),
         "tokenizer": tokenizer_settings(data_cfg),
     }
-    if unit in ("document_sentences", "sentences", "units"):  # where sentences end (data/chinese.py)
+    if unit in ("document_sentences", "sentences", "units"):  # where sentences end (data/tokenization/chinese.py)
         settings["sentence_rules"] = SENTENCE_RULES
     if unit == "units":
         settings["units"] = units_settings(units)

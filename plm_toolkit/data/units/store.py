@@ -174,7 +174,7 @@ def log_units(split: str, info: dict, sources: Any) -> None:
     summary = info["units"]
     scalars = {k: v for k, v in summary.items() if not k.startswith("top_")}
     if choice(getattr(sources, "masking", "knowledge")) != "knowledge" and phrase_origin(sources) == "none":
-        words = ", ".join(s["path"] for s in info["sources"])  # whole-word masking (data/word_units.py)
+        words = ", ".join(s["path"] for s in info["sources"])  # whole-word masking (data/units/words.py)
         log.info("words of %s (%s): %d sentences, %d words", words, choice(sources.word_segmenter),
                  summary["sentences"], summary["words"])  # fmt: skip
         return
