@@ -27,12 +27,13 @@ from pathlib import Path
 
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.data.sources.user_files import iter_lines
+from plm_toolkit.data.tokenization.chinese import CJK_CLASS
 
 WORD, PHRASE, ENTITY, NONE = 0, 1, 2, 3
 LEVELS = ("word", "phrase", "entity")
 
 # BERT's CJK ranges (tokenization.py, _is_chinese_char): each such character is a word of its own.
-_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df\U0002a700-\U0002ceaf\U0002f800-\U0002fa1f"
+_CJK = CJK_CLASS
 _WORDS = re.compile(rf"[^\W_{_CJK}]+|[{_CJK}]|[^\s\w]|_")
 _MARKERS = {"[[": ("]]", "phrase"), "{{": ("}}", "entity")}
 _MARKUP = re.compile(r"\[\[|\]\]|\{\{|\}\}")

@@ -207,3 +207,22 @@ def test_each_stage_masks_its_chinese_units_whole(ernie_zh, level):
     maskable = batch["attention_mask"].bool() & ~batch["special_tokens_mask"].bool()
     assert 0.12 < chosen.sum().item() / maskable.sum().item() < 0.155  # round(0.15 n) targets a row
     assert torch.equal(out["mlm_labels"][chosen], batch["input_ids"][chosen])
+
+
+def test_a_store_of_sentences_split_by_the_older_rules_is_refused(tmp_path):
+    """A store names its sentence rules: one prepared before Chinese sentence ends (no such setting) is refused."""
+    import json
+
+    from plm_toolkit.core.errors import DataError
+    from plm_toolkit.data.store.preparation import prepare_store
+
+    lines = (CORPUS / "valid.txt").read_text(encoding="utf-8").splitlines()
+    tokenizer = tiny_tokenizer([line for line in lines if line], vocab_size=600)
+    cfg = data_config([CORPUS / "valid.txt"], tmp_path / "cache", tokenizer, store=str(tmp_path / "store"))
+    folder = prepare_store(cfg, "sentences")
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["settings"]["sentence_rules"] == 2
+    del manifest["settings"]["sentence_rules"]
+    (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(DataError, match="holds sentences split by English rules only; this run needs sentences split"):
+        prepare_store(cfg, "sentences")
