@@ -24,6 +24,12 @@ from plm_toolkit.models.transformer import Transformer, TransformerConfig
 # Schemas, registries and resolvers, as the entry points set them up before Hydra composes.
 setup()
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two workers on a 2-core machine: one thread each (and for the commands they launch), so that
+    # they share the cores instead of fighting over them.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("PLM_SHARED_DATA", REPO.parent / "shared" / "data"))
 
