@@ -19,10 +19,11 @@ from plm_toolkit.config.resolve import resolve_run
 from plm_toolkit.config.validate import validate
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.data.build import prepare_pretraining_data
+from plm_toolkit.data.layouts.blend_sources import blend_summary
 from plm_toolkit.data.layouts.pretraining import store_unit
 from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data
-from plm_toolkit.data.preparation_parts import prepare_part
 from plm_toolkit.data.store.pairs import prepare_parallel_store
+from plm_toolkit.data.store.parts import prepare_part
 from plm_toolkit.data.store.preparation import prepare_store
 from plm_toolkit.data.store.token_store import TokenStore
 from plm_toolkit.tasks.entity_tagger import with_entity_tagger
@@ -46,7 +47,11 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     if plan.layout == "parallel":  # sentence pairs for translation (their batches are checked, and made at start)
         store = TokenStore(prepare_parallel_store(data_cfg))
         data = prepare_parallel_data(data_cfg, seed)
-    elif data_cfg.get("prepare_parts", 1) > 1:  # one job of several across nodes (data/preparation_parts.py)
+    elif data_cfg.get("sources"):  # a blend: one store per source, each prepared once (data/layouts/blend_sources.py)
+        data = prepare_pretraining_data(data_cfg, plan, seed)
+        print(json.dumps({"sources": blend_summary(data), "examples": {"layout": plan.layout}}), flush=True)
+        return {}
+    elif data_cfg.get("prepare_parts", 1) > 1:  # one job of several across nodes (data/store/parts.py)
         unit, part, parts = store_unit(plan.layout, plan.units), data_cfg.prepare_part, data_cfg.prepare_parts
         folder, finished = prepare_part(data_cfg, unit, plan.spellings, plan.units, part, parts)
         if not finished:  # the part that finishes last writes the manifest and the layout's files

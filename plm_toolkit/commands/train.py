@@ -70,7 +70,9 @@ def prepare_data(cfg: DictConfig, data_cfg: DictConfig, plan, checkpoint: ckpt.C
     if tokenizer_file is not None and tokenizer_file.is_file() and plan.layout == "parallel":
         data_cfg = resumed_parallel_store(data_cfg, tokenizer_file)
     elif tokenizer_file is not None and tokenizer_file.is_file() and getattr(data_cfg, "sources", None):
-        data_cfg = OmegaConf.merge(data_cfg, {"tokenizer": {"path": str(tokenizer_file)}})  # data/blend_sources.py
+        data_cfg = OmegaConf.merge(
+            data_cfg, {"tokenizer": {"path": str(tokenizer_file)}}
+        )  # data/layouts/blend_sources.py
     elif tokenizer_file is not None and tokenizer_file.is_file():
         unit = store_unit(plan.layout, plan.units)
         data_cfg = resumed_store(data_cfg, tokenizer_file, unit, plan.spellings, plan.units)

@@ -37,8 +37,8 @@ def prepare_pretraining_data(
     carry the spelling of unknown tokens); from the token store (``data/store/token_store.py``).
     ``window`` = (length, stride) of the "streams" layout; ``units``: where knowledge units come from, when the
     objective masks them (``data/units/corpus.py``)."""
-    if getattr(data_cfg, "sources", None):  # a weighted blend of corpora, each prepared alone (data/blend.py)
-        from plm_toolkit.data.blend_sources import prepare_blended_data
+    if getattr(data_cfg, "sources", None):  # a weighted blend of corpora, each prepared alone (data/layouts/blend.py)
+        from plm_toolkit.data.layouts.blend_sources import prepare_blended_data
 
         return prepare_blended_data(data_cfg, layout, seed)
     plan = layout if isinstance(layout, DataPlan) else DataPlan(str(getattr(layout, "value", layout)))

@@ -84,7 +84,7 @@ def phased_micro_batches(trainer, pin_memory: bool) -> Iterator[Any]:
 
 
 def blend_metrics(trainer) -> dict[str, float]:
-    """The shares and epochs of a blend's sources (``data.sources``, data/blend.py) over the examples read from it
+    """The shares and epochs of a blend's sources (``data.sources``, data/layouts/blend.py) over the examples read from it
     so far (the current phase's, with trainer.phases); logged in words at the last step."""
     samples = trainer.samples_seen
     if trainer.phases:

@@ -1,11 +1,11 @@
-"""The blend of data.sources (data/blend.py): Megatron's greedy table, the shares the loader really reads, epochs
+"""The blend of data.sources (data/layouts/blend.py): Megatron's greedy table, the shares the loader really reads, epochs
 per source, determinism in the seed and a resume that reads exactly what the uninterrupted run reads."""
 
 import numpy as np
 import pytest
 
 from plm_toolkit.data.batching.loader import BatchLayout, MicroBatches
-from plm_toolkit.data.blend import PERIOD, BlendedExamples, SourceValidation, greedy_table
+from plm_toolkit.data.layouts.blend import PERIOD, BlendedExamples, SourceValidation, greedy_table
 
 
 class Rows:

@@ -1,4 +1,4 @@
-"""One token store prepared across nodes (data/preparation_parts.py): the shards dealt out by size, each part
+"""One token store prepared across nodes (data/store/parts.py): the shards dealt out by size, each part
 tokenizing its own, the last to finish writing the manifest, and the store the same as one node's. Two local jobs of
 Hydra's submitit launcher (the one plm-train uses on SLURM) stand for two nodes."""
 
@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.schema import DataConfig
-from plm_toolkit.data.preparation_parts import deal_pieces, prepare_part
+from plm_toolkit.data.store.parts import deal_pieces, prepare_part
 from plm_toolkit.data.store.preparation import prepare_store
 from plm_toolkit.data.store.token_store import TokenStore
 

@@ -163,7 +163,7 @@ class MicroBatches(Dataset):
         # it is then called as transform(batch, seeds, step). None: transform(batch, seeds).
         self.first_step = first_step
         self.collate, self.transform, self.seed = collate, transform, seed
-        if hasattr(examples, "blend_order"):  # data.sources: the blend's own order (data/blend.py)
+        if hasattr(examples, "blend_order"):  # data.sources: the blend's own order (data/layouts/blend.py)
             self.index_of = examples.blend_order(seed, shuffle)
         elif streams:
             streams_total = layout.batch_size * layout.world_size

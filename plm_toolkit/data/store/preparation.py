@@ -200,7 +200,7 @@ def check_settings(stored: dict, wanted: dict, folder: Path) -> None:
 def _prepare(
     folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit: bool, units: Any = None, part=None
 ) -> None:
-    """Plan, tokenizer, shards, manifest; ``part`` (``data/preparation_parts.py``): a function that keeps the jobs of
+    """Plan, tokenizer, shards, manifest; ``part`` (``data/store/parts.py``): a function that keeps the jobs of
     one part of a preparation across nodes, which then stops before the manifest."""
     started = time.perf_counter()
     plan, tokenizer = plan_and_tokenizer(folder, data_cfg, settings, splits, explicit)
