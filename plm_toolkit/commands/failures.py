@@ -135,7 +135,9 @@ def _composition(err: HydraException) -> str:
     if isinstance(cause, OmegaConfBaseException):
         where = getattr(cause, "full_key", None)
         override = _first_line(str(err)).removeprefix("Error merging override ")
-        return f"{override or where}: {_first_line(str(cause))}"
+        # A field inside a list or dict value (data.sources=[{...,weight:lots}]) is named too.
+        inner = f"{where}: " if override and where and not override.split("=")[0].endswith(str(where)) else ""
+        return f"{override or where}: {inner}{_first_line(str(cause))}"
     return " ".join(line.strip() for line in str(err).splitlines() if line.strip())
 
 

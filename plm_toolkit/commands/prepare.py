@@ -18,6 +18,7 @@ from plm_toolkit.commands.run_harness import run_command
 from plm_toolkit.config.validate import validate
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.data.build import build_run_data
+from plm_toolkit.data.layouts.blend_sources import blend_summary
 from plm_toolkit.data.layouts.plan import LAYOUT_BUILDERS
 from plm_toolkit.data.layouts.pretraining import store_unit
 from plm_toolkit.data.store.parts import prepare_part
@@ -36,6 +37,10 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
             f"plm-prepare writes token stores; objective={cfg.objective.name}'s data is prepared by plm-train"
         )
     data_cfg = resolved.data
+    if data_cfg.get("sources"):  # a blend: one store per source, each prepared once (data/layouts/blend_sources.py)
+        data = build_run_data(data_cfg, plan, int(cfg.trainer.seed))
+        print(json.dumps({"sources": blend_summary(data), "examples": {"layout": plan.layout}}), flush=True)
+        return {}
     if data_cfg.get("prepare_parts", 1) > 1:  # one job of several across nodes (data/store/parts.py)
         unit, part, parts = store_unit(plan.layout, plan.units), data_cfg.prepare_part, data_cfg.prepare_parts
         folder, finished = prepare_part(data_cfg, unit, plan.spellings, plan.units, part, parts)

@@ -32,6 +32,10 @@ def blend_problems(cfg, plan) -> list[str]:
             out.append(
                 f"data.sources and data.{key} are both set: a blend prepares one store per source; unset data.{key}"
             )
+    if d.get("prepare_parts", 1) > 1:
+        out.append(
+            "data.sources and data.prepare_parts are both set: a blend prepares one store per source on one node"
+        )
     if "source_lang" in d:
         out.append("data.sources blends monolingual corpora; data=parallel is not one of them")
     out += _layout_problems(cfg, plan)

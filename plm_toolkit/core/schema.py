@@ -99,6 +99,10 @@ class SourceConfig:
     weight: float = 1.0
     # Held-out files of this source, scored alone (eval_loss/<name>) and within the overall eval_loss.
     validation_files: list[str] = field(default_factory=list)
+    # This source's data.text_column (a JSONL field), where it differs; null: data.text_column.
+    text_column: str | None = None
+    # This source's data.document_boundary (blank_line, line, file), where it differs; null: data.document_boundary.
+    document_boundary: DocumentBoundary | None = None
 
 
 @dataclass

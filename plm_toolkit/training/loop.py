@@ -38,7 +38,7 @@ from plm_toolkit.training.resume import check_length, finish_resumed
 from plm_toolkit.training.selection import Selection, evaluation_due
 from plm_toolkit.training.state import restore_state, save_state
 from plm_toolkit.training.trackers import chosen_loggers, take_trackers
-from plm_toolkit.training.window import StepStats, Window, merged_windows, reduce_window, settle
+from plm_toolkit.training.window import StepStats, Window, eval_summary, merged_windows, reduce_window, settle
 
 log = logging.getLogger("plm_toolkit")
 
@@ -200,7 +200,9 @@ class Trainer:
         if self.process.is_main:
             rows = rows_per_batch(self.eval_examples, self.cfg)
             world, streams = self.process.world_size, self.plan.streams
-            log.info(eval_scope(len(self.eval_examples), rows, world, self.cfg.eval_batches, streams))
+            for name, part in (getattr(self.eval_examples, "sources", None) or {"": self.eval_examples}).items():
+                scope = eval_scope(len(part), rows, world, self.cfg.eval_batches, streams)
+                log.info(f"{name}: {scope}" if name else scope)  # data.sources: each source's own sample
 
     def _evaluates(self) -> bool:
         by_epoch = self.cfg.get("eval_strategy", "steps") == "epoch"
@@ -376,9 +378,9 @@ class Trainer:
         # data.sources: each source's validation examples are scored alone (eval_loss/<name>), the overall is their sum.
         parts = getattr(self.eval_examples, "sources", None) or {"": self.eval_examples}
         windows = {name: self._eval_window(examples, outputs) for name, examples in parts.items()}
-        summary = self._eval_summary(merged_windows(windows.values()))
+        summary = eval_summary(merged_windows(windows.values()), self.objective)
         for name, window in windows.items() if parts.get("") is None else ():
-            summary.update({f"{key}/{name}": value for key, value in self._eval_summary(window).items()})
+            summary.update({f"{key}/{name}": value for key, value in eval_summary(window, self.objective).items()})
         if type(self.objective).finish_evaluation is not Objective.finish_evaluation:
             # Every process holds the rows of its own batches; tasks decode from all of them.
             gathered = all_gather_objects({k: torch.cat(v) for k, v in outputs.items()}, self.process)
@@ -414,13 +416,6 @@ class Trainer:
             for k, v in out.outputs.items() if real else ():
                 outputs[k].append(v.detach().float().cpu() if v.is_floating_point() else v.detach().cpu())
         return reduce_window(window, self.process)
-
-    def _eval_summary(self, window: Window) -> dict:
-        summary = window.summary(self.objective.metric_denominators, prefix="eval_", components=True)
-        for name in self.objective.perplexity_components:
-            if f"eval_{name}_loss" in summary:
-                summary[f"eval_{name}_perplexity"] = math.exp(min(summary[f"eval_{name}_loss"], 50.0))
-        return summary
 
     def _eval_batches(self, world: int, rank: int, max_batches: int, examples=None):
         examples = self.eval_examples if examples is None else examples

@@ -7,6 +7,7 @@ transfer (at log and save points) and sums them over processes in one all-reduce
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -64,6 +65,15 @@ def merged_windows(windows) -> Window:
     for window in windows:
         out.add(window)
     return out
+
+
+def eval_summary(window: Window, objective) -> dict[str, float]:
+    """An evaluation's metrics (``eval_loss``, each component's loss, accuracy and perplexity) from its window."""
+    summary = window.summary(objective.metric_denominators, prefix="eval_", components=True)
+    for name in objective.perplexity_components:
+        if f"eval_{name}_loss" in summary:
+            summary[f"eval_{name}_perplexity"] = math.exp(min(summary[f"eval_{name}_loss"], 50.0))
+    return summary
 
 
 def reduce_window(window: Window, process) -> Window:

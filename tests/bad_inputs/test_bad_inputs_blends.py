@@ -29,7 +29,7 @@ def blend(*sources: str) -> str:
 CASES = [
     Case("negative_weight", "train", (blend(WIKI, "{{name:code,files:[{tmp}/b.txt],weight:-0.3}}"),), "data.sources[1].weight=-0.3: expected a number of 0 or more", base=BASE),
     Case("all_weights_zero", "train", (blend("{{name:wiki,files:[{tmp}/a.txt],weight:0}}", "{{name:code,files:[{tmp}/b.txt],weight:0.0}}"),), "data.sources: every weight is 0; give at least one source a positive weight", base=BASE),
-    Case("weight_not_a_number", "train", (blend(WIKI, "{{name:code,files:[{tmp}/b.txt],weight:lots}}"),), "Value 'lots' of type 'str' could not be converted to Float", base=BASE),
+    Case("weight_not_a_number", "train", (blend(WIKI, "{{name:code,files:[{tmp}/b.txt],weight:lots}}"),), "weight:lots}}]: weight: Value 'lots' of type 'str' could not be converted to Float", base=BASE),
     Case("weight_nan", "train", (blend(WIKI, "{{name:code,files:[{tmp}/b.txt],weight:nan}}"),), "data.sources[1].weight=nan: expected a number of 0 or more", base=BASE),
     Case("source_without_files", "train", (blend(WIKI, "{{name:code,files:[],weight:0.3}}"),), "data.sources[1].files is empty: give the source's files or patterns", base=BASE),
     Case("source_files_match_nothing", "train", (blend(WIKI, "{{name:code,files:[{tmp}/code/*.jsonl],weight:0.3}}"),), "data.sources[1].files: the pattern {tmp}/code/*.jsonl matches no file", base=BASE),
@@ -40,6 +40,7 @@ CASES = [
     Case("sources_and_train_files", "train", (blend(WIKI, CODE), "data.train_files=[{tmp}/a.txt]"), "data.sources and data.train_files are both set", base=BASE),
     Case("sources_with_the_default_corpus", "train", ("model=gpt2_tiny", "data.cache_dir={tmp}/cache", *QUIET, blend(WIKI, CODE)), "data.sources and data.train_files are both set: a blend reads data.sources[i].files; give data=text_files", base=("hardware=cpu",)),
     Case("sources_and_validation_files", "train", (blend(WIKI, CODE), "data.validation_files=[{tmp}/a.txt]"), "data.sources and data.validation_files are both set", base=BASE),
+    Case("prepare_part_out_of_range", "prepare", ("model=gpt2_tiny", "data=text_files", "data.train_files=[{tmp}/a.txt]", "data.store={tmp}/store", "data.prepare_parts=2", "data.prepare_part=2"), "data.prepare_part=2: expected 0 to data.prepare_parts - 1 (2 parts)"),
     Case("sources_for_transformer_xl", "train", ("model=transformer_xl_tiny", blend(WIKI, CODE)), "data.sources: objective=clm reads one contiguous stream per batch row", base=BASE),
 ]  # fmt: skip
 

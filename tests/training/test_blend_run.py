@@ -3,6 +3,7 @@ metrics.jsonl and TensorBoard, realized shares within 1% of the weights, an exac
 reused by another blend, and the layouts a blend serves (GPT-2's windows, RoBERTa's full sentences, T5's spans,
 BERT's sentence pairs) or refuses (Transformer-XL's streams)."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.data.sources.corpus import resource_path
 
 from .conftest import GPT2_SMALL, QUIET, read_metrics
+from .test_train import launch
 from .test_train_t5 import T5
 
 
@@ -73,6 +75,7 @@ def test_gpt2_blend_logs_each_source_and_resumes_exactly(corpora, tmp_path):
     assert {"eval_loss", "eval_loss/a", "eval_loss/b", "blend_share/a"} <= set(events.Tags()["scalars"])
     # Each source has its own store; another blend of the same sources tokenizes nothing again.
     stores = sorted(p.name for p in (Path(corpora["cache"]) / "stores").iterdir() if p.is_dir())
+    assert len(stores) == 2  # the resumed run found its sources' stores through its checkpoint's tokenizer
     run(gpt(corpora, "trainer.max_steps=1", sources(corpora, (0.1, 0.9))), tmp_path / "other")
     assert sorted(p.name for p in (Path(corpora["cache"]) / "stores").iterdir() if p.is_dir()) == stores
 
@@ -118,3 +121,43 @@ def test_phases_blend_each_phase_and_albert_sop_reads_a_blend(corpora, tmp_path)
     # 4 rows of a 0.75/0.25 blend per step in phase 1, 2 rows in phase 2 (each phase read from its own start).
     assert [r["blend_share/a"] for r in train] == [0.75, 0.75, 0.5, 0.75]
     assert {"eval_loss/a", "eval_loss/b", "eval_sop_accuracy/b"} <= set([r for r in records if "eval_loss" in r][-1])
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_two_processes_read_the_blend_one_process_reads(corpora, tmp_path):
+    """2 ranks x 4 rows against 1 process x 8 rows: the same blended examples, the same losses, the same
+    per-source validation losses (each source's batches dealt out over the ranks, summed in lockstep)."""
+    common = [
+        *GPT2_SMALL, "model.hidden_dropout=0", "model.attention_dropout=0", "model.embedding_dropout=0",
+        *QUIET, "data=text_files", f"data.cache_dir={corpora['cache']}", "data.num_proc=1", sources(corpora),
+        "trainer.max_steps=4", "trainer.eval_every=4", "trainer.eval_batches=0", "data.tokenizer.kind=character",
+    ]  # fmt: skip
+    two = launch([*common, "trainer.batch_size=4", f"hydra.run.dir={tmp_path / 'two'}"], tmp_path, nproc=2)
+    assert two.returncode == 0, two.stderr[-3000:]
+    one = launch([*common, "trainer.batch_size=8", f"hydra.run.dir={tmp_path / 'one'}"], tmp_path)
+    assert one.returncode == 0, one.stderr[-3000:]
+    a, b = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
+    for x, y in zip(a, b, strict=True):
+        for key in ("loss", "eval_loss", "eval_loss/a", "eval_loss/b", "blend_share/a"):
+            assert (key in x) == (key in y) and abs(x.get(key, 0) - y.get(key, 0)) < 1e-5, (key, x, y)
+
+
+@pytest.mark.slow
+def test_each_source_reads_with_its_own_text_column_and_document_boundary(corpora, tmp_path):
+    rows = [{"content": f"def function_{k}(x):\n    return x * {k}\n"} for k in range(300)]
+    (tmp_path / "code.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "lines.txt").write_text("".join(f"Sentence {k} stands on its own line.\n" for k in range(400)))
+    blend = (
+        f"data.sources=[{{name:code,files:[{tmp_path}/code.jsonl],weight:2,text_column:content}},"
+        f"{{name:lines,files:[{tmp_path}/lines.txt],weight:1,document_boundary:line}},"
+        f"{{name:wiki,files:[{corpora['root']}/a.txt],weight:1}}]"
+    )
+    run(
+        gpt(corpora, blend, "trainer.max_steps=2", "trainer.batch_size=8", f"data.cache_dir={tmp_path}/cache"), tmp_path
+    )
+    train = [r for r in read_metrics(tmp_path) if "lr" in r]
+    assert (train[-1]["blend_share/code"], train[-1]["blend_share/lines"]) == (0.5, 0.25)
+    stores = [json.loads(p.read_text()) for p in (tmp_path / "cache" / "stores").glob("*/manifest.json")]
+    documents = sorted(m["splits"]["train"]["documents"] for m in stores)
+    assert documents[-2:] == [300, 400]  # a document per JSONL row, a document per line

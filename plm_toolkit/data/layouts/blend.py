@@ -18,7 +18,6 @@ resumed run reads exactly what the uninterrupted one reads.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,8 +25,6 @@ import numpy as np
 from plm_toolkit.data.batching.loader import EpochPermutations, mix_seed, take_rows
 from plm_toolkit.data.layouts.windows import ExampleView
 from plm_toolkit.data.sources.corpus import stable_hash
-
-log = logging.getLogger("plm_toolkit")
 
 # Positions of one pass of the greedy table; the shares drift from the weights by at most about one example per
 # source per period (a relative error below 2e-5).

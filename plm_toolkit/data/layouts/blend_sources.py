@@ -16,9 +16,11 @@ from tokenizers import Tokenizer
 from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.layouts.blend import BlendedExamples, SourceValidation
 from plm_toolkit.data.layouts.examples import PretrainingData
-from plm_toolkit.data.sources.corpus import stable_hash
+from plm_toolkit.data.sources.corpus import document_boundary, stable_hash
+from plm_toolkit.data.sources.piece_reader import sample_texts
+from plm_toolkit.data.sources.pieces import resolve_sources
 from plm_toolkit.data.store.cache import cache_root
-from plm_toolkit.data.tokenization.tokenizer import load_or_train_tokenizer, load_tokenizer
+from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, train_cached
 
 log = logging.getLogger("plm_toolkit")
 
@@ -44,30 +46,55 @@ def prepare_blended_data(
     return PretrainingData(first.tokenizer, first.vocab, train, validation)
 
 
-def source_config(data_cfg: Any, source: Any, tokenizer_file: Path) -> Any:
-    """The data config of one source: its files as train_files and validation_files, the blend's tokenizer."""
+def blend_summary(data: PretrainingData) -> dict[str, dict]:
+    """Each source's weight and examples (plm-prepare's summary of a blend)."""
+    held = getattr(data.validation, "sources", None) or {}
+    return {
+        name: {"weight": float(weight), "train": len(view), "validation": len(held.get(name, ()))}
+        for name, view, weight in zip(data.train.names, data.train.views, data.train.weights, strict=True)
+    }
+
+
+def source_config(data_cfg: Any, source: Any, tokenizer_file: Path | None = None) -> Any:
+    """The data config of one source: its files as train_files and validation_files, its own text_column and
+    document_boundary where it gives them, the blend's tokenizer."""
+    own = {key: source.get(key) for key in ("text_column", "document_boundary") if source.get(key) is not None}
     return OmegaConf.merge(
         data_cfg,
         {
             "train_files": [str(f) for f in source.files],
             "validation_files": [str(f) for f in source.validation_files],
             "sources": [],
-            "tokenizer": {"path": str(tokenizer_file)},
+            **({"tokenizer": {"path": str(tokenizer_file)}} if tokenizer_file is not None else {}),
+            **own,
         },
     )
 
 
 def blend_tokenizer(data_cfg: Any) -> Path:
     """The file of the blend's tokenizer under the cache, named by its contents: data.tokenizer.path's, else one
-    trained on a sample of every source's training files. A resumed run (whose data.tokenizer.path is its
-    checkpoint's tokenizer) finds the same file, so its sources' stores are the ones it trained on."""
+    trained on a sample of every source's training files (each read with its own text_column and
+    document_boundary; the sample's share of each source is its share of the bytes). A resumed run (whose
+    data.tokenizer.path is its checkpoint's tokenizer) finds the same file, so its sources' stores are the ones it
+    trained on."""
     t = data_cfg.tokenizer
     if t.path:
         tokenizer = load_tokenizer(t.path, lowercase=t.lowercase is None or bool(t.lowercase))
-    else:
-        files = [str(f) for source in data_cfg.sources for f in source.files]
-        tokenizer = load_or_train_tokenizer(OmegaConf.merge(data_cfg, {"train_files": files, "sources": []}))
-    return _saved(tokenizer, cache_root(data_cfg) / "tokenizers")
+        return _saved(tokenizer, cache_root(data_cfg) / "tokenizers")
+    configs = [source_config(data_cfg, source) for source in data_cfg.sources]
+    read = [(resolve_sources(c, "train"), document_boundary(c), str(c.text_column)) for c in configs]
+    total = max(sum(s.size for sources, _, _ in read for s in sources), 1)
+    budget = int(t.train_sample_bytes)
+    shares = [max(budget * sum(s.size for s in sources) // total, 1) for sources, _, _ in read]
+    records = [([s.record() for s in sources], boundary, column) for sources, boundary, column in read]
+    fingerprint = stable_hash("blend", records, shares)
+
+    def texts():
+        for (sources, boundary, column), share in zip(read, shares, strict=True):
+            yield from sample_texts(sources, share, boundary, column)
+
+    named = ", ".join(s.path for sources, _, _ in read for s in sources)
+    return _saved(train_cached(data_cfg, fingerprint, texts, source=named), cache_root(data_cfg) / "tokenizers")
 
 
 def _saved(tokenizer: Tokenizer, folder: Path) -> Path:
