@@ -100,7 +100,7 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset
 from omegaconf import OmegaConf
 from plm_toolkit.core.schema import DataConfig
 from plm_toolkit.data.layouts.windows import StreamWindows
-from plm_toolkit.data.foreign_store import open_foreign_store
+from plm_toolkit.data.store.foreign import open_foreign_store
 from plm_toolkit.data.store.token_store import TokenStore
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 store_folder, exported, cache, length = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -131,6 +131,15 @@ def main(argv: list[str] | None = None) -> dict:
     work = args.workdir
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    try:
+        result = measure(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(result, indent=1))
+    return result
+
+
+def measure(args: argparse.Namespace, work: Path) -> dict:
     python = sys.executable
     size = make_corpus(args.source, work / "corpus.txt", int(args.size_mb * 1e6))
     text_bytes = write_tables(work / "corpus.txt", work / "corpus.jsonl", work / "corpus.parquet", args.row_group_rows)
@@ -180,7 +189,6 @@ def main(argv: list[str] | None = None) -> dict:
         result["megatron_round_trip"] = json.loads(check["stdout"].strip().splitlines()[-1])
     else:
         result["megatron_round_trip"] = "skipped: megatron-core is not installed (pip install megatron-core)"
-    print(json.dumps(result, indent=1))
     return result
 
 

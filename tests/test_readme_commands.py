@@ -165,6 +165,8 @@ def with_stand_ins(cfg, root: Path, elided: bool = False):
             cfg.data[key] = [stand_in(root, f, langs) for f in cfg.data[key]]
         if cfg.data.dataset_path:
             cfg.data.dataset_path = str(folder)
+        if cfg.data.tokenizer.path:  # the tokenizer of a Megatron-LM or nanoGPT token file
+            cfg.data.tokenizer.path = stand_in(root, cfg.data.tokenizer.path)
         for key in ("entity_gazetteer", "phrase_lexicon"):
             if cfg.objective.get(key):
                 cfg.objective[key] = stand_in(root, cfg.objective[key])

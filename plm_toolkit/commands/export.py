@@ -1,4 +1,5 @@
-"""plm-export: write a plm-train (or plm-finetune) checkpoint as a Hugging Face folder, or an ELMo as bilm-tf's.
+"""plm-export: write a plm-train (or plm-finetune) checkpoint as a Hugging Face folder, or an ELMo as bilm-tf's; or
+a token store as Megatron-LM's or nanoGPT's token files.
 
     plm-export runs/gpt2 out/gpt2-hf              # a run directory, checkpoints/last or a step_N folder
     plm-export runs/bert/checkpoints/step_300 out/bert --backbone-only
@@ -29,6 +30,9 @@ The folder is written whole or not at all (``atomic.atomic_folder``): into a tem
 into place once every file is on disk. OUT_DIR may be absent, empty or an earlier export (``exported.json`` lists
 the files plm-export wrote; that export is replaced); a folder holding anything else is refused, so that nothing
 plm-export did not write is ever deleted.
+
+``--format megatron`` / ``--format nanogpt`` take a token store (plm-prepare's folder) instead of a checkpoint and
+write OUT_DIR/train.bin + train.idx (+ validation.*), or OUT_DIR/train.bin + val.bin (``data/store/export.py``).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from plm_toolkit.core import registry
 from plm_toolkit.core.atomic import atomic_folder
 from plm_toolkit.core.catalog import load_all
 from plm_toolkit.core.errors import CheckpointError, ConfigError
-from plm_toolkit.data.store_export import STORE_FORMATS, write_token_files
+from plm_toolkit.data.store.export import STORE_FORMATS, write_token_files
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, vocab_from_tokenizer
 from plm_toolkit.interop.elmo_bilm_tf import export_bilm_tf
 from plm_toolkit.interop.hf import ADAPTERS, export_hf, some
@@ -192,7 +196,7 @@ def export_checkpoint(
 
 def export_token_store(source: Path, out: str | Path, format: str, eod: bool = True) -> Path:
     """The token store at ``source`` as Megatron-LM's or nanoGPT's token files in the folder ``out``, atomically
-    (``data/store_export.py``); ``eod``: Megatron's sequences get the document separator after each document."""
+    (``data/store/export.py``); ``eod``: Megatron's sequences get the document separator after each document."""
     out = Path(os.path.abspath(Path(out).expanduser()))
     check_out_dir(out)
     with atomic_folder(out) as tmp:

@@ -19,9 +19,9 @@ from plm_toolkit.config.resolve import resolve_run
 from plm_toolkit.config.validate import validate
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.data.build import prepare_pretraining_data
-from plm_toolkit.data.foreign_store import foreign_kind, open_foreign_store
 from plm_toolkit.data.layouts.pretraining import store_unit
 from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data
+from plm_toolkit.data.store.foreign import foreign_kind, open_foreign_store
 from plm_toolkit.data.store.pairs import prepare_parallel_store
 from plm_toolkit.data.store.preparation import prepare_store
 from plm_toolkit.data.store.token_store import TokenStore
@@ -56,7 +56,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         data = prepare_pretraining_data(data_cfg, plan, seed)
     manifest = store.manifest
     summary = {
-        "store": str(store.folder),
+        "store": str(getattr(store, "path", store.folder)),  # a foreign token file: its own path
         "unit": manifest["settings"]["unit"],
         "vocab_size": manifest["vocab_size"],
         "splits": {

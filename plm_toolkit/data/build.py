@@ -10,10 +10,10 @@ import datasets
 from tokenizers import Tokenizer
 
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.data.foreign_store import open_foreign_store
 from plm_toolkit.data.layouts.plan import LAYOUT_BUILDERS, DataPlan
 from plm_toolkit.data.layouts.pretraining import build_pretraining_examples, store_unit
 from plm_toolkit.data.sources.corpus import split_files
+from plm_toolkit.data.store.foreign import open_foreign_store
 from plm_toolkit.data.store.preparation import prepare_store
 from plm_toolkit.data.store.token_store import TokenStore
 from plm_toolkit.data.tokenization.tokenizer import load_or_train_tokenizer, vocab_from_tokenizer

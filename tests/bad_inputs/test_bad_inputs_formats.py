@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from plm_toolkit.data.token_files import MegatronWriter
+from plm_toolkit.data.store.token_files import MegatronWriter
 from tests.bad_inputs.test_bad_inputs import Case, assert_one_error_line, command_line
 from tests.training.conftest import QUIET
 

@@ -1,4 +1,4 @@
-"""Parquet corpora (``data/parquet_files.py``): a file's row groups become the preparation's pieces, the store holds
+"""Parquet corpora (``data/sources/parquet.py``): a file's row groups become the preparation's pieces, the store holds
 the same ids as from JSONL of the same text whatever the number of processes, null rows are skipped, and
 plm-finetune's table readers read a Parquet table as they read JSONL."""
 

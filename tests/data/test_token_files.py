@@ -1,5 +1,5 @@
-"""Megatron-LM's and nanoGPT's token files both ways (``data/token_files.py``, ``data/foreign_store.py``,
-``data/store_export.py``): a store exported and read back gives the same examples; megatron-core's own
+"""Megatron-LM's and nanoGPT's token files both ways (``data/store/token_files.py``, ``data/store/foreign.py``,
+``data/store/export.py``): a store exported and read back gives the same examples; megatron-core's own
 IndexedDataset reads our export as the same documents, and a pair its IndexedDatasetBuilder writes is read here with
 the same ids; nanoGPT's train.bin as its prepare.py writes it is read as its documents."""
 
@@ -19,11 +19,11 @@ from omegaconf import OmegaConf
 from plm_toolkit.core.errors import DataError
 from plm_toolkit.core.schema import DataConfig
 from plm_toolkit.data.build import prepare_pretraining_data
-from plm_toolkit.data.foreign_store import open_foreign_store
 from plm_toolkit.data.layouts.pretraining import store_unit
+from plm_toolkit.data.store.export import write_token_files
+from plm_toolkit.data.store.foreign import open_foreign_store
 from plm_toolkit.data.store.preparation import prepare_store
 from plm_toolkit.data.store.token_store import TokenStore
-from plm_toolkit.data.store_export import write_token_files
 from plm_toolkit.data.tokenization.template import template_of
 from tests.bad_inputs.test_bad_inputs_formats import gpt2_style_tokenizer
 

@@ -115,7 +115,7 @@ class StreamWindows(ExampleView):
     column_names = ["input_ids"]
 
     def __init__(self, split: StoreSplit, separator: int, length: int, stride: int):
-        # A foreign token file whose documents end with the separator already (data/foreign_store.py) gets none.
+        # A foreign token file whose documents end with the separator already (data/store/foreign.py) gets none.
         self.marks = 0 if getattr(split, "separated", False) else 1
         self.stream = _VirtualStream(split, self.marks, "document")
         self.separator, self.length, self.stride = separator, length, stride

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from plm_toolkit.core.errors import ConfigError, DataError
-from plm_toolkit.data.parquet_files import parquet_documents
 from plm_toolkit.data.sources.documents import split_text
+from plm_toolkit.data.sources.parquet import parquet_documents
 from plm_toolkit.data.sources.pieces import _CHUNK, Piece, Source, plan_pieces, scan_text
 
 # A document longer than this is tokenized in fragments cut after a line end (the tokens of a fragment go on in

@@ -5,7 +5,7 @@ A split's sources are the entries of ``data.train_files`` / ``data.validation_fi
 ``data.document_boundary`` says, ``data/sources/documents.py``) or JSONL (``.jsonl``/``.json``: one document per row, its
 text in the ``data.text_column`` field), either optionally compressed with gzip (``.gz``) or zstd (``.zst``,
 ``pip install 'plm_toolkit[zstd]'``), or Parquet (``.parquet``: one document per row in the ``data.text_column``
-column, ``data/parquet_files.py``).
+column, ``data/sources/parquet.py``).
 
 Pieces: an uncompressed file is cut every ``data.shard_bytes`` bytes, each cut moved forward to the next document
 boundary (a blank line, a line end, or none for whole-file documents), so that each piece holds whole documents
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from plm_toolkit.core.errors import ConfigError, DataError
-from plm_toolkit.data.parquet_files import SUFFIXES as PARQUET_SUFFIXES
-from plm_toolkit.data.parquet_files import open_parquet, parquet_pieces
+from plm_toolkit.data.sources.parquet import SUFFIXES as PARQUET_SUFFIXES
+from plm_toolkit.data.sources.parquet import open_parquet, parquet_pieces
 from plm_toolkit.data.sources.user_files import not_a_file
 
 # Characters decoded (or bytes checked) at a time while reading a piece.

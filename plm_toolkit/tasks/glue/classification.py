@@ -24,8 +24,8 @@ from torch import nn
 
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.core.registry import TASKS
-from plm_toolkit.data.parquet_files import SUFFIXES as PARQUET_SUFFIXES
-from plm_toolkit.data.parquet_files import read_table_rows
+from plm_toolkit.data.sources.parquet import SUFFIXES as PARQUET_SUFFIXES
+from plm_toolkit.data.sources.parquet import read_table_rows
 from plm_toolkit.data.sources.user_files import iter_jsonl, iter_lines, scalar_text
 from plm_toolkit.data.tokenization.characters import token_strings, word_character_ids
 from plm_toolkit.data.tokenization.vocab import Vocab

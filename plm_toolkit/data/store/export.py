@@ -1,4 +1,4 @@
-"""A token store (``data/store/token_store.py``) written as Megatron-LM's or nanoGPT's token files (``data/token_files.py``), so
+"""A token store (``data/store/token_store.py``) written as Megatron-LM's or nanoGPT's token files (``data/store/token_files.py``), so
 that a corpus prepared here trains in those toolkits: ``plm-export STORE OUT --format megatron`` or ``--format
 nanogpt``.
 
@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from plm_toolkit.core.errors import CheckpointError, DataError
+from plm_toolkit.data.store.token_files import NANOGPT_DTYPE, MegatronWriter, megatron_dtype
 from plm_toolkit.data.store.token_store import TokenStore
-from plm_toolkit.data.token_files import NANOGPT_DTYPE, MegatronWriter, megatron_dtype
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.tokenization.vocab import Vocab
 
