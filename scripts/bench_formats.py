@@ -131,6 +131,15 @@ def main(argv: list[str] | None = None) -> dict:
     work = args.workdir
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    try:
+        result = measure(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(result, indent=1))
+    return result
+
+
+def measure(args: argparse.Namespace, work: Path) -> dict:
     python = sys.executable
     size = make_corpus(args.source, work / "corpus.txt", int(args.size_mb * 1e6))
     text_bytes = write_tables(work / "corpus.txt", work / "corpus.jsonl", work / "corpus.parquet", args.row_group_rows)
@@ -181,7 +190,6 @@ def main(argv: list[str] | None = None) -> dict:
         result["megatron_round_trip"] = json.loads(check["stdout"].strip().splitlines()[-1])
     else:
         result["megatron_round_trip"] = "skipped: megatron-core is not installed (pip install megatron-core)"
-    print(json.dumps(result, indent=1))
     return result
 
 

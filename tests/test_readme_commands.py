@@ -168,6 +168,8 @@ def with_stand_ins(cfg, root: Path, elided: bool = False):
             source.validation_files = [stand_in(root, f) for f in source.validation_files]
         if cfg.data.dataset_path:
             cfg.data.dataset_path = str(folder)
+        if cfg.data.tokenizer.path:  # the tokenizer of a Megatron-LM or nanoGPT token file
+            cfg.data.tokenizer.path = stand_in(root, cfg.data.tokenizer.path)
         for key in ("entity_gazetteer", "phrase_lexicon"):
             if cfg.objective.get(key):
                 cfg.objective[key] = stand_in(root, cfg.objective[key])

@@ -1,4 +1,5 @@
-"""plm-export: write a plm-train (or plm-finetune) checkpoint as a Hugging Face folder, or an ELMo as bilm-tf's.
+"""plm-export: write a plm-train (or plm-finetune) checkpoint as a Hugging Face folder, or an ELMo as bilm-tf's; or
+a token store as Megatron-LM's or nanoGPT's token files.
 
     plm-export runs/gpt2 out/gpt2-hf              # a run directory, checkpoints/last or a step_N folder
     plm-export runs/bert/checkpoints/step_300 out/bert --backbone-only
@@ -29,6 +30,9 @@ The folder is written whole or not at all (``atomic.atomic_folder``): into a tem
 into place once every file is on disk. OUT_DIR may be absent, empty or an earlier export (``exported.json`` lists
 the files plm-export wrote; that export is replaced); a folder holding anything else is refused, so that nothing
 plm-export did not write is ever deleted.
+
+``--format megatron`` / ``--format nanogpt`` take a token store (plm-prepare's folder) instead of a checkpoint and
+write OUT_DIR/train.bin + train.idx (+ validation.*), or OUT_DIR/train.bin + val.bin (``data/store/export.py``).
 """
 
 from __future__ import annotations

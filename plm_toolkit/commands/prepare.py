@@ -53,7 +53,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     store = data.store
     manifest = store.manifest
     summary = {
-        "store": str(store.folder),
+        "store": str(getattr(store, "path", store.folder)),  # a foreign token file: its own path
         "unit": manifest["settings"]["unit"],
         "vocab_size": manifest["vocab_size"],
         "splits": {

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,15 @@ def open_foreign_store(data_cfg: Any, layout: str, units: Any = None, spellings:
         )
     if not data_cfg.tokenizer.path:
         raise ConfigError(f"{what}: give data.tokenizer.path, the tokenizer its ids come from (ids hold no vocabulary)")
-    return ForeignStore(kind, path, data_cfg)
+    files = _stat(kind, path)
+    return _opened(kind, path, str(data_cfg.tokenizer.path), cache_root(data_cfg), files)
+
+
+@lru_cache(maxsize=4)
+def _opened(kind: str, path: Path, tokenizer_path: str, cache: Path, files: tuple[int, int]) -> ForeignStore:
+    """One ForeignStore per file, tokenizer and state of the file (a run opens it for each split; the pair's
+    checks read its whole index)."""
+    return ForeignStore(kind, path, tokenizer_path, cache)
 
 
 class ForeignShard:
@@ -123,9 +131,9 @@ class ForeignStore:
     """A Megatron pair or a nanoGPT file (and its validation file) with the store's surface: ``tokenizer``,
     ``split(name)``, ``folder`` (where the layouts write their files: the cache) and ``fingerprint``."""
 
-    def __init__(self, kind: str, path: Path, data_cfg: Any):
+    def __init__(self, kind: str, path: Path, tokenizer_path: str, cache: Path):
         self.kind, self.path = kind, path
-        self.tokenizer = load_tokenizer(data_cfg.tokenizer.path)
+        self.tokenizer = load_tokenizer(tokenizer_path)
         self.separator = vocab_from_tokenizer(self.tokenizer).document_separator
         self.files = {"train": path}
         validation = _validation_beside(kind, path)
@@ -135,11 +143,11 @@ class ForeignStore:
         self.fingerprint = stable_hash(
             kind, SURVEY_VERSION, self.separator, {name: _stat(kind, p) for name, p in self.files.items()}
         )
-        self.folder = cache_root(data_cfg) / "foreign" / self.fingerprint
+        self.folder = cache / "foreign" / self.fingerprint
         self.folder.mkdir(parents=True, exist_ok=True)
         size = self.tokenizer.get_vocab_size()
         self.manifest = {"settings": {"unit": "documents", "foreign": kind}, "vocab_size": size, "splits": {}}
-        self._splits = {name: self._open(name, p, str(data_cfg.tokenizer.path)) for name, p in self.files.items()}
+        self._splits = {name: self._open(name, p, tokenizer_path) for name, p in self.files.items()}
         for name, split in self._splits.items():
             self.manifest["splits"][name] = {**split.info, "bytes": _stat(kind, self.files[name])[0]}
 
