@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   pretrain the tiny default BERT on the bundled corpus, fine-tune it on a bundled SST-2 slice, and
 #               print where the outputs went
-#   make test   run the test suite
+#   make test   run the test suite (two workers; the long end-to-end cases are `make test-slow`, which CI runs too)
 # Both create .venv, install PyTorch pinned first (an unpinned torch would pull GBs of CUDA packages where a CPU
 # wheel is wanted), then this package with its test extras.
 
@@ -13,7 +13,7 @@ DEMO_FINETUNE_LR ?= 1e-3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.plm_toolkit-installed
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test test-slow lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +36,15 @@ demo: setup
 	echo "pretraining: $$run/pretrain (metrics.jsonl, checkpoints/)" && \
 	echo "fine-tuning: $$run/sst2 (eval_results.json, predictions.json, metrics.jsonl, checkpoints/)"
 
+# Two workers on a 2-core machine (tests/conftest.py gives each one thread), a test file to a worker.
+PYTEST := $(BIN)/python -m pytest -q -ra -n 2 --dist loadfile
+
 test: setup
-	$(BIN)/python -m pytest -q -ra
+	$(PYTEST) -m "not slow"
+
+# The cases marked slow (multi-process runs, real checkpoints, whole bad-input corpora): CI's second step.
+test-slow: setup
+	$(PYTEST) -m slow
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
