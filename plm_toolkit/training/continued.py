@@ -17,11 +17,13 @@ import dataclasses
 import importlib.resources
 import json
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
@@ -130,8 +132,6 @@ def read_starting_point(path: str | Path, generator: str | None = None) -> Start
 
 def explicit_overrides() -> list[str]:
     """The command line's overrides (Hydra's), or none outside a Hydra app (a test composing its own config)."""
-    from hydra.core.hydra_config import HydraConfig
-
     if not HydraConfig.initialized():
         return []
     return list(HydraConfig.get().overrides.task)
@@ -175,7 +175,7 @@ def adopt_checkpoint(cfg: DictConfig, run_dir: Path, overrides: list[str] | None
     else:  # an extended or a bilm-tf vocabulary: the store reads the tokenizer as it is, written into the run directory
         written = Path(run_dir) / CHECKPOINT_TOKENIZER
         written.parent.mkdir(parents=True, exist_ok=True)
-        temporary = written.with_name(f".{written.name}.tmp")
+        temporary = written.with_name(f".{written.name}.{os.getpid()}.tmp")  # every process writes the same file
         temporary.write_text(start.tokenizer.to_str(), encoding="utf-8")
         temporary.replace(written)
         cfg.data.tokenizer.path = str(written)
@@ -307,13 +307,15 @@ def load_starting_weights(start: StartingPoint, model: nn.Module, objective: nn.
     if loaded:
         objective.load_state_dict(loaded, strict=False)
     dropped = sorted(f"{g}.{k}" if g else k for g, k in source if (g, k) not in used)
+    heads = f"heads loaded: {groups(loaded) or 'none'}; new: {groups(new) or 'none'}"
+    if not state:  # GPT's and T5's output layers are the model's own (tied embeddings, T5 v1.1's lm_head)
+        heads = "no head of its own (its output layer is the model's)"
     log.info(
-        "model.checkpoint=%s (%s): backbone loaded; objective=%s heads loaded: %s; new: %s%s",
+        "model.checkpoint=%s (%s): backbone loaded; objective=%s %s%s",
         start.path,
         start.kind,
         name,
-        groups(loaded) or "none",
-        groups(new) or "none",
+        heads,
         f"; dropped (no part of objective={name}): {groups(dropped)}" if dropped else "",
     )
 

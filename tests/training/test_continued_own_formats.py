@@ -50,3 +50,26 @@ def test_a_bilm_tf_folder_continues_with_its_softmax(make_config, small_corpus, 
     assert "objective=bilm heads loaded: softmax_weight, softmax_bias; new: none" in line
     assert torch.equal(objective.softmax_weight, softmax[0]) and torch.equal(objective.softmax_bias, softmax[1])
     assert losses["bilm"] > 0
+
+
+def test_ernie_for_pretraining_gives_knowledge_masking_its_mlm_head(tmp_path, caplog):
+    """ERNIE's objective reads the MLM head of ErnieForPreTraining; its NSP head has no place there and is dropped."""
+    transformers = pytest.importorskip("transformers")
+    from plm_toolkit.data.tokenization.vocab import Vocab
+    from plm_toolkit.models.ernie import Ernie
+    from plm_toolkit.objectives.knowledge_masking import KnowledgeMasking, KnowledgeMaskingConfig
+    from plm_toolkit.training.continued import load_starting_weights, read_starting_point
+    from tests.models.test_hf_ernie import hf_config, randomized, save_hf
+
+    reference = randomized(transformers.ErnieForPreTraining(hf_config()))
+    start = read_starting_point(save_hf(reference, tmp_path / "hf"))
+    model = Ernie(start.model_config)
+    vocab = Vocab(size=start.model_config.vocab_size, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+    objective = KnowledgeMasking(KnowledgeMaskingConfig(total_steps=10), model, vocab)
+    with caplog.at_level("INFO", logger="plm_toolkit"):
+        load_starting_weights(start, model, objective, "knowledge_masking")
+    assert "heads loaded: head; new: none; dropped (no part of objective=knowledge_masking): nsp.head" in caplog.text
+    predictions = reference.cls.predictions
+    assert torch.equal(objective.head.dense.weight, predictions.transform.dense.weight)
+    assert torch.equal(objective.head.bias, predictions.bias)
+    assert torch.equal(model.input_embeddings.weight, reference.ernie.embeddings.word_embeddings.weight)
