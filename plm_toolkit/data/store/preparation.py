@@ -33,14 +33,14 @@ from tqdm import tqdm
 from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.sources.corpus import SPLITS, choice, document_boundary, stable_hash
 from plm_toolkit.data.sources.pieces import Source, plan_pieces, resolve_sources
-from plm_toolkit.data.stop_signals import signals_stop_preparation
 from plm_toolkit.data.store.cache import cache_root
+from plm_toolkit.data.store.check import damaged, file_sha256, verify_store
+from plm_toolkit.data.store.given import check_store_sources
 from plm_toolkit.data.store.lock import run_once
 from plm_toolkit.data.store.processes import CONTEXT, available_cores, worker_pool
 from plm_toolkit.data.store.shard_worker import maybe_kill, start_worker, tokenize_piece
+from plm_toolkit.data.store.stop_signals import signals_stop_preparation
 from plm_toolkit.data.store.token_store import MANIFEST, Shard, id_dtype, read_manifest, write_json
-from plm_toolkit.data.store_check import damaged, verify_store
-from plm_toolkit.data.store_sources import check_store_sources
 from plm_toolkit.data.tokenization.tokenizer import (
     TRAINING_VERSION,
     load_or_train_tokenizer,
@@ -240,7 +240,8 @@ def _prepare(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit
     setup = (tokenizer.to_str(), settings["unit"], unk_id)
     processes, cpu = run_jobs(jobs, wanted, start_worker, setup, tokenize_piece, finder)
     manifest = {"format": "plm_toolkit token store", "settings": settings, "vocab_size": tokenizer.get_vocab_size(),
-                "tokenizer": stable_hash(tokenizer.to_str()), "splits": {}}  # fmt: skip
+                "tokenizer": stable_hash(tokenizer.to_str()), "tokenizer_sha256": file_sha256(folder / TOKENIZER),
+                "splits": {}}  # fmt: skip
     for split, pieces in plan["pieces"].items():
         sources = [Source(**r) for r in plan["sources"][split]]
         for source in sources:

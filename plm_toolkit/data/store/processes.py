@@ -35,8 +35,8 @@ def worker_pool(processes: int, initializer=None, initargs: tuple = ()):
 
 
 def _start_worker(initializer, initargs: tuple) -> None:
-    """A worker's start: signals left to the main process (``data/stop_signals.py``), then ``initializer``."""
-    from plm_toolkit.data.stop_signals import quiet_worker_signals
+    """A worker's start: signals left to the main process (``data/store/stop_signals.py``), then ``initializer``."""
+    from plm_toolkit.data.store.stop_signals import quiet_worker_signals
 
     quiet_worker_signals()
     if initializer is not None:

@@ -71,7 +71,7 @@ class ShardWriter:
         self.temporary = stem.with_name(f".{stem.name}.{os.getpid()}.tmp")
         self.ids_file = open(self.temporary.with_suffix(".bin"), "wb")  # noqa: SIM115 - closed in finish()
         self.buffer = array("H" if self.dtype.itemsize == 2 else "I")
-        self.crc32 = 0  # of the ids written: checked when the store is opened (data/store_check.py)
+        self.crc32 = 0  # of the ids written: checked when the store is opened (data/store/check.py)
         self.tokens = 0  # written and buffered
         self.document_start = 0
         self.arrays: dict[str, array] = {"document_ends": array("q")}
