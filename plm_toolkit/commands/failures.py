@@ -138,7 +138,26 @@ def _composition(err: HydraException) -> str:
         # A field inside a list or dict value (data.sources=[{...,weight:lots}]) is named too.
         inner = f"{where}: " if override and where and not override.split("=")[0].endswith(str(where)) else ""
         return f"{override or where}: {inner}{_first_line(str(cause))}"
-    return " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+    joined = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+    return _preset_key(joined) or joined
+
+
+def _preset_key(message: str) -> str | None:
+    """A preset (a recipe) that sets a key the chosen config of its section lacks: ``experiment=
+    transformer_base_paper data=text_files`` sets data.max_tokens, a key of data=parallel only."""
+    found = re.match(r"In '([^']+)': ConfigKeyError raised while composing config: Key '([^']+)' not in "
+                     r"'([^']+)' full_key: (\S+)", message)  # fmt: skip
+    if found is None:
+        return None
+    preset, key, schema, full_key = found.groups()
+    group, _, option = preset.partition("/")
+    section = full_key.rpartition(".")[0]
+    line = f"{group}={option} sets {full_key}, which the config chosen for {section} ({schema}) has no key for"
+    from plm_toolkit.core.schema import ParallelDataConfig
+
+    if section == "data" and key in key_names(ParallelDataConfig):
+        return f"{line}: the recipe trains on sentence pairs and needs data=parallel; drop the data= override"
+    return f"{line}; choose the {section} config the recipe was written for"
 
 
 def _os_error(err: OSError) -> str:

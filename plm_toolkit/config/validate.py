@@ -32,6 +32,7 @@ from plm_toolkit.core.names import did_you_mean, key_names
 from plm_toolkit.core.registry import MODELS, OBJECTIVES
 from plm_toolkit.data.layouts.plan import Layout
 from plm_toolkit.data.sources.user_files import not_a_file
+from plm_toolkit.data.store.given import KEYS, given_entries
 
 
 def unknown_keys(cfg: DictConfig) -> list[str]:
@@ -155,6 +156,14 @@ def data_problems(cfg: DictConfig) -> list[str]:
     out += parallel_problems(d) if parallel else file_problems(d)
     if d.dataset_path and not Path(d.dataset_path).expanduser().is_dir():
         out.append(f"data.dataset_path={d.dataset_path} is not a directory written by datasets' save_to_disk")
+    given = [f"data.{KEYS[split]}" for split in KEYS if not parallel and given_entries(d, split)]
+    if d.dataset_path and given:  # the saved dataset replaces the files: they would be ignored
+        out.append(f"data.dataset_path and {' and '.join(given)} are both given; the saved dataset replaces the "
+                   "files, which would be ignored: give one")  # fmt: skip
+    given = [f"data.{KEYS[split]}" for split in KEYS if not parallel and given_entries(d, split)]
+    if d.dataset_path and given:  # the saved dataset replaces the files: they would be ignored
+        out.append(f"data.dataset_path and {' and '.join(given)} are both given; the saved dataset replaces the "
+                   "files, which would be ignored: give one")  # fmt: skip
     if d.tokenizer.path and not_a_file(d.tokenizer.path):
         out.append(
             f"data.tokenizer.path={d.tokenizer.path} is not a file ({not_a_file(d.tokenizer.path)}); expected a "

@@ -335,6 +335,10 @@ def plm_checkpoint_dir(path: Path) -> Path | None:
     """The step directory a plm-train path names (a step_N folder, or a run directory: its ``best``, the model a run
     that keeps its best model ends with, else its last checkpoint: ``last_checkpoint`` of the run directory, its
     checkpoints folder or ``last``), or None."""
+    weights = path / MODEL_FILE
+    if os.path.lexists(weights) and not weights.is_file():  # a link to a device, a folder: name it, not the folder
+        what = f"a link to {os.readlink(weights)}" if weights.is_symlink() else "a folder, device, FIFO or socket"
+        raise CheckpointError(f"{weights}: not a regular file ({what}); expected the checkpoint's safetensors weights")
     if path.name != "last" and (path / MODEL_FILE).is_file() and (path / CONFIG_FILE).is_file():
         return path.resolve()
     for best in (path / "best", path / "checkpoints" / "best"):

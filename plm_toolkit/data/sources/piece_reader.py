@@ -6,6 +6,7 @@ that nothing holds a whole file in memory. Errors name the file and the line (or
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import io
 import json
@@ -21,9 +22,14 @@ from plm_toolkit.data.sources.pieces import _CHUNK, Piece, Source, plan_pieces, 
 from plm_toolkit.data.sources.zstd_frames import ZstdFrames
 
 # A document longer than this is tokenized in fragments cut after a line end (the tokens of a fragment go on in
-# the same document), so that a whole-file document does not hold its file in memory at once.
-FRAGMENT = 1 << 23
+# the same document), so that a whole-file document does not hold its file in memory at once. The tokenizer's
+# output for one text takes about 150 bytes a character: 2 GB for a fragment of 8M characters (one 50 MB line), 40 MB
+# for one of 256K.
+FRAGMENT = 1 << 18
 _FRAGMENT_END = re.compile(r"\n(?=\S)")
+# Where a fragment may end in a long line: before a single space between two words, where every pre-tokenizer we
+# use (whitespace, byte-level BPE's " word" pieces, the Metaspace of unigram) splits anyway.
+_WORD_END = re.compile(r"(?<=\S)(?= \S)")
 
 
 class _Range(io.RawIOBase):
@@ -123,7 +129,9 @@ def zstd_module():
 
 
 def _text_documents(source: Source, piece: Piece, stream, boundary: str, raw, progress) -> Iterator[tuple[str, bool]]:
-    text_stream = io.TextIOWrapper(stream, encoding="utf-8", newline=None)  # universal newlines, as open() reads
+    # Universal newlines, as open() reads; a byte-order mark at the file's start dropped, as the task readers do.
+    encoding = "utf-8-sig" if piece.start == 0 else "utf-8"
+    text_stream = io.TextIOWrapper(stream, encoding=encoding, newline=None)
     separator = re.compile(r"\n(?:[^\S\n]*\n)+") if boundary == "blank_line" else None
     carry = ""
     lines = 0
@@ -158,10 +166,12 @@ def _text_documents(source: Source, piece: Piece, stream, boundary: str, raw, pr
 
 def _fragments(text: str):
     """Yield (fragment, False) from the front of an unfinished document longer than FRAGMENT; returns the rest. A
-    fragment ends after a line end that a non-blank character follows, where a tokenizer's pre-tokenizer splits
-    the text anyway (else at FRAGMENT characters)."""
+    fragment ends after a line end that a non-blank character follows, or before a space between two words, where
+    a tokenizer's pre-tokenizer splits the text anyway (else at FRAGMENT characters)."""
     while len(text) > FRAGMENT:
-        cut = next((m.end() for m in _FRAGMENT_END.finditer(text, FRAGMENT // 2, FRAGMENT)), FRAGMENT)
+        cut = next((m.end() for m in _FRAGMENT_END.finditer(text, FRAGMENT // 2, FRAGMENT)), None)
+        if cut is None:  # a long line: between two words, else (a run of 128K characters without a space) anywhere
+            cut = next((m.end() for m in _WORD_END.finditer(text, FRAGMENT // 2, FRAGMENT)), FRAGMENT)
         yield text[:cut], False
         text = text[cut:]
     return text
@@ -171,6 +181,8 @@ def _jsonl_documents(source: Source, piece: Piece, stream, column: str, raw, pro
     for number, line in enumerate(stream):
         if number % 1024 == 0:
             progress(raw.tell() - piece.start)
+        if number == 0 and piece.start == 0:
+            line = line.removeprefix(codecs.BOM_UTF8)
         if not line.strip():
             continue
         try:

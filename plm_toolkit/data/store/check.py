@@ -10,16 +10,22 @@ delete: plm-prepare writes a store into an empty folder only.
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from pathlib import Path
 
 import numpy as np
 
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.data.sources.corpus import stable_hash
 from plm_toolkit.data.store.token_store import MANIFEST, Shard, read_manifest
 
 _BLOCK = 1 << 24  # ids checked at a time
+_VERIFIED: set[tuple] = set()  # the stores this process checked, as ``_state`` saw them
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a small file's bytes (the store's tokenizer.json, as written)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def damaged(folder: Path, what: str) -> DataError:
@@ -39,27 +45,37 @@ def verify_store(folder: Path) -> None:
     manifest = read_manifest(folder)
     if manifest is None:
         raise damaged(folder, f"{folder / MANIFEST} is missing")
+    key = _state(folder)
+    if key in _VERIFIED:  # a run opens its store more than once (its examples, then its layouts)
+        return
     tokenizer_file = folder / "tokenizer.json"
     try:
         tokenizer = Tokenizer.from_file(str(tokenizer_file))
     except Exception:  # missing or unreadable: the tokenizers library raises its own exception types
         raise damaged(folder, f"{tokenizer_file} is missing or does not load") from None
-    if "tokenizer" in manifest and stable_hash(tokenizer.to_str()) != manifest["tokenizer"]:
+    if manifest.get("tokenizer_sha256") not in (None, file_sha256(tokenizer_file)):
         raise damaged(folder, f"{tokenizer_file} is not the tokenizer the store's ids come from ({MANIFEST} differs)")
     vocab_size = tokenizer.get_vocab_size()
-    for split, info in manifest["splits"].items():
+    for split, recorded in manifest["splits"].items():
         tokens = 0
-        for number in range(info["shards"]):
+        for number in range(recorded["shards"]):
             try:
                 shard = Shard.open(folder / split / f"{number:05d}")
             except DataError as err:
                 raise damaged(folder, str(err)) from None
             _check_ids(folder, shard, vocab_size)
             tokens += shard.num_tokens
-        if "tokens" in info and tokens != info["tokens"]:
+        if "tokens" in recorded and tokens != recorded["tokens"]:
             raise damaged(
-                folder, f"the shards of {folder / split} hold {tokens} tokens, {MANIFEST} records {info['tokens']}"
+                folder, f"the shards of {folder / split} hold {tokens} tokens, {MANIFEST} records {recorded['tokens']}"
             )
+    _VERIFIED.add(key)
+
+
+def _state(folder: Path) -> tuple:
+    """Every file of the store with its size, modification time and inode: what a change to it would change."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    return (str(folder.resolve()), *((str(p), p.stat().st_size, p.stat().st_mtime_ns, p.stat().st_ino) for p in files))
 
 
 def _check_ids(folder: Path, shard: Shard, vocab_size: int) -> None:

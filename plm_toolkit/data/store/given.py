@@ -14,12 +14,13 @@ from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.sources.corpus import resource_path
 
 _BUNDLED = {"train": "corpora/wikitext2/train.txt", "validation": "corpora/wikitext2/valid.txt"}
-_KEYS = {"train": "train_files", "validation": "validation_files"}
+# The corpus key of each split.
+KEYS = {"train": "train_files", "validation": "validation_files"}
 
 
 def given_entries(data_cfg: Any, split: str) -> list[str]:
     """The entries of data.train_files / data.validation_files, or [] where they are the bundled corpus's."""
-    entries = [str(e) for e in (getattr(data_cfg, _KEYS[split], None) or [])]
+    entries = [str(e) for e in (getattr(data_cfg, KEYS[split], None) or [])]
     if entries == [resource_path(_BUNDLED[split])]:
         return []
     return entries
@@ -30,7 +31,7 @@ def check_store_sources(folder: Path, manifest: dict, data_cfg: Any, resolve) ->
     finished store at ``folder`` was prepared from, or name validation files the store has no split for."""
     if getattr(data_cfg, "dataset_path", None):
         return
-    for split, key in _KEYS.items():
+    for split, key in KEYS.items():
         entries = given_entries(data_cfg, split)
         if not entries:
             continue

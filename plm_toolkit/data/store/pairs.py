@@ -35,6 +35,7 @@ from plm_toolkit.data.sources.parallel_text import (
 )
 from plm_toolkit.data.sources.pieces import Source
 from plm_toolkit.data.store.cache import cache_root
+from plm_toolkit.data.store.check import file_sha256
 from plm_toolkit.data.store.pair_worker import start_pairs, tokenize_pairs_piece
 from plm_toolkit.data.store.preparation import (
     PLAN,
@@ -75,7 +76,14 @@ def parallel_entries(data_cfg: DataConfig, split: str) -> list[ParallelSource] |
     source_lang, target_lang = str(data_cfg.source_lang), str(data_cfg.target_lang)
     check_languages(source_lang, target_lang)
     key = "data.train_files" if split == "train" else "data.validation_files"
-    return [resolve(spec, source_lang, target_lang, key) for spec in specs]
+    entries = [resolve(spec, source_lang, target_lang, key) for spec in specs]
+    seen: dict[str, str] = {}
+    for spec, entry in zip(specs, entries, strict=True):  # read twice, the pairs would count twice
+        where = os.path.realpath(entry.source_path)
+        if where in seen:
+            raise DataError(f"{key}: {spec} is listed twice (as {seen[where]!r} and {spec!r}); list each corpus once")
+        seen[where] = spec
+    return entries
 
 
 def _files(entry: ParallelSource) -> list[Source]:
@@ -201,7 +209,8 @@ def _prepare(folder: Path, data_cfg: DataConfig, settings: dict, splits: dict, r
     wanted = int(getattr(data_cfg, "num_proc", None) or available_cores())
     processes, cpu = run_jobs(jobs, wanted, start_pairs, (tokenizer.to_str(), *languages), tokenize_pairs_piece)
     manifest = {"format": "plm_toolkit token store", "settings": settings, "vocab_size": tokenizer.get_vocab_size(),
-                "tokenizer": stable_hash(tokenizer.to_str()), "splits": {}}  # fmt: skip
+                "tokenizer": stable_hash(tokenizer.to_str()), "tokenizer_sha256": file_sha256(folder / TOKENIZER),
+                "splits": {}}  # fmt: skip
     for split, pieces in plan["pieces"].items():
         for record in plan["sources"][split]:
             Source(**record).check_unchanged()

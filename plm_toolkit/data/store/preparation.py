@@ -35,7 +35,7 @@ from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.sources.corpus import SPLITS, choice, document_boundary, stable_hash
 from plm_toolkit.data.sources.pieces import Source, plan_pieces, resolve_sources
 from plm_toolkit.data.store.cache import cache_root
-from plm_toolkit.data.store.check import damaged, verify_store
+from plm_toolkit.data.store.check import damaged, file_sha256, verify_store
 from plm_toolkit.data.store.given import check_store_sources
 from plm_toolkit.data.store.lock import run_once
 from plm_toolkit.data.store.processes import CONTEXT, available_cores, worker_pool
@@ -268,7 +268,8 @@ def _finish(folder, data_cfg, settings, plan, tokenizer, finder, started, proces
     """Check every shard and source, then write the manifest: the store is finished."""
     characters: dict[str, int] = {}
     manifest = {"format": "plm_toolkit token store", "settings": settings, "vocab_size": tokenizer.get_vocab_size(),
-                "tokenizer": stable_hash(tokenizer.to_str()), "splits": {}}  # fmt: skip
+                "tokenizer": stable_hash(tokenizer.to_str()), "tokenizer_sha256": file_sha256(folder / TOKENIZER),
+                "splits": {}}  # fmt: skip
     for split, pieces in plan["pieces"].items():
         sources = [Source(**r) for r in plan["sources"][split]]
         for source in sources:

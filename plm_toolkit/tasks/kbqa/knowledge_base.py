@@ -133,6 +133,9 @@ def read_kb(triples_path: str | Path, names_path: str | Path) -> KnowledgeBase:
         log.warning(
             "%s: %d name row(s) for ids that no triple mentions were left out (first: %s)", path, absent, first_absent
         )
+    if not names:  # every question would go unmatched and score 0, with warnings that blame the questions
+        what = f"none of its {absent} row(s) names an id of task.kb_triples" if absent else "it has no rows"
+        raise DataError(f"{path}: names no entity of the knowledge base (task.kb_names): {what}; expected id<TAB>name")
     kb.names = dict(names)
     return kb
 
