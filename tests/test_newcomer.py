@@ -4,13 +4,11 @@ sweep's summary."""
 
 import json
 import os
-import runpy
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import setuptools
 from hydra import compose, initialize_config_module
 
 import plm_toolkit.commands.train  # noqa: F401  (registers schemas and resolvers)
@@ -31,22 +29,6 @@ def command(module: str, cwd: Path, *overrides: str) -> subprocess.CompletedProc
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-c", code, *overrides], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600)  # fmt: skip
-
-
-def test_every_folder_that_ships_files_is_a_discovered_package(monkeypatch):
-    """setup.py's discovery names every folder under plm_toolkit/ and configs/ (setuptools warns about any it
-    does not: "Package 'plm_toolkit.configs.data' is absent from the packages configuration")."""
-    captured = {}
-    monkeypatch.setattr(setuptools, "setup", lambda **kwargs: captured.update(kwargs))
-    monkeypatch.chdir(ROOT)
-    runpy.run_path(str(ROOT / "setup.py"))
-    packages = set(captured["packages"])
-    for root, prefix in ((ROOT / "plm_toolkit", "plm_toolkit"), (ROOT / "configs", "plm_toolkit.configs")):
-        for folder in [root, *(p for p in root.rglob("*") if p.is_dir() and "__pycache__" not in p.parts)]:
-            if any(f.is_file() for f in folder.iterdir()):
-                name = ".".join([prefix, *folder.relative_to(root).parts])
-                assert name in packages, name
-    assert not any("__pycache__" in name for name in packages)
 
 
 @pytest.mark.slow

@@ -31,7 +31,7 @@ from plm_toolkit.training.preemption import EXIT_REQUEUE
 from tests.bad_inputs.test_bad_inputs import Case, assert_one_error_line, command_line, train_tiny_run
 from tests.bad_inputs.test_bad_inputs_kbqa import BASE as KBQA_BASE
 from tests.bad_inputs.test_bad_inputs_store import CORPUS, GPT
-from tests.bad_inputs.test_bad_inputs_store2 import PAIRS
+from tests.bad_inputs.test_bad_inputs_store_kinds import PAIRS
 
 STORE = (*GPT, "data.train_files=[{tmp}/corpus.txt]", "data.store={tmp}/store")
 DAMAGED = "the token store data.store={tmp}/store is damaged; remove the folder {tmp}/store and prepare it again"
@@ -332,7 +332,7 @@ def test_a_byte_order_mark_is_not_a_token(tmp_path):
 
 def peak_prepare_mb(tmp: Path, corpus: Path, store: str) -> tuple[float, dict]:
     """plm-prepare's peak anonymous memory (with its workers) and its summary, for ``corpus`` into ``store``."""
-    from tests.data.test_store_memory import tree_anon_kb
+    from tests.data.store.test_store_memory import tree_anon_kb
 
     args = ("model=gpt2_tiny", "data=text_files", f"data.train_files=[{corpus}]", f"data.store={tmp}/{store}",
             "data.num_proc=1", "data.tokenizer.vocab_size=500", "data.tokenizer.train_sample_bytes=300000",

@@ -25,7 +25,7 @@ from plm_toolkit.objectives.mlm import MaskedLanguageModeling, MlmConfig
 from plm_toolkit.objectives.mlm_nsp import MlmNsp, MlmNspConfig
 from plm_toolkit.objectives.mlm_sop import MlmSop, MlmSopConfig
 from plm_toolkit.objectives.sop import SegmentSwap
-from tests.data.test_units import data_config
+from tests.data.units.test_units import data_config
 from tests.tasks.conftest import tiny_tokenizer
 
 jieba = pytest.importorskip("jieba")

@@ -13,9 +13,8 @@ from plm_toolkit.commands.finetune import run
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.training.selection import Selection, default_metric
+from tests.tasks.conftest import SST2_DEV, SST2_TRAIN
 from tests.training.conftest import read_metrics
-
-from .conftest import SST2_DEV, SST2_TRAIN
 
 # 64 examples at a batch of 16: an epoch is 4 steps.
 SST2 = [

@@ -13,10 +13,9 @@ from plm_toolkit.commands.train import run
 from plm_toolkit.config.validate import validate
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.data.sources.corpus import resource_path
-
-from .conftest import GPT2_SMALL, QUIET, read_metrics
-from .test_train import launch
-from .test_train_t5 import T5
+from tests.commands.test_train import launch
+from tests.commands.test_train_t5 import T5
+from tests.training.conftest import GPT2_SMALL, QUIET, read_metrics
 
 
 @pytest.fixture(scope="module")

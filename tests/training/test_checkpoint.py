@@ -148,7 +148,8 @@ def test_torch_weights_refusals_are_one_short_line(tmp_path, recwarn):
     (tmp_path / "cut.bin").write_bytes(data[: len(data) // 2])
     with pytest.raises(CheckpointError) as cut:
         ckpt.read_torch_weights(tmp_path / "cut.bin")
-    assert "cut.bin: not a readable PyTorch weights file (" in str(cut.value) and len(str(cut.value)) < 200
+    message = str(cut.value).replace(str(tmp_path), "")
+    assert "cut.bin: not a readable PyTorch weights file (" in message and len(message) < 160
     import pickle
 
     (tmp_path / "raw.bin").write_bytes(pickle.dumps({"w": [1, 2]}, protocol=4))

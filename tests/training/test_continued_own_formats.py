@@ -10,8 +10,8 @@ from safetensors.torch import load_file
 
 from plm_toolkit.commands.train import run
 from plm_toolkit.core import checkpoint as ckpt
+from tests.commands.test_train_xl import COMMON, XL
 from tests.training.test_continued_pretraining import first_batch
-from tests.training.test_train_xl import COMMON, XL
 
 XL_RUN = [*XL["transformer_xl"], *COMMON, "trainer.max_steps=2"]
 
@@ -59,7 +59,7 @@ def test_ernie_for_pretraining_gives_knowledge_masking_its_mlm_head(tmp_path, ca
     from plm_toolkit.models.ernie import Ernie
     from plm_toolkit.objectives.knowledge_masking import KnowledgeMasking, KnowledgeMaskingConfig
     from plm_toolkit.training.continued import load_starting_weights, read_starting_point
-    from tests.models.test_hf_ernie import hf_config, randomized, save_hf
+    from tests.interop.test_hf_ernie import hf_config, randomized, save_hf
 
     reference = randomized(transformers.ErnieForPreTraining(hf_config()))
     start = read_starting_point(save_hf(reference, tmp_path / "hf"))

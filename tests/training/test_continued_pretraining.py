@@ -6,11 +6,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from plm_toolkit.commands.train import build_model, prepare_data
+from plm_toolkit.commands.train import build_model
 from plm_toolkit.config.resolve import resolve_run
 from plm_toolkit.core import registry
 from plm_toolkit.data.batching.collate import Collator
 from plm_toolkit.data.batching.loader import eval_loader
+from plm_toolkit.data.build import build_run_data
 from plm_toolkit.objectives.masking import IGNORE_INDEX
 from plm_toolkit.objectives.rtd import gumbel_sample, rtd_labels
 from plm_toolkit.training.continued import adopt_checkpoint, load_starting_weights
@@ -27,7 +28,7 @@ def first_batch(make_config, folder, run_dir, *overrides):
     run_dir.mkdir(parents=True, exist_ok=True)
     start = adopt_checkpoint(cfg, run_dir, overrides=list(overrides))  # as the command line gives them
     resolved = resolve_run(cfg)
-    data, _ = prepare_data(cfg, resolved.data, resolved.plan, None)
+    data = build_run_data(resolved.data, resolved.plan, cfg.trainer.seed)
     torch.manual_seed(0)
     model, _ = build_model(cfg.model, data.vocab.size, vocab=data.vocab)
     entry = registry.OBJECTIVES.get(cfg.objective.name)

@@ -123,7 +123,8 @@ def test_time_budget_must_be_positive(make_config, tmp_path):
         run(make_config("trainer.time_budget=0"), tmp_path)
 
 
-def test_progress_bar_under_a_time_budget_counts_the_budget_and_its_eta():
+def test_progress_bar_under_a_time_budget_counts_the_budget_and_its_eta(monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the bar is drawn on a terminal (else progress lines)
     # A budget ends this run long before its 1,000,000 steps. Resumed at 25% of the budget and at 99% an hour later,
     # the bar shows 99% and the 1% left at that pace: 48 seconds (it showed 0% and a 473-hour ETA, from the steps).
     from plm_toolkit.training.logging import ProgressBar

@@ -21,7 +21,7 @@ from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, vocab_from_t
 from plm_toolkit.data.units.knowledge import ENTITY, NONE, PHRASE, WORD, split_words
 from plm_toolkit.objectives.knowledge_masking import KnowledgeMaskingConfig, StagedMasking
 from plm_toolkit.objectives.masking import IGNORE_INDEX, masking_from_config, word_spans
-from tests.data.test_units import data_config
+from tests.data.units.test_units import data_config
 from tests.tasks.conftest import tiny_tokenizer
 
 CORPUS = Path(resource_path("corpora/zh"))
