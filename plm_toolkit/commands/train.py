@@ -22,9 +22,9 @@ from plm_toolkit.core import registry
 from plm_toolkit.core.errors import PlmError
 from plm_toolkit.data.batching.collate import Collator, Seq2SeqCollator
 from plm_toolkit.data.build import prepare_pretraining_data
-from plm_toolkit.data.bundled import validation_note
 from plm_toolkit.data.layouts.pretraining import store_unit
 from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data
+from plm_toolkit.data.sources.bundled import validation_note
 from plm_toolkit.data.store.pairs import resumed_parallel_store
 from plm_toolkit.data.store.preparation import resumed_store
 from plm_toolkit.data.tokenization.vocab import Vocab
