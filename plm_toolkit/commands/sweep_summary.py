@@ -41,12 +41,12 @@ def job_figures(folder: Path) -> dict[str, float]:
     training = [r for r in records if isinstance(r, dict) and "lr" in r]
     if training:
         figures["loss"] = float(training[-1]["loss"])
+    if (folder / "eval_results.json").is_file():  # the run's model's (its best evaluation's), not the last step's
+        results = json.loads((folder / "eval_results.json").read_text())
+        return figures | {f"eval_{k}": float(v) for k, v in results.items() if _number(v)}
     evaluations = [r for r in records if isinstance(r, dict) and any(str(k).startswith("eval_") for k in r)]
     if evaluations:
         figures |= {k: float(v) for k, v in evaluations[-1].items() if k.startswith("eval_") and _number(v)}
-    if (folder / "eval_results.json").is_file():
-        results = json.loads((folder / "eval_results.json").read_text())
-        figures |= {f"eval_{k}": float(v) for k, v in results.items() if _number(v)}
     return figures
 
 

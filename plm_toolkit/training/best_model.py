@@ -44,7 +44,13 @@ class BestModel:
         if selection is None or not record:
             return False
         was_stopped = selection.stopped
-        if selection.observe(record) and selection.keep_best:
+        try:
+            improved = selection.observe(record)
+        except ConfigError:  # a metric the evaluation does not report: the steps so far are saved first
+            if trainer.saved_step != trainer.step:
+                trainer.save(final)
+            raise
+        if improved and selection.keep_best:
             if trainer.saved_step != trainer.step:
                 trainer.save(final)
             if trainer.process.is_main:
@@ -65,7 +71,7 @@ class BestModel:
         if self.selection.keep_best and best is not None and self.trainer.process.is_main and folder.is_dir():
             link_best(self.root, folder)
 
-    def finish(self, bar=None) -> dict:
+    def finish(self) -> dict:
         """After the final save: evaluate the best model's weights again (unless the last step is the best) so
         that eval_results.json, the predictions and the returned record are its. Returns that record, or {}."""
         selection, trainer = self.selection, self.trainer
@@ -75,7 +81,8 @@ class BestModel:
         if selection.best_step != trainer.step:
             ckpt.load_weights(trainer.module.model, best / ckpt.MODEL_FILE)
             ckpt.load_weights(trainer.module.objective, best / ckpt.OBJECTIVE_FILE)
-            record = trainer.evaluate(bar, write=False)
+            # No line of its own (it would carry the last step's number): the line below says whose it is.
+            record = {**trainer.evaluate(write=False), "step": selection.best_step}
         else:
             record = {}
         if trainer.process.is_main:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -116,10 +115,11 @@ class ProgressBar:
         epochs: float | None,
         enabled: bool,
         budget_used: Callable[[], float] | None = None,
+        lines: bool = False,
     ):
         self.total, self.step, self.budget_used = total, initial, budget_used
-        # No terminal: progress lines at the log cadence (show) instead of the bar.
-        self.lines = enabled and not sys.stderr.isatty()
+        # lines (the Trainer: stderr is not a terminal): progress lines at the log cadence (show) instead of the bar.
+        self.lines = enabled and lines
         self.started, self.first_step = time.perf_counter(), initial
         enabled = enabled and not self.lines
         if budget_used is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -185,6 +186,7 @@ class Trainer:
                 self.cfg.epochs,
                 enabled=self.cfg.progress_bar and self.process.is_main,
                 budget_used=self.clock.fraction if self.clock.budgeted else None,
+                lines=not sys.stderr.isatty(),
             )
             try:
                 pin_memory = self.runtime.device.type == "cuda"
@@ -243,7 +245,8 @@ class Trainer:
                     log.info("trainer.time_budget reached after %.0f s at step %d", self.clock.elapsed, self.step)
                 elif self._evaluation_due() and self.best.consider(self._evaluate_or_save(bar)):
                     stop = "early"  # trainer.early_stopping_patience
-                if cfg.save_every and self.step % cfg.save_every == 0 and self.step != self.max_steps and not stop:
+                due = cfg.save_every and self.step % cfg.save_every == 0 and self.saved_step != self.step
+                if due and self.step != self.max_steps and not stop:
                     self.save()
             # Inside StopSignals still: a signal during the final evaluation or save waits for them.
             if self._evaluates() and stop != "early":
@@ -252,7 +255,7 @@ class Trainer:
                 self.best.consider(evaluation, final=True)
             if self.saved_step != self.step:
                 self.save(final=True)
-            record.update(self.best.finish(bar))
+            record.update(self.best.finish())
         return record
 
     def _evaluate_or_save(self, bar: ProgressBar, final: bool = False) -> dict:
