@@ -35,7 +35,7 @@ SHARED = Path(os.environ.get("PLM_SHARED_DATA", REPO.parent / "shared" / "data")
 def data_config(files: list[Path], cache: Path, tokenizer, max_seq_len: int):
     from omegaconf import OmegaConf
 
-    from plm_toolkit.core.schema import DataConfig, TokenizerConfig
+    from plm_toolkit.core.data_schema import DataConfig, TokenizerConfig
 
     cache.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(cache / "tokenizer.json"))

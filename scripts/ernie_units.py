@@ -59,7 +59,7 @@ def main() -> None:
 
     sys.path.insert(0, str(REPO))
     import plm_toolkit.commands.train  # noqa: F401  (registries: the entity tagger loads a backbone)
-    from plm_toolkit.core.schema import DataConfig, TokenizerConfig
+    from plm_toolkit.core.data_schema import DataConfig, TokenizerConfig
     from plm_toolkit.data.store.preparation import prepare_store
     from plm_toolkit.data.store.token_store import TokenStore
     from plm_toolkit.data.units.corpus import TaggedSources

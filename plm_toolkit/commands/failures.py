@@ -153,7 +153,7 @@ def _preset_key(message: str) -> str | None:
     group, _, option = preset.partition("/")
     section = full_key.rpartition(".")[0]
     line = f"{group}={option} sets {full_key}, which the config chosen for {section} ({schema}) has no key for"
-    from plm_toolkit.core.schema import ParallelDataConfig
+    from plm_toolkit.core.data_schema import ParallelDataConfig
 
     if section == "data" and key in key_names(ParallelDataConfig):
         return f"{line}: the recipe trains on sentence pairs and needs data=parallel; drop the data= override"

@@ -9,6 +9,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from plm_toolkit.core.choices import choices
 from plm_toolkit.core.schema import (
     BackboneSourceConfig,
     FinetuneModeConfig,
@@ -16,7 +17,6 @@ from plm_toolkit.core.schema import (
     OptimizerConfig,
     TaskDataConfig,
     TrainerConfig,
-    choices,
 )
 
 KeepCheckpoints = choices("KeepCheckpoints", "best", "all", "none")

@@ -13,7 +13,7 @@ import re
 from enum import Enum
 
 from plm_toolkit.config import glue as glue_schema
-from plm_toolkit.core import registry, schema
+from plm_toolkit.core import data_schema, registry, schema
 from plm_toolkit.core.catalog import load_all
 
 FIELD = re.compile(r"^\s+(\w+):\s")
@@ -55,7 +55,7 @@ def _default(f: dataclasses.Field) -> str:
 
 def _type(f: dataclasses.Field) -> str:
     t = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-    enum = getattr(schema, t, None) or getattr(glue_schema, t, None)
+    enum = getattr(schema, t, None) or getattr(data_schema, t, None) or getattr(glue_schema, t, None)
     if isinstance(enum, type) and issubclass(enum, Enum):
         return " \\| ".join(m.value for m in enum)
     return t.replace("|", "\\|")
@@ -93,7 +93,7 @@ def render() -> str:
     ]
     groups = [
         ("trainer", schema.TrainerConfig),
-        ("data", schema.DataConfig),
+        ("data", data_schema.DataConfig),
         ("optimizer", schema.OptimizerConfig),
         ("hardware", schema.HardwareConfig),
     ]
@@ -121,15 +121,15 @@ def render() -> str:
         prefix = "" if title.startswith(("plm-generate", "plm-embed")) else title.split(" ")[0]
         base = schema.TaskDataConfig if cls is glue_schema.GlueDataConfig else None
         lines += [f"## {title}", "", *table(prefix, cls, base), ""]
-        if cls is schema.DataConfig:
+        if cls is data_schema.DataConfig:
             lines += [
                 "## data.sources[i] (one corpus of a blend)",
                 "",
-                *table("data.sources[i]", schema.SourceConfig),
+                *table("data.sources[i]", data_schema.SourceConfig),
                 "",
             ]
-            doc = " ".join(line.strip() for line in (schema.ParallelDataConfig.__doc__ or "").splitlines())
-            lines += ["## data (parallel)", "", doc, "", *table(prefix, schema.ParallelDataConfig, cls), ""]
+            doc = " ".join(line.strip() for line in (data_schema.ParallelDataConfig.__doc__ or "").splitlines())
+            lines += ["## data (parallel)", "", doc, "", *table(prefix, data_schema.ParallelDataConfig, cls), ""]
     return "\n".join(lines)
 
 

@@ -30,7 +30,7 @@ from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.data.units.corpus import TaggedSources, tagged_sources
 
 if TYPE_CHECKING:
-    from plm_toolkit.core.schema import DataConfig
+    from plm_toolkit.core.data_schema import DataConfig
 
 
 @dataclass

@@ -28,9 +28,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from plm_toolkit.core.data_schema import TokenizerKind
 from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.core.registry import MODELS
-from plm_toolkit.core.schema import TokenizerKind
 from plm_toolkit.interop.hf import (
     ACT_FROM_HF,
     ACT_TO_HF,

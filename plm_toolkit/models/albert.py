@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from plm_toolkit.core.choices import choices
 from plm_toolkit.core.registry import MODELS
-from plm_toolkit.core.schema import choices
 from plm_toolkit.models.bert import Bert, BertConfig, BertEncoder
 from plm_toolkit.nn.feed_forward import HiddenAct
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from plm_toolkit.core.data_schema import TokenizerKind
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import MODELS
-from plm_toolkit.core.schema import TokenizerKind
 from plm_toolkit.models.base import (
     BIDIRECTIONAL,
     POOLER,

@@ -23,9 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from plm_toolkit.core.choices import choices
+from plm_toolkit.core.data_schema import TokenizerKind
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import MODELS
-from plm_toolkit.core.schema import TokenizerKind, choices
 from plm_toolkit.data.tokenization.characters import MAX_CHARACTERS, NUM_CHARACTER_IDS
 from plm_toolkit.models.base import BIDIRECTIONAL, CHARACTERS, RECURRENT_MEMORY, Backbone, Representations
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from plm_toolkit.core.data_schema import TokenizerKind
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import MODELS
-from plm_toolkit.core.schema import TokenizerKind
 from plm_toolkit.generation.decoding import CachedDecoder
 from plm_toolkit.models.base import CAUSAL, Backbone, Representations, check_vocab_size
 from plm_toolkit.nn.embeddings import TokenEmbeddings

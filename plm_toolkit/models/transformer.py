@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from plm_toolkit.core.data_schema import TokenizerKind
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import MODELS
-from plm_toolkit.core.schema import TokenizerKind
 from plm_toolkit.models.base import ENCODER_DECODER, Backbone, Representations, check_heads, check_vocab_size
 from plm_toolkit.nn.feed_forward import HiddenAct
 from plm_toolkit.nn.layers import LayerCache, TransformerLayer

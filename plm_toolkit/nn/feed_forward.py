@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from plm_toolkit.core.schema import choices
+from plm_toolkit.core.choices import choices
 from plm_toolkit.nn.heads import activation
 
 # Activation names a model config may choose: gelu is the exact erf form (BERT), gelu_tanh the tanh approximation

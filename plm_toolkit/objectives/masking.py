@@ -34,8 +34,8 @@ from typing import Any
 
 import torch
 
+from plm_toolkit.core.choices import choices
 from plm_toolkit.core.errors import ConfigError
-from plm_toolkit.core.schema import choices
 from plm_toolkit.data.batching.collate import target_positions
 
 # Label of a position that is not a target; cross-entropy's default ignore_index.

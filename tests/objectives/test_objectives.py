@@ -14,9 +14,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from torch import nn
 
+from plm_toolkit.core.choices import choices
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import OBJECTIVES
-from plm_toolkit.core.schema import choices
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models import bert
 from plm_toolkit.models.base import BIDIRECTIONAL, POOLER, SEGMENTS, Backbone, Representations

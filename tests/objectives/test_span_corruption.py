@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
+from plm_toolkit.core.data_schema import DataConfig
 from plm_toolkit.core.errors import ConfigError, DataError
-from plm_toolkit.core.schema import DataConfig
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.t5 import T5, T5Config
 from plm_toolkit.objectives.span_corruption import SpanCorruptionConfig, SpanCorruptionObjective

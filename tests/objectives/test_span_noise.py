@@ -9,7 +9,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from plm_toolkit.core.schema import DataConfig, TokenizerConfig, TokenizerKind
+from plm_toolkit.core.data_schema import DataConfig, TokenizerConfig, TokenizerKind
 from plm_toolkit.data.build import prepare_pretraining_data
 from plm_toolkit.data.tokenization.sentinels import sentinel_ids
 from plm_toolkit.models.t5 import T5Config

@@ -34,7 +34,7 @@ from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.data.units.store import log_units
 
 if TYPE_CHECKING:
-    from plm_toolkit.core.schema import DataConfig
+    from plm_toolkit.core.data_schema import DataConfig
 
 PAIR_LAYOUTS = (Layout.sentence_pairs, Layout.segment_pairs)
 

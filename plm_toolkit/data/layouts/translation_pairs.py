@@ -29,7 +29,7 @@ from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.tokenization.vocab import Vocab
 
 if TYPE_CHECKING:
-    from plm_toolkit.core.schema import DataConfig
+    from plm_toolkit.core.data_schema import DataConfig
 
 log = logging.getLogger("plm_toolkit")
 

@@ -32,7 +32,7 @@ from plm_toolkit.data.sources.saved_datasets import open_saved_split  # noqa: E4
 from plm_toolkit.data.store.cache import cache_root  # noqa: E402
 
 if TYPE_CHECKING:
-    from plm_toolkit.core.schema import DataConfig
+    from plm_toolkit.core.data_schema import DataConfig
 
 SPLITS = ("train", "validation")
 # Bump when a change to how files are cut into documents changes what the cached documents hold.

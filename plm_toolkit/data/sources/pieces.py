@@ -30,7 +30,7 @@ from plm_toolkit.data.sources.parquet import open_parquet, parquet_pieces
 from plm_toolkit.data.sources.user_files import not_a_file
 
 if TYPE_CHECKING:
-    from plm_toolkit.core.schema import DataConfig
+    from plm_toolkit.core.data_schema import DataConfig
 
 # Characters decoded (or bytes checked) at a time while reading a piece.
 _CHUNK = 1 << 20

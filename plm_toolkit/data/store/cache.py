@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from plm_toolkit.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from plm_toolkit.core.schema import DataConfig
+    from plm_toolkit.core.data_schema import DataConfig
 
 ENVIRONMENT_VARIABLE = "PLM_TOOLKIT_CACHE"
 

@@ -58,7 +58,7 @@ from plm_toolkit.data.store.token_store import (
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, train_cached
 
 if TYPE_CHECKING:
-    from plm_toolkit.core.schema import DataConfig
+    from plm_toolkit.core.data_schema import DataConfig
 
 log = logging.getLogger("plm_toolkit")
 

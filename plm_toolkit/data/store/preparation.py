@@ -53,7 +53,7 @@ from plm_toolkit.data.tokenization.tokenizer import (
 from plm_toolkit.data.units.store import split_summary, unit_finder, units_difference, units_settings
 
 if TYPE_CHECKING:
-    from plm_toolkit.core.schema import DataConfig
+    from plm_toolkit.core.data_schema import DataConfig
 
 log = logging.getLogger("plm_toolkit")
 

@@ -56,7 +56,7 @@ from plm_toolkit.data.tokenization.vocabulary_files import check_ids, read_bpe_f
 from plm_toolkit.data.tokenization.word_vocabulary import WORD_SPECIAL_TOKENS, train_word_tokenizer
 
 if TYPE_CHECKING:
-    from plm_toolkit.core.schema import DataConfig
+    from plm_toolkit.core.data_schema import DataConfig
 
 # The marker byte-level BPE puts at the start of a piece that follows a space (a byte-level "Ġ").
 _BYTE_LEVEL_SPACE = "\u0120"

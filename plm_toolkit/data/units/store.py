@@ -32,7 +32,7 @@ from plm_toolkit.data.units.corpus import UnitCounts, UnitFinder, count_piece, c
 from plm_toolkit.data.units.knowledge import Lexicon, lexicon_path, read_lexicon
 
 if TYPE_CHECKING:
-    from plm_toolkit.core.schema import DataConfig
+    from plm_toolkit.core.data_schema import DataConfig
 
 log = logging.getLogger("plm_toolkit")
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from plm_toolkit.core.schema import DataConfig, ParallelDataConfig, TokenizerConfig
+from plm_toolkit.core.data_schema import DataConfig, ParallelDataConfig, TokenizerConfig
 from plm_toolkit.data.build import prepare_pretraining_data
 from plm_toolkit.data.layouts.plan import DataPlan
 from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data

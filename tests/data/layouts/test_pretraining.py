@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from plm_toolkit.core.schema import DataConfig, TokenizerConfig
+from plm_toolkit.core.data_schema import DataConfig, TokenizerConfig
 from plm_toolkit.data.batching.collate import Collator, collate
 from plm_toolkit.data.build import prepare_pretraining_data
 from plm_toolkit.data.layouts import packed as packed_module

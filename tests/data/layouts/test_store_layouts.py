@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from plm_toolkit.core.schema import DataConfig, TokenizerConfig, TokenizerKind
+from plm_toolkit.core.data_schema import DataConfig, TokenizerConfig, TokenizerKind
 from plm_toolkit.data.layouts.packed import pack_blocks
 from plm_toolkit.data.layouts.pretraining import pack_full_sentences
 from plm_toolkit.data.layouts.windows import StreamWindows

@@ -10,8 +10,8 @@ import pytest
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer, models, pre_tokenizers
 
+from plm_toolkit.core.data_schema import ParallelDataConfig, TokenizerConfig
 from plm_toolkit.core.errors import ConfigError, DataError
-from plm_toolkit.core.schema import ParallelDataConfig, TokenizerConfig
 from plm_toolkit.data.layouts.token_batches import TokenBatches, token_batches
 from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data
 from plm_toolkit.data.sources.parallel_text import resolve

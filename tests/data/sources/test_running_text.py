@@ -6,7 +6,7 @@ import itertools
 import pytest
 from omegaconf import OmegaConf
 
-from plm_toolkit.core.schema import DataConfig, TokenizerConfig, TokenizerKind
+from plm_toolkit.core.data_schema import DataConfig, TokenizerConfig, TokenizerKind
 from plm_toolkit.data.build import prepare_pretraining_data
 from plm_toolkit.data.sources.corpus import iter_documents, read_documents
 from plm_toolkit.data.sources.documents import document_sentences, sentence_starts, split_text

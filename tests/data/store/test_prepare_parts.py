@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from plm_toolkit.core.data_schema import DataConfig
 from plm_toolkit.core.errors import ConfigError
-from plm_toolkit.core.schema import DataConfig
 from plm_toolkit.data.store.parts import deal_pieces, prepare_part
 from plm_toolkit.data.store.preparation import prepare_store
 from plm_toolkit.data.store.token_store import TokenStore

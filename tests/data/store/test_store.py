@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from plm_toolkit.core.schema import DataConfig, TokenizerConfig, TokenizerKind
+from plm_toolkit.core.data_schema import DataConfig, TokenizerConfig, TokenizerKind
 from plm_toolkit.data.store.preparation import prepare_store
 from plm_toolkit.data.store.shard_worker import KILL_AFTER
 from plm_toolkit.data.store.token_store import Shard, TokenStore

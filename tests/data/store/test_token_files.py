@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from plm_toolkit.core.data_schema import DataConfig
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.core.schema import DataConfig
 from plm_toolkit.data.build import prepare_pretraining_data
 from plm_toolkit.data.layouts.pretraining import store_unit
 from plm_toolkit.data.store.export import write_token_files

@@ -1,6 +1,6 @@
 """The character-level vocabulary (bits per token of the clm objective are then bits per character)."""
 
-from plm_toolkit.core.schema import TokenizerKind
+from plm_toolkit.core.data_schema import TokenizerKind
 from plm_toolkit.data.tokenization.pipelines import SPECIAL_TOKENS
 from plm_toolkit.data.tokenization.tokenizer import load_or_train_tokenizer
 from tests.data.tokenization.test_tokenizer import trained_cfg

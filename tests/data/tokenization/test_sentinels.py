@@ -5,8 +5,8 @@ import json
 
 import pytest
 
+from plm_toolkit.core.data_schema import TokenizerKind
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.core.schema import TokenizerKind
 from plm_toolkit.data.tokenization.sentinels import check_sentinels
 from plm_toolkit.data.tokenization.tokenizer import load_or_train_tokenizer, load_tokenizer, vocab_from_tokenizer
 from tests.data.tokenization.test_tokenizer import TEXT, trained_cfg

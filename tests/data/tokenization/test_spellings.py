@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from plm_toolkit.core.schema import DataConfig, TokenizerConfig
+from plm_toolkit.core.data_schema import DataConfig, TokenizerConfig
 from plm_toolkit.data.batching.collate import Collator
 from plm_toolkit.data.batching.loader import BatchLayout, MicroBatches, eval_loader, micro_batch_loader
 from plm_toolkit.data.build import prepare_pretraining_data

@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from plm_toolkit.core.data_schema import DataConfig, TokenizerConfig
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.core.schema import DataConfig, TokenizerConfig
 from plm_toolkit.data.tokenization import tokenizer as tokenizer_module
 from plm_toolkit.data.tokenization.tokenizer import (
     load_or_train_tokenizer,

@@ -4,7 +4,7 @@ them wherever a pretraining corpus is tokenized: documents keep their own length
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
-from plm_toolkit.core.schema import DataConfig, TokenizerConfig
+from plm_toolkit.core.data_schema import DataConfig, TokenizerConfig
 from plm_toolkit.data.store.preparation import prepare_store
 from plm_toolkit.data.store.token_store import TokenStore
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer

@@ -2,7 +2,7 @@
 
 from tokenizers import Tokenizer, models
 
-from plm_toolkit.core.schema import TokenizerKind
+from plm_toolkit.core.data_schema import TokenizerKind
 from plm_toolkit.data.tokenization.pipelines import SPECIAL_TOKENS
 from plm_toolkit.data.tokenization.tokenizer import load_or_train_tokenizer, load_tokenizer, vocab_from_tokenizer
 from tests.data.tokenization.test_tokenizer import trained_cfg

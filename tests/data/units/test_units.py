@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
+from plm_toolkit.core.data_schema import DataConfig, TokenizerConfig
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.core.schema import DataConfig, TokenizerConfig
 from plm_toolkit.data.store.preparation import prepare_store
 from plm_toolkit.data.store.token_store import TokenStore
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer
