@@ -61,7 +61,7 @@ def command(name: str, *args: str, cwd: Path) -> float:
     """Run ``plm-<name>`` with ``args``; the seconds it took. A failure stops the benchmark with its output."""
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", f"plm_toolkit.{name}", *args], cwd=cwd, capture_output=True, text=True,
+        [sys.executable, "-m", f"plm_toolkit.commands.{name}", *args], cwd=cwd, capture_output=True, text=True,
         env={**os.environ, "TQDM_DISABLE": "1"},
     )  # fmt: skip
     if done.returncode != 0:

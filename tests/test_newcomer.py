@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def command(module: str, cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
     """A plm command as a user runs it, its stderr a pipe (not a terminal)."""
-    code = f"import sys; from plm_toolkit.{module} import main; sys.argv = ['plm', *sys.argv[1:]]; main()"
+    code = f"import sys; from plm_toolkit.commands.{module} import main; sys.argv = ['plm', *sys.argv[1:]]; main()"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-c", code, *overrides], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600)  # fmt: skip

@@ -53,7 +53,9 @@ CASES = {
 
 
 def command(module: str, cwd: Path, overrides: list[str], env: dict, python: str = "") -> subprocess.CompletedProcess:
-    code = f"import sys; {python}from plm_toolkit.{module} import main; sys.argv = ['plm', *sys.argv[1:]]; main()"
+    code = (
+        f"import sys; {python}from plm_toolkit.commands.{module} import main; sys.argv = ['plm', *sys.argv[1:]]; main()"
+    )
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "HOME": str(cwd), "NETRC": str(cwd / "netrc"), **env}
     return subprocess.run(
         [sys.executable, "-c", code, *overrides], cwd=cwd, env=environment, capture_output=True, text=True, timeout=600

@@ -68,7 +68,7 @@ def test_a_failure_only_rank_1_hits_is_said_once_by_rank_1(tmp_path):
             """
             import time
 
-            from plm_toolkit import failures
+            from plm_toolkit.commands import failures
             from plm_toolkit.core.errors import DataError
             from plm_toolkit.core.launch import launched_rank
 
