@@ -140,7 +140,8 @@ def measured(command: list[str], env: dict | None = None, until_file: Path | Non
 ENCODE = """
 import json, sys, time
 from plm_toolkit.data.sources.documents import split_text
-from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, running_text_tokenizer
+from plm_toolkit.data.tokenization.pipelines import running_text_tokenizer
+from plm_toolkit.data.tokenization.tokenizer import load_tokenizer
 tokenizer = running_text_tokenizer(load_tokenizer(sys.argv[1]))
 text = open(sys.argv[2], encoding="utf-8").read()
 documents = split_text(text, "blank_line")
@@ -160,7 +161,8 @@ DATASETS_MAP = """
 import json, sys, time
 from itertools import chain
 import datasets
-from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, running_text_tokenizer
+from plm_toolkit.data.tokenization.pipelines import running_text_tokenizer
+from plm_toolkit.data.tokenization.tokenizer import load_tokenizer
 tokenizer_file, corpus, cache = sys.argv[1:4]
 processes, block = int(sys.argv[4]), int(sys.argv[5])
 start = time.perf_counter()

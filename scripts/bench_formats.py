@@ -98,7 +98,7 @@ import hashlib, json, sys
 import numpy as np
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 from omegaconf import OmegaConf
-from plm_toolkit.core.schema import DataConfig
+from plm_toolkit.core.data_schema import DataConfig
 from plm_toolkit.data.layouts.windows import StreamWindows
 from plm_toolkit.data.store.foreign import open_foreign_store
 from plm_toolkit.data.store.token_store import TokenStore

@@ -334,8 +334,11 @@ def test_evaluating_a_finished_run_through_the_command_line_gives_its_own_result
         trained, evaluated = (json.loads((root / d / file).read_text()) for d in ("run", "evaluated"))
         assert evaluated == trained, file
     # The evaluation's loss too, which a fresh head would not give even where it predicts the same labels.
-    trained, evaluated = ([r for r in read_metrics(root / d) if "eval_loss" in r][-1] for d in ("run", "evaluated"))
-    assert evaluated.pop("step") == 0 and trained.pop("step") == 8 and evaluated == trained
+    # The run ends with its best model (trainer.load_best_model_at_end): the evaluation of the step it kept.
+    best = int((root / "run" / "checkpoints" / "best").resolve().name.removeprefix("step_"))
+    trained = [r for r in read_metrics(root / "run") if "eval_loss" in r and r["step"] == best][0]
+    evaluated = [r for r in read_metrics(root / "evaluated") if "eval_loss" in r][-1]
+    assert evaluated.pop("step") == 0 and trained.pop("step") == best and evaluated == trained
     name = done.args[3].removeprefix("task=")
     assert f"task={name} starts from the task={name} head" in done.stdout + done.stderr
     assert "WARNING" not in done.stdout + done.stderr

@@ -15,8 +15,9 @@ from plm_toolkit.data.sources.corpus import resource_path
 READ_ALL = """
 import json, sys
 from omegaconf import OmegaConf
-from plm_toolkit.core.schema import DataConfig, TokenizerConfig
-from plm_toolkit.data import Collator, prepare_pretraining_data
+from plm_toolkit.core.data_schema import DataConfig, TokenizerConfig
+from plm_toolkit.data.batching.collate import Collator
+from plm_toolkit.data.build import prepare_pretraining_data
 from plm_toolkit.data.batching.loader import BatchLayout, MicroBatches
 corpus, cache, layout = sys.argv[1:4]
 cfg = OmegaConf.structured(DataConfig(train_files=[corpus], cache_dir=cache, max_seq_len=63, shard_bytes=1 << 18,
