@@ -381,6 +381,23 @@ def outcomes(pretrained_run) -> dict[str, dict]:
         return dict(pool.map(one, CASES))
 
 
+def run_cases(cases: list[Case], root: Path) -> dict[str, dict]:
+    """Each case's command line run in ``root`` (two at a time, one thread each, no progress bars): case name ->
+    {"done": the finished process, "places": the placeholders its command filled in}."""
+    env = {**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    env.pop("HYDRA_FULL_ERROR", None)
+
+    def one(case: Case) -> tuple[str, dict]:
+        places = {"tmp": str(root), "run": str(root / "runs" / case.name)}
+        done = subprocess.run(
+            command_line(case, places), cwd=root, env=env, capture_output=True, text=True, timeout=300
+        )
+        return case.name, {"done": done, "places": places}
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(one, cases))
+
+
 def assert_one_error_line(case: Case, outcome: dict) -> None:
     """Exit status 1, no traceback, and one line on stderr: ``error:`` and the case's expected fragment."""
     done = outcome["done"]

@@ -6,14 +6,11 @@ one line on stderr starting ``error:`` naming the key, no traceback (test_bad_in
 
 from __future__ import annotations
 
-import os
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from tests.bad_inputs.test_bad_inputs import Case, assert_one_error_line, command_line
+from tests.bad_inputs.test_bad_inputs import Case, assert_one_error_line, run_cases
 from tests.training.conftest import QUIET
 
 BASE = ("model=gpt2_tiny", "data=text_files", "data.cache_dir={tmp}/cache", "data.num_proc=1", "trainer.max_steps=1",
@@ -50,18 +47,7 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("bad_blends")
     for name in ("a", "b"):
         (root / f"{name}.txt").write_text(f"Document {name} has one sentence.\n\nAnother one follows.\n")
-    env = {**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
-    env.pop("HYDRA_FULL_ERROR", None)
-
-    def one(case: Case) -> tuple[str, dict]:
-        places = {"tmp": str(root), "run": str(root / "runs" / case.name)}
-        done = subprocess.run(
-            command_line(case, places), cwd=root, env=env, capture_output=True, text=True, timeout=300
-        )
-        return case.name, {"done": done, "places": places}
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(one, CASES))
+    return run_cases(CASES, root)
 
 
 @pytest.mark.slow

@@ -6,9 +6,6 @@ that names the file or key, no traceback. Uses test_bad_inputs.py's harness (its
 
 from __future__ import annotations
 
-import os
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +15,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from plm_toolkit.data.store.token_files import MegatronWriter
-from tests.bad_inputs.test_bad_inputs import Case, assert_one_error_line, command_line
+from tests.bad_inputs.test_bad_inputs import Case, assert_one_error_line, run_cases
 from tests.training.conftest import QUIET
 
 GPT = ("model=gpt2_tiny", "model.hidden_size=32", "model.num_heads=2", "model.num_layers=1",
@@ -98,18 +95,7 @@ def setup(tmp: Path) -> None:
 def outcomes(tmp_path_factory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("bad_formats")
     setup(root)
-    env = {**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
-    env.pop("HYDRA_FULL_ERROR", None)
-
-    def one(case: Case) -> tuple[str, dict]:
-        places = {"tmp": str(root), "run": str(root / "runs" / case.name)}
-        done = subprocess.run(
-            command_line(case, places), cwd=root, env=env, capture_output=True, text=True, timeout=300
-        )
-        return case.name, {"done": done, "places": places}
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(one, CASES))
+    return run_cases(CASES, root)
 
 
 @pytest.mark.slow

@@ -6,14 +6,12 @@ one line on stderr starting ``error:``, no traceback. Uses test_bad_inputs.py's 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from tests.bad_inputs.test_bad_inputs import FILES, Case, command_line
+from tests.bad_inputs.test_bad_inputs import FILES, Case, command_line, run_cases
 from tests.bad_inputs.test_bad_inputs_store import CORPUS
 
 BASE = ("model=ernie", "model.hidden_size=36", "model.num_heads=3", "model.intermediate_size=37",
@@ -60,18 +58,7 @@ def setup(tmp: Path) -> None:
 def outcomes(tmp_path_factory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("bad_units_store")
     setup(root)
-    env = {**os.environ, "TQDM_DISABLE": "1"}
-    env.pop("HYDRA_FULL_ERROR", None)
-
-    def one(case: Case) -> tuple[str, dict]:
-        places = {"tmp": str(root), "run": str(root / "runs" / case.name)}
-        done = subprocess.run(
-            command_line(case, places), cwd=root, env=env, capture_output=True, text=True, timeout=300
-        )
-        return case.name, {"done": done, "places": places}
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(one, CASES))
+    return run_cases(CASES, root)
 
 
 @pytest.mark.slow
