@@ -1,12 +1,13 @@
 """make demo: pretrain the tiny BERT on the bundled corpus (experiment=demo_cpu), fine-tune it on the bundled SST-2
 slice, fine-tune the same architecture from random weights the same way, and print what pretraining bought.
 
-    python scripts/demo.py runs/demo --pretrain-steps 1200 --finetune-epochs 3 --finetune-lr 1e-3
+    python scripts/demo.py runs/demo --pretrain-steps 2000 --finetune-epochs 3 --finetune-lr 1e-3
 
 Everything runs through the console commands a user types (plm-train, plm-finetune), on the CPU, on files shipped
 with the package. The closing table shows the pretraining curve (MLM accuracy beside its unigram baseline, the share
-of masked tokens that the most frequent token is; NSP accuracy beside the majority class) and SST-2 dev accuracy
-from the pretrained and from the random weights. JSON with the same figures goes to RUN_DIR/demo_summary.json.
+of masked tokens that the most frequent token is; NSP accuracy on held-out articles and on the training pairs, each
+beside its majority label) and SST-2 dev accuracy from the pretrained and from the random weights. JSON with the
+same figures goes to RUN_DIR/demo_summary.json.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from collections import Counter
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 from torch import nn
 
 from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.data.build import prepare_pretraining_data
 from plm_toolkit.data.sources.corpus import resource_path
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.training.logging import read_metrics
@@ -73,15 +76,32 @@ def unigram_baseline(tokenizer_file: Path, text_file: Path) -> float:
     return counts.most_common(1)[0][1] / max(sum(counts.values()), 1)
 
 
-def majority_share(metrics: list[dict]) -> float | None:
-    """NSP's majority class: data.random_next_prob=0.5 makes it about a half."""
-    return 0.5 if any("eval_nsp_accuracy" in r for r in metrics) else None
+def nsp_majority(pretrained: Path) -> dict | None:
+    """NSP accuracy of always answering the more frequent label, on the training pairs and on the validation pairs
+    the run evaluated (more than half of them are random next segments: a chunk of one long sentence always gets
+    one, as in BERT's create_pretraining_data.py); None when the objective has no NSP."""
+    cfg = OmegaConf.load(pretrained / ckpt.CONFIG_FILE)
+    if "nsp" not in str(cfg.objective.name):
+        return None
+    data = prepare_pretraining_data(cfg.data, "sentence_pairs", int(cfg.trainer.seed))
+    shares = {}
+    for split, examples in (("train", data.train), ("validation", data.validation)):
+        labels = examples["next_sentence_label"]
+        share = sum(labels) / max(len(labels), 1)
+        shares[split] = max(share, 1 - share)
+    return shares
+
+
+def training_nsp(metrics: list[dict], step: int, every: int) -> float | None:
+    """Mean NSP accuracy of the logged training steps in the `every` steps up to `step`."""
+    values = [r["nsp_accuracy"] for r in metrics if "nsp_accuracy" in r and step - every < r["step"] <= step]
+    return sum(values) / len(values) if values else None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", nargs="?", default=f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
-    parser.add_argument("--pretrain-steps", type=int, default=None, help="experiment=demo_cpu's 1200 if not given")
+    parser.add_argument("--pretrain-steps", type=int, default=None, help="experiment=demo_cpu's 2000 if not given")
     parser.add_argument("--finetune-epochs", type=float, default=3)
     parser.add_argument("--finetune-lr", type=float, default=1e-3)
     args = parser.parse_args()
@@ -100,19 +120,24 @@ def main() -> None:
                                 f"hydra.run.dir={run / name}")  # fmt: skip
 
     metrics = read_metrics(run / "pretrain" / "metrics.jsonl")
-    curve = [r for r in metrics if "eval_mlm_accuracy" in r]
+    evaluations = [r for r in metrics if "eval_mlm_accuracy" in r]
+    every = evaluations[0]["step"] if evaluations else 1
+    curve = []
+    for r in evaluations:
+        point = {k: r[k] for k in ("step", "eval_mlm_accuracy", "eval_nsp_accuracy", "eval_mlm_perplexity") if k in r}
+        if training_nsp(metrics, r["step"], every) is not None:
+            point["train_nsp_accuracy"] = training_nsp(metrics, r["step"], every)
+        curve.append(point)
     baseline = unigram_baseline(pretrained / ckpt.TOKENIZER_FILE, Path(resource_path("corpora/wikitext2/valid.txt")))
+    majority = nsp_majority(pretrained)
     results = {name: json.loads((run / name / "eval_results.json").read_text()) for name in seconds}
     summary = {
         "run_dir": str(run),
         "pretraining": {
             "seconds": round(pretrain_seconds, 1),
-            "curve": [
-                {k: r[k] for k in ("step", "eval_mlm_accuracy", "eval_nsp_accuracy", "eval_mlm_perplexity") if k in r}
-                for r in curve
-            ],  # fmt: skip
+            "curve": curve,
             "mlm_unigram_baseline": baseline,
-            "nsp_majority_class": majority_share(metrics),
+            "nsp_majority_class": majority,
         },
         "sst2_dev_accuracy": {
             "pretrained": results["sst2"]["accuracy"],
@@ -124,12 +149,18 @@ def main() -> None:
     (run / "demo_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
     print(f"\n== make demo: {run} ({summary['total_seconds'] / 60:.1f} minutes) ==")
-    print(f"pretraining ({pretrain_seconds / 60:.1f} min), evaluation on the bundled valid.txt:")
-    print("  step   MLM accuracy   NSP accuracy   MLM perplexity")
+    print(f"pretraining ({pretrain_seconds / 60:.1f} min); MLM and held-out NSP on the bundled valid.txt (4 articles")
+    print("the model never saw), training NSP over the steps since the previous evaluation:")
+    print("  step   MLM accuracy   MLM perplexity   NSP held-out   NSP training")
     for r in curve:
-        nsp = f"{r['eval_nsp_accuracy']:.3f}" if "eval_nsp_accuracy" in r else "-"
-        print(f"  {r['step']:>4}   {r['eval_mlm_accuracy']:.3f}          {nsp:<13}  {r['eval_mlm_perplexity']:.1f}")
-    print(f"  (always the most frequent token: MLM accuracy {baseline:.3f}; NSP's majority class: 0.5)")
+        held_out = f"{r['eval_nsp_accuracy']:.3f}" if "eval_nsp_accuracy" in r else "-"
+        training = f"{r['train_nsp_accuracy']:.3f}" if "train_nsp_accuracy" in r else "-"
+        print(f"  {r['step']:>4}   {r['eval_mlm_accuracy']:.3f}          {r['eval_mlm_perplexity']:<15.1f}  "
+              f"{held_out:<13}  {training}")  # fmt: skip
+    nsp_line = ""
+    if majority:
+        nsp_line = f"; NSP's majority label: {majority['validation']:.3f} held out, {majority['train']:.3f} in training"
+    print(f"  (always the most frequent token: MLM accuracy {baseline:.3f}{nsp_line})")
     gain = results["sst2"]["accuracy"] - results["sst2_from_random"]["accuracy"]
     print(f"SST-2 dev accuracy, {args.finetune_epochs:g} epochs on the bundled 3,000 rows (best epoch kept):")
     print(f"  from the pretrained model  {results['sst2']['accuracy']:.3f}   ({run / 'sst2'})")

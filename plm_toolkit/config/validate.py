@@ -145,6 +145,8 @@ def data_problems(cfg: DictConfig) -> list[str]:
     for key in ("short_seq_prob", "random_next_prob"):
         if not 0.0 <= d[key] <= 1.0:
             out.append(f"data.{key}={d[key]}: expected a probability in [0, 1]")
+    if d.get("pair_draws", 1) < 1:
+        out.append(f"data.pair_draws={d.pair_draws}: expected how many times to draw the sentence pairs, 1 or more")
     parallel = "source_lang" in d
     if parallel and not d.train_files:
         out.append(
@@ -156,10 +158,6 @@ def data_problems(cfg: DictConfig) -> list[str]:
     out += parallel_problems(d) if parallel else file_problems(d)
     if d.dataset_path and not Path(d.dataset_path).expanduser().is_dir():
         out.append(f"data.dataset_path={d.dataset_path} is not a directory written by datasets' save_to_disk")
-    given = [f"data.{KEYS[split]}" for split in KEYS if not parallel and given_entries(d, split)]
-    if d.dataset_path and given:  # the saved dataset replaces the files: they would be ignored
-        out.append(f"data.dataset_path and {' and '.join(given)} are both given; the saved dataset replaces the "
-                   "files, which would be ignored: give one")  # fmt: skip
     given = [f"data.{KEYS[split]}" for split in KEYS if not parallel and given_entries(d, split)]
     if d.dataset_path and given:  # the saved dataset replaces the files: they would be ignored
         out.append(f"data.dataset_path and {' and '.join(given)} are both given; the saved dataset replaces the "

@@ -116,6 +116,11 @@ class DataConfig:
     short_seq_prob: float = 0.1
     # Sentence-pair layout: probability that segment B comes from another document (NSP negative).
     random_next_prob: float = 0.5
+    # Sentence-pair layouts, training split: how many times the pairs are drawn, each draw with its own split points,
+    # short targets and random next segments, all of them making up one epoch: the pairs half of BERT's
+    # create_pretraining_data.py --dupe_factor (10 in its README; objective.dupe_factor is the masks half). One draw
+    # trained for many epochs lets NSP memorize which pairs belong together; evaluation keeps one draw.
+    pair_draws: int = 1
     # Packing: auto lets the objective choose (NSP needs sentence_pairs, SOP segment_pairs: two consecutive
     # segments of one document; full_sentences packs contiguous text across documents, RoBERTa's FULL-SENTENCES;
     # Transformer-XL and XLNet read streams, windows of one token stream dealt out in order so that consecutive

@@ -98,6 +98,7 @@ CASES = [
     Case("dropout_above_one", "train", ("model=gpt2_tiny", "objective=clm", "model.embedding_dropout=1.2"), "model.embedding_dropout=1.2: expected a finite number in [0, 1)"),
     Case("memory_negative", "train", ("model.mem_len=-3",), "model.mem_len=-3: must be 0 or positive", base=("model=xlnet_tiny", "objective=plm", *QUIET)),
     Case("seed_negative", "finetune", ("trainer.seed=-5",), "trainer.seed=-5: must be 0 or positive"),
+    Case("pair_draws_zero", "train", ("data.pair_draws=0",), "data.pair_draws=0: expected how many times to draw the sentence pairs, 1 or more"),
     Case("head_activation_unknown", "finetune", ("task.head_activation=relu",), "task.head_activation=relu: expected null or one of tanh, gelu"),
     Case("head_bias_not_a_bool", "finetune", ("task.head_bias=maybe",), "task.head_bias=maybe: Value 'maybe' is not a valid bool (type str)"),
     Case("workers_negative", "train", ("data.num_workers=-1",), "data.num_workers=-1: must be 0 (load in the training process) or positive"),

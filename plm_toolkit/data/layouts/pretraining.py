@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tokenizers import Tokenizer
 
 from plm_toolkit.core.errors import DataError
+from plm_toolkit.data.layouts.blend import ConcatenatedExamples
 from plm_toolkit.data.layouts.packed import PACKED_VERSION, FullSentenceBlocks, SentencePairs
 from plm_toolkit.data.layouts.plan import LAYOUTS, STREAM_LAYOUTS, Layout
 from plm_toolkit.data.layouts.windows import SentenceStreamWindows, StreamWindows
@@ -113,9 +114,14 @@ def build_pretraining_examples(
         "random_next_prob": float(data_cfg.random_next_prob),
         "contiguous": layout == Layout.segment_pairs,
     }
-    name = f"pairs-{split}-{stable_hash(settings, seed, PACKED_VERSION)}"
     processes = getattr(data_cfg, "num_proc", None) or available_cores()
-    return SentencePairs(part, cls_id, sep_id, settings, seed, folder / name, processes)
+    draws = int(getattr(data_cfg, "pair_draws", 1)) if split == "train" else 1
+    views = []
+    for k in range(draws):
+        draw_seed = seed if k == 0 else f"{seed}/{k}"  # the first draw is the pairs a run of one draw trains on
+        name = f"pairs-{split}-{stable_hash(settings, draw_seed, PACKED_VERSION)}"
+        views.append(SentencePairs(part, cls_id, sep_id, settings, draw_seed, folder / name, processes))
+    return views[0] if draws == 1 else ConcatenatedExamples([f"draw{k}" for k in range(draws)], views)
 
 
 def store_unit(layout: str, units: Any = None) -> str:
