@@ -114,7 +114,9 @@ def test_time_budget_on_the_real_clock(make_config, tmp_path):
     records = [r for r in read_metrics(tmp_path) if "lr" in r]
     # A shared CI machine makes step times jitter: the run stops within a step of the budget, never far past it.
     assert 2 <= len(records) < 100000 and records[-1]["elapsed_s"] <= 1.25 * budget
-    assert records[-1]["lr"] < records[1]["lr"]  # the decay follows the clock
+    # The decay follows the clock: the last step, at the budget's end, is far down from the peak (the second step may
+    # still be warming up, so it is no reference).
+    assert records[-1]["lr"] < 0.5 * max(r["lr"] for r in records)
     assert (tmp_path / "checkpoints" / f"step_{records[-1]['step']}").is_dir()
 
 
