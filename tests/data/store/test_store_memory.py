@@ -80,7 +80,9 @@ def test_memory_is_flat_for_a_ten_times_larger_corpus(tmp_path, layout):
     large, large_counts = peak_anon_mb(corpus_of(tmp_path / "large.txt", 20_000_000), tmp_path / "c2", layout)
     assert large_counts["tokens"] > 9 * small_counts["tokens"]
     # Ten times the text: the same interpreter, torch and two worker processes, whose allocators settle between 55
-    # and 75 MB each whatever the corpus; what grows with the corpus is a few bytes of index per document. (The
-    # pipeline before the store took 1.95 GB for 100 MB of text: 18 MB more would have cost 350 MB.)
-    assert large < small + 80, (small, large)
+    # and 75 MB each whatever the corpus; what grows with the corpus is a few bytes of index per document. Alone the
+    # large corpus costs 8-16 MB more; beside a loaded test suite the workers' allocators once settled 82 MB higher,
+    # so the bound is the one that tells a flat pipeline from one that holds the text: the pipeline before the store
+    # took 1.95 GB for 100 MB of text, so 18 MB more would have cost 350 MB.
+    assert large < small + 150, (small, large)
     print(f"{layout}: peak anonymous memory {small:.0f} MB for 2 MB, {large:.0f} MB for 20 MB")
