@@ -112,6 +112,17 @@ def test_imports_run_downhill():
     assert [pair for pair in ALLOWED if pair not in upward] == [], "ALLOWED lists an import that runs downhill now"
 
 
+def test_the_token_store_imports_none_of_its_side_channels():
+    """The token store (data/store/) knows ERNIE's knowledge units (data/units/) only as the side channel that package
+    registers under the unit's name (data/store/side_channels.py): units plug into the store, not the reverse."""
+    found = [
+        f"{importer} (line {line}) imports {imported}"
+        for importer, imported, line in imports(module_names())
+        if importer.startswith("plm_toolkit.data.store.") and imported.startswith("plm_toolkit.data.units")
+    ]
+    assert found == []
+
+
 def test_the_check_sees_imports_inside_functions(tmp_path):
     """The parser behind the check: a lazy import and a relative one are both found and resolved."""
     source = "from . import checkpoint\n\ndef f():\n    from plm_toolkit.tasks.ner import entities\n"

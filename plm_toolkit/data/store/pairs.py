@@ -44,9 +44,9 @@ from plm_toolkit.data.store.preparation import (
     read_plan,
     resumed_store,
     run_jobs,
-    tokenizer_settings,
 )
 from plm_toolkit.data.store.processes import available_cores
+from plm_toolkit.data.store.settings import tokenizer_settings
 from plm_toolkit.data.store.token_store import (
     MANIFEST,
     Shard,

@@ -31,12 +31,11 @@ from plm_toolkit.data.store.preparation import (
     PLAN,
     TOKENIZER,
     _prepare,
-    check_settings,
     finished_store,
     plan_and_tokenizer,
     store_folder,
-    store_settings,
 )
+from plm_toolkit.data.store.settings import channel_of, check_settings, store_settings
 from plm_toolkit.data.store.token_store import MANIFEST, read_manifest
 
 log = logging.getLogger("plm_toolkit")
@@ -70,10 +69,9 @@ def prepare_part(data_cfg: Any, unit: str, spellings: bool, units: Any, part: in
     finished (this job found every shard done and wrote the manifest, or another job had)."""
     if not 0 <= part < parts:
         raise ConfigError(f"data.prepare_part={part}: expected 0 to data.prepare_parts - 1 = {parts - 1}")
-    if unit == "units":
-        raise ConfigError(
-            "data.prepare_parts: ERNIE's knowledge units are found over the whole corpus; prepare on one node"
-        )
+    channel = channel_of(unit)
+    if channel is not None and channel.one_node:
+        raise ConfigError(f"data.prepare_parts: {channel.one_node}; prepare on one node")
     settings = store_settings(data_cfg, unit, spellings, units)
     explicit = bool(getattr(data_cfg, "store", None))
     splits = {split: resolve_sources(data_cfg, split) for split in SPLITS}

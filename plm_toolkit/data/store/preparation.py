@@ -27,7 +27,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import tokenizers
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
@@ -39,63 +38,19 @@ from plm_toolkit.data.store.check import damaged, file_sha256, verify_store
 from plm_toolkit.data.store.given import check_store_sources
 from plm_toolkit.data.store.lock import run_once
 from plm_toolkit.data.store.processes import CONTEXT, available_cores, worker_pool
+from plm_toolkit.data.store.settings import channel_of, check_settings, store_settings
 from plm_toolkit.data.store.shard_worker import maybe_kill, start_worker, tokenize_piece
 from plm_toolkit.data.store.stop_signals import signals_stop_preparation
 from plm_toolkit.data.store.token_store import MANIFEST, Shard, id_dtype, read_manifest, write_json
-from plm_toolkit.data.tokenization.tokenizer import (
-    TRAINING_VERSION,
-    load_or_train_tokenizer,
-    load_tokenizer,
-    lowercase_setting,
-    tokenizer_kind,
-    vocab_from_tokenizer,
-)
-from plm_toolkit.data.units.store import split_summary, unit_finder, units_difference, units_settings
+from plm_toolkit.data.tokenization.tokenizer import load_or_train_tokenizer, load_tokenizer, vocab_from_tokenizer
 
 if TYPE_CHECKING:
     from plm_toolkit.core.data_schema import DataConfig
 
 log = logging.getLogger("plm_toolkit")
 
-STORE_VERSION = 1
-# Bump when data/sources/documents.py splits sentences differently: stores of sentences are prepared again.
-SENTENCE_RULES = 2
 PLAN = "plan.json"
 TOKENIZER = "tokenizer.json"
-
-
-def tokenizer_settings(data_cfg: DataConfig) -> dict:
-    """What decides the tokenizer: the loaded file's contents, or every training setting."""
-    t = data_cfg.tokenizer
-    if t.path:
-        loaded = load_tokenizer(t.path, lowercase=t.lowercase is None or bool(t.lowercase))
-        return {"path": str(t.path), "contents": stable_hash(loaded.to_str())}
-    return {
-        "kind": tokenizer_kind(data_cfg),
-        "vocab_size": int(t.vocab_size),
-        "lowercase": lowercase_setting(data_cfg),
-        "min_frequency": int(t.min_frequency),
-        "train_sample_bytes": int(t.train_sample_bytes),
-        "tokenizers": tokenizers.__version__,
-        "training": TRAINING_VERSION,
-    }
-
-
-def store_settings(data_cfg: DataConfig, unit: str, spellings: bool, units: Any = None) -> dict:
-    """Every setting that changes what a store holds (``units``: where a store of knowledge units finds them)."""
-    settings = {
-        "version": STORE_VERSION,
-        "unit": unit,
-        "spellings": bool(spellings),
-        "document_boundary": document_boundary(data_cfg),
-        "text_column": str(data_cfg.text_column),
-        "tokenizer": tokenizer_settings(data_cfg),
-    }
-    if unit in ("document_sentences", "sentences", "units"):  # where sentences end (data/tokenization/chinese.py)
-        settings["sentence_rules"] = SENTENCE_RULES
-    if unit == "units":
-        settings["units"] = units_settings(units)
-    return settings
 
 
 def store_folder(data_cfg: DataConfig, settings: dict, splits: dict[str, list[Source] | None]) -> Path:
@@ -108,8 +63,8 @@ def store_folder(data_cfg: DataConfig, settings: dict, splits: dict[str, list[So
 
 def prepare_store(data_cfg: DataConfig, unit: str, spellings: bool = False, units: Any = None) -> Path:
     """The folder of a finished store for ``data_cfg`` holding ``unit`` (``data/store/shard_worker.py``), prepared here
-    (or by another process, waited for) when it is missing or unfinished; ``units``: the sources of knowledge
-    units (the objective config, ``data/units/store.py``) for unit ``units``."""
+    (or by another process, waited for) when it is missing or unfinished; ``units``: where the side channel of
+    ``unit`` finds its codes (``data/store/side_channels.py``; ERNIE's knowledge units: the objective config)."""
     settings = store_settings(data_cfg, unit, spellings, units)
     explicit = bool(getattr(data_cfg, "store", None))
     if explicit:
@@ -175,59 +130,6 @@ def resumed_store(
     return OmegaConf.merge(data_cfg, {"tokenizer": {"path": str(tokenizer_file)}})
 
 
-_WORDS = {
-    "unit": {
-        "documents": "documents tokenized whole, as written (streams)",
-        "document_sentences": "documents tokenized whole with their sentence starts (streams and full sentences)",
-        "sentences": "sentences tokenized one by one (sentence pairs and sentence streams)",
-        "units": "sentences tokenized one by one with their knowledge units' join codes (ERNIE)",
-        "pairs": "sentence pairs for translation",
-    },
-    "sentence_rules": {None: "sentences split by English rules only", 2: "sentences split at Chinese 。！？ too"},
-}
-
-
-# Settings of a store that are data.* keys of the run.
-_DATA_KEYS = ("document_boundary", "text_column", "source_lang", "target_lang")
-
-
-def check_settings(stored: dict, wanted: dict, folder: Path) -> None:
-    """DataError naming the first setting in which a finished store differs from what the run needs (a store with
-    sentence starts serves streams too; one with spellings serves a run without)."""
-    for key, value in sorted(wanted.items(), key=lambda item: item[0] != "unit"):  # what it holds, first
-        have = stored.get(key)
-        if key == "unit" and have == "document_sentences" and value == "documents":
-            continue
-        if key == "spellings" and have and not value:
-            continue
-        if key == "tokenizer":
-            if set(have) != set(value):
-                raise DataError(
-                    f"data.store={folder} was prepared with a {'trained' if 'kind' in have else 'given'} tokenizer, "
-                    f"this run asks for a {'trained' if 'kind' in value else 'given'} one (data.tokenizer.path): give "
-                    "plm-train the data overrides plm-prepare had"
-                )
-            for name, setting in value.items():
-                if have.get(name) != setting:
-                    shown = "the tokenizer file's contents" if name == "contents" else f"data.tokenizer.{name}"
-                    raise DataError(
-                        f"data.store={folder} was prepared with {shown}={have.get(name)}, this run asks for "
-                        f"{setting}: prepare a store with this run's settings (plm-prepare) or leave data.store unset"
-                    )
-            continue
-        if key == "units" and have != value:
-            raise DataError(
-                f"data.store={folder} holds knowledge units found with another {units_difference(have, value)} than "
-                "this run's: prepare a store for this run (plm-prepare, same overrides) or leave data.store unset"
-            )
-        if have != value:
-            words, name = _WORDS.get(key, {}), f"data.{key}" if key in _DATA_KEYS else key
-            raise DataError(
-                f"data.store={folder} holds {words.get(have, f'{name}={have}')}; this run needs "
-                f"{words.get(value, f'{name}={value}')}: prepare a store for it (plm-prepare with the same overrides)"
-            )
-
-
 def _prepare(
     folder: Path, data_cfg: DataConfig, settings: dict, splits: dict, explicit: bool, units: Any = None, part=None
 ) -> None:
@@ -238,16 +140,16 @@ def _prepare(
     unk_id = vocab_from_tokenizer(tokenizer).require("unk_id", "keeping the spelling of unknown words") if (
         settings["spellings"]) else None  # fmt: skip
     wanted = int(getattr(data_cfg, "num_proc", None) or available_cores())
-    finder = unit_finder(folder, data_cfg, plan, units, wanted) if settings["unit"] == "units" else None
-    if finder is not None and finder.tagger is not None:
-        log.info("the entity tagger tags the corpus in this process (one piece at a time; docs/data-store.md)")
+    channel = channel_of(settings["unit"])
+    encoder = channel.encoder(folder, data_cfg, plan, units, wanted) if channel is not None else None
+    if encoder is not None and encoder.main_process_only:
         wanted = 1
     jobs = _jobs(folder, data_cfg, plan, tokenizer)
     setup = (tokenizer.to_str(), settings["unit"], unk_id)
-    processes, cpu = run_jobs(part(plan, jobs) if part else jobs, wanted, start_worker, setup, tokenize_piece, finder)
+    processes, cpu = run_jobs(part(plan, jobs) if part else jobs, wanted, start_worker, setup, tokenize_piece, encoder)
     if part is not None:
         return
-    _finish(folder, data_cfg, settings, plan, tokenizer, finder, started, processes, cpu)
+    _finish(folder, data_cfg, settings, plan, tokenizer, started, processes, cpu)
 
 
 def plan_and_tokenizer(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit: bool):
@@ -264,8 +166,10 @@ def plan_and_tokenizer(folder: Path, data_cfg: Any, settings: dict, splits: dict
     return plan, _tokenizer(folder, data_cfg)
 
 
-def _finish(folder, data_cfg, settings, plan, tokenizer, finder, started, processes, cpu) -> None:
+def _finish(folder, data_cfg, settings, plan, tokenizer, started, processes, cpu) -> None:
     """Check every shard and source, then write the manifest: the store is finished."""
+    unit = settings["unit"]
+    channel = channel_of(unit)
     characters: dict[str, int] = {}
     manifest = {"format": "plm_toolkit token store", "settings": settings, "vocab_size": tokenizer.get_vocab_size(),
                 "tokenizer": stable_hash(tokenizer.to_str()), "tokenizer_sha256": file_sha256(folder / TOKENIZER),
@@ -277,8 +181,8 @@ def _finish(folder, data_cfg, settings, plan, tokenizer, finder, started, proces
         headers = [Shard.open(folder / split / f"{k:05d}").header for k in range(len(pieces))]
         characters[split] = sum(h.get("characters", 0) for h in headers)
         _check_text(split, sources, pieces, headers, choice(data_cfg.document_boundary))
-        if finder is not None:  # the units found (a split whose text has no letter is refused here)
-            manifest["splits"][split] = {"units": split_summary(folder, split, len(pieces), [s.path for s in sources])}
+        if channel is not None:  # what its codes add up to (ERNIE's units: a split with no letter is refused here)
+            manifest["splits"][split] = {unit: channel.summary(folder, split, len(pieces), [s.path for s in sources])}
         manifest["splits"][split] = {
             **manifest["splits"].get(split, {}),
             "sources": plan["sources"][split],
@@ -366,16 +270,16 @@ def _jobs(folder: Path, data_cfg: DataConfig, plan: dict, tokenizer: Tokenizer) 
     return jobs
 
 
-def run_jobs(jobs: list[dict], wanted: int, initializer, setup: tuple, work, finder=None) -> tuple[int, float]:
+def run_jobs(jobs: list[dict], wanted: int, initializer, setup: tuple, work, encoder=None) -> tuple[int, float]:
     """Run ``work`` on every job (a piece to tokenize into its shard), in this process or in a pool of at most
-    ``wanted`` worker processes, each set up by ``initializer(*setup, progress counter, finder)`` (a finder with a
-    tagger stays in this process); returns how many processes, and the CPU seconds the pieces took."""
+    ``wanted`` worker processes, each set up by ``initializer(*setup, progress counter, encoder)`` (a side channel's
+    encoder, ``data/store/side_channels.py``); returns how many processes, and the CPU seconds the pieces took."""
     processes = max(1, min(wanted, len(jobs)))
     total = sum(job["bytes"] for job in jobs)
     bar = tqdm(total=total, unit="B", unit_scale=True, desc="tokenizing", disable=None, dynamic_ncols=True)
     try:
         if processes == 1:
-            initializer(*setup, None, finder)
+            initializer(*setup, None, encoder)
             cpu = 0.0
             for finished, job in enumerate(jobs, 1):
                 cpu += work(job)
@@ -383,8 +287,7 @@ def run_jobs(jobs: list[dict], wanted: int, initializer, setup: tuple, work, fin
                 maybe_kill(finished)
             return 1, cpu
         counter = CONTEXT.Value("q", 0)
-        carried = finder.without_tagger() if finder is not None else None
-        with worker_pool(processes, initializer, (*setup, counter, carried)) as pool:
+        with worker_pool(processes, initializer, (*setup, counter, encoder)) as pool:
             results = [pool.apply_async(work, (job,)) for job in jobs]
             cpu = 0.0
             for finished, result in enumerate(results, 1):

@@ -7,8 +7,9 @@ and writes its shard as it goes, so its memory does not grow with the corpus. Wh
 - ``document_sentences``: the same, with the token position where each sentence starts (RoBERTa's full sentences);
 - ``sentences``: each sentence alone, as BERT's pairs and ELMo's sentence streams have always read them; with
   ``unk_id``, also the spelling of every token that id stands for (ELMo's character CNN);
-- ``units``: each sentence alone with the join code of every token (ERNIE's knowledge units, found by the
-  ``finder`` the worker is given, ``data/units/corpus.py``); the shard's unit counts go beside it.
+- a side channel's unit (``data/store/side_channels.py``): each sentence alone with a code for every token, written
+  by the ``encoder`` the worker is given (ERNIE's knowledge units: unit ``units``, ``data/units/corpus.py``), which
+  also writes what the shard adds up beside it.
 """
 
 from __future__ import annotations
@@ -28,11 +29,7 @@ from plm_toolkit.data.sources.piece_reader import read_piece
 from plm_toolkit.data.sources.pieces import Piece, Source
 from plm_toolkit.data.store.token_store import ShardWriter
 from plm_toolkit.data.tokenization.pipelines import running_text_tokenizer
-from plm_toolkit.data.units.corpus import UnitCounts, encode_units, write_counts
 
-UNITS = ("documents", "document_sentences", "sentences", "units")
-# Units tokenized sentence by sentence, with the tokenizer as it is (no running-text copy).
-SENTENCE_UNITS = ("sentences", "units")
 # Text gathered (characters) before one encode_batch call.
 _BATCH_CHARACTERS = 1 << 18
 _BATCH_TEXTS = 4096
@@ -44,16 +41,17 @@ KILL_AFTER = "PLM_TOOLKIT_PREPARE_KILL_AFTER"
 _worker: dict = {}
 
 
-def start_worker(tokenizer_json: str, unit: str, unk_id: int | None, counter=None, finder=None) -> None:
+def start_worker(tokenizer_json: str, unit: str, unk_id: int | None, counter=None, encoder=None) -> None:
     """Set up this process (a pool initializer): the tokenizer, what to tokenize, the shared progress counter and,
-    for unit ``units``, the finder of knowledge units."""
+    for a side channel's unit, its encoder."""
     tokenizer = Tokenizer.from_str(tokenizer_json)
+    by_sentence = unit == "sentences" or encoder is not None  # the tokenizer as it is, no running-text copy
     _worker.update(
-        tokenizer=tokenizer if unit in SENTENCE_UNITS else running_text_tokenizer(tokenizer),
+        tokenizer=tokenizer if by_sentence else running_text_tokenizer(tokenizer),
         unit=unit,
         unk_id=unk_id,
         counter=counter,
-        finder=finder,
+        encoder=encoder,
     )
 
 
@@ -63,12 +61,11 @@ def tokenize_piece(job: dict) -> float:
     source, piece = Source(**job["source"]), Piece(**job["piece"])
     source.check_unchanged()
     stem = Path(job["stem"])
-    unit = _worker["unit"]
+    unit, encoder = _worker["unit"], _worker["encoder"]
     writer = ShardWriter(stem, job["dtype"], sentences=unit != "documents", spellings=_worker["unk_id"] is not None,
-                         codes=unit == "units")  # fmt: skip
-    if unit == "units":
-        _worker["finder"].source = source.path
-        _worker["counts"] = UnitCounts()
+                         codes=encoder is not None)  # fmt: skip
+    if encoder is not None:
+        encoder.start(source.path)
     digest = hashlib.sha256()
     reported = 0
 
@@ -92,8 +89,8 @@ def tokenize_piece(job: dict) -> float:
                 batch, size = [], 0
         _encode(batch, writer)
         source.check_unchanged()
-        if unit == "units":
-            write_counts(stem, _worker["counts"])
+        if encoder is not None:
+            encoder.finish(stem)
         read = {"source": source.path, "piece": [piece.start, piece.end], "sha256": digest.hexdigest()}
         # The text's own size (a compressed or JSONL source's file size is not), for plm-prepare's report.
         writer.finish({**read, "split": job["split"], "characters": characters})
@@ -113,8 +110,8 @@ def _encode(batch: list[tuple[str, bool]], writer: ShardWriter) -> None:
     if not batch:
         return
     tokenizer, unit, unk_id = _worker["tokenizer"], _worker["unit"], _worker["unk_id"]
-    if unit == "units":
-        encode_units(batch, writer, tokenizer, _worker["finder"], _worker["counts"])
+    if _worker["encoder"] is not None:
+        _worker["encoder"].encode(batch, writer, tokenizer)
         return
     if unit == "sentences":
         per_text = [document_sentences(text) for text, _ in batch]

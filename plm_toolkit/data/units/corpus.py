@@ -1,6 +1,6 @@
 """A corpus tokenized with its knowledge units: every sentence's token ids and, beside them, each token's join code
 (``data/units/knowledge.py``), written into the token store by its workers (``data/store/shard_worker.py``, unit
-``units``).
+``units``) with the ``UnitEncoder`` they are handed (``data/store/side_channels.py``).
 
 Where the units come from (the objective's keys, see ``objectives/knowledge_masking.py``):
 - words: ``word_segmenter`` (regex: BERT's split; jieba: Chinese words), or the text's own spaces when
@@ -16,7 +16,6 @@ This module runs in the store's worker processes: it imports neither torch nor d
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -84,12 +83,6 @@ class UnitFinder:
     ):
         self.segmenter, self.presegmented, self.source = segmenter, presegmented, source
         self.phrases, self.gazetteer, self.tagger = phrases, gazetteer, tagger
-
-    def without_tagger(self) -> UnitFinder:
-        """A copy for worker processes (the tagger is a model that stays in the main process)."""
-        finder = copy.copy(self)
-        finder.tagger = None
-        return finder
 
     def sentences(self, line: str) -> list[SentenceUnits]:
         """The line's sentences with their words, marked units and lexicon matches (the tagger runs later, on a
@@ -193,6 +186,29 @@ def encode_units(batch: list[tuple[str, bool]], writer, tokenizer, finder: UnitF
                 writer.add_sentence(encoding.ids, codes=units.token_codes(encoding.offsets))
         if ends:
             writer.end_document()
+
+
+class UnitEncoder:
+    """The token store's shard encoder for unit ``units`` (``data/store/side_channels.py``): each sentence's ids with
+    their join codes from ``finder``, and the shard's unit counts beside it. With an entity tagger (a model) it stays
+    in the preparing process; without one it is pickled into the workers."""
+
+    def __init__(self, finder: UnitFinder):
+        self.finder, self.counts = finder, UnitCounts()
+
+    @property
+    def main_process_only(self) -> bool:
+        return self.finder.tagger is not None
+
+    def start(self, source: str) -> None:
+        self.finder.source = source  # named by the message about broken marks
+        self.counts = UnitCounts()
+
+    def encode(self, batch: list[tuple[str, bool]], writer, tokenizer) -> None:
+        encode_units(batch, writer, tokenizer, self.finder, self.counts)
+
+    def finish(self, stem: Path) -> None:
+        write_counts(stem, self.counts)
 
 
 # --- collocation counts, in worker processes (data/units/store.py merges them) -------------------------------

@@ -1,11 +1,13 @@
 """ERNIE's knowledge units in the token store: what keys a store of units, the phrases learned from the training
 split before any token gets its join code, and the counts of units kept in the manifest.
 
-A store of units (unit ``units``, ``data/store/preparation.py``) is prepared in two steps when phrases are learned by
-collocation scores: first every word2phrase pass counts each piece of the training split in a worker process (a
-piece's counts spill to disk in sorted runs) and merges the runs as streams (``data/units/collocations.py``); the
-phrases found go to ``phrases.txt`` in the store's folder (a resumed preparation reads them there). Then the workers
-find the units of every piece and write its ids with their join codes (``data/units/corpus.py``), as for any store.
+The token store knows them as the side channel of its unit ``units`` (``KNOWLEDGE_UNITS``, which
+``data/units/__init__.py`` registers with ``data/store/side_channels.py``). A store of units is prepared in two
+steps when phrases are learned by collocation scores: first every word2phrase pass counts each piece of the training
+split in a worker process (a piece's counts spill to disk in sorted runs) and merges the runs as streams
+(``data/units/collocations.py``); the phrases found go to ``phrases.txt`` in the store's folder (a resumed
+preparation reads them there). Then the workers find the units of every piece and write its ids with their join
+codes (``UnitEncoder``, ``data/units/corpus.py``), as for any store.
 
 The entity tagger is a model: with one, the pieces are tokenized and coded in the main process, one at a time.
 Spawned workers would each load the checkpoint (its memory once per worker) with torch's threads competing for the
@@ -28,7 +30,14 @@ from plm_toolkit.data.sources.corpus import choice
 from plm_toolkit.data.store.processes import worker_pool
 from plm_toolkit.data.units import collocations
 from plm_toolkit.data.units.collocations import Pair, merge_counts, phrases_of
-from plm_toolkit.data.units.corpus import UnitCounts, UnitFinder, count_piece, counts_file, start_counting
+from plm_toolkit.data.units.corpus import (
+    UnitCounts,
+    UnitEncoder,
+    UnitFinder,
+    count_piece,
+    counts_file,
+    start_counting,
+)
 from plm_toolkit.data.units.knowledge import Lexicon, lexicon_path, read_lexicon
 
 if TYPE_CHECKING:
@@ -201,3 +210,29 @@ def phrase_origin(sources: Any) -> str:
     if sources.presegmented:
         return "[[...]] marks"
     return "collocations" if sources.collocation_passes > 0 else "none"
+
+
+class KnowledgeUnits:
+    """ERNIE's knowledge units as the token store's side channel of unit ``units`` (``data/store/side_channels.py``):
+    the join code of every token beside its id, keyed by ``units_settings``."""
+
+    description = "sentences tokenized one by one with their knowledge units' join codes (ERNIE)"
+    one_node = "ERNIE's knowledge units are found over the whole corpus"
+
+    def settings(self, sources: Any) -> dict:
+        return units_settings(sources)
+
+    def difference(self, have: dict | None, wanted: dict) -> str:
+        return f"holds knowledge units found with another {units_difference(have, wanted)} than this run's"
+
+    def encoder(self, folder: Path, data_cfg: DataConfig, plan: dict, sources: Any, processes: int) -> UnitEncoder:
+        encoder = UnitEncoder(unit_finder(folder, data_cfg, plan, sources, processes))
+        if encoder.main_process_only:
+            log.info("the entity tagger tags the corpus in this process (one piece at a time; docs/data-store.md)")
+        return encoder
+
+    def summary(self, folder: Path, split: str, shards: int, sources: list[str]) -> dict:
+        return split_summary(folder, split, shards, sources)
+
+
+KNOWLEDGE_UNITS = KnowledgeUnits()
