@@ -12,7 +12,9 @@ missing.
 Everything is written under temporary names and renamed, so a preparation that is killed resumes from its finished
 shards (the plan and the tokenizer are kept in the folder) and gives the same store. Several processes (the ranks of
 a data-parallel job, on one node or many sharing the folder) prepare a store once: the first takes a lock and the
-others wait for its manifest (``data/store/lock.py``), without entering any collective.
+others wait for its manifest (``data/store/lock.py``), without entering any collective. What keys a store, and the
+check that a finished one serves a run: ``data/store/settings.py``; a unit that carries codes beside the ids (ERNIE's
+knowledge units) is a side channel another package registers (``data/store/side_channels.py``).
 """
 
 from __future__ import annotations
