@@ -20,6 +20,7 @@ from plm_toolkit.config import setup
 from plm_toolkit.config.resolve import resolve_run
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core import registry
+from plm_toolkit.core.weights import load_weights
 from plm_toolkit.data.batching.collate import Collator
 from plm_toolkit.data.batching.loader import eval_loader
 from plm_toolkit.data.build import prepare_pretraining_data
@@ -36,8 +37,8 @@ def load(checkpoint: Path):
     objective = objective_entry.builder(
         objective_entry.config_cls(**OmegaConf.to_container(cfg.objective)), model, data.vocab
     )
-    ckpt.load_weights(model, checkpoint / ckpt.MODEL_FILE)
-    ckpt.load_weights(objective, checkpoint / ckpt.OBJECTIVE_FILE)
+    load_weights(model, checkpoint / ckpt.MODEL_FILE)
+    load_weights(objective, checkpoint / ckpt.OBJECTIVE_FILE)
     return cfg, data, model.eval(), objective.eval()
 
 

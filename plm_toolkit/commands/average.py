@@ -28,6 +28,7 @@ from plm_toolkit.commands import failures
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.atomic import atomic_folder, save_safetensors
 from plm_toolkit.core.errors import CheckpointError
+from plm_toolkit.core.weights import read_weights
 
 log = logging.getLogger("plm_toolkit")
 
@@ -49,7 +50,7 @@ def last_checkpoints(run_dir: Path, count: int) -> list[Path]:
 
 def average_weights(files: list[Path]) -> dict[str, torch.Tensor]:
     """Mean of every floating-point tensor over the files (float64 sum), the newest file's other tensors."""
-    states = [ckpt.read_weights(f) for f in files]
+    states = [read_weights(f) for f in files]
     newest = states[-1]
     for f, state in zip(files, states, strict=True):
         if state.keys() != newest.keys():

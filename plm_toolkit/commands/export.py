@@ -51,6 +51,7 @@ from plm_toolkit.core import registry
 from plm_toolkit.core.atomic import atomic_folder
 from plm_toolkit.core.catalog import load_all
 from plm_toolkit.core.errors import CheckpointError, ConfigError
+from plm_toolkit.core.weights import read_weights
 from plm_toolkit.data.store.export import STORE_FORMATS, write_token_files
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, vocab_from_tokenizer
 from plm_toolkit.interop.elmo_bilm_tf import export_bilm_tf
@@ -148,7 +149,7 @@ def write_hf(folder: Path, step: Path, model, tokenizer_file: Path, saved, head:
     if section is not None and section.get("name") in registry.OBJECTIVES:
         objective_config = typed_objective_config(section.name, section)
         if (step / ckpt.OBJECTIVE_FILE).is_file():
-            objective_state = ckpt.read_weights(step / ckpt.OBJECTIVE_FILE)
+            objective_state = read_weights(step / ckpt.OBJECTIVE_FILE)
     with leaving_out("the objective's heads") if objective_state else nullcontext():
         export_hf(folder, model, objective_state, tokenizer_file, objective_config)
 

@@ -9,14 +9,14 @@ from plm_toolkit.config.resolve import tokenizer_kind
 from plm_toolkit.core.errors import PlmError
 from plm_toolkit.data.sources.parallel_text import resolve
 from plm_toolkit.data.sources.pieces import source_problems
-from plm_toolkit.data.tokenization.tokenizer import MAXIMUM_VOCABULARY, MINIMUM_VOCABULARY
+from plm_toolkit.data.tokenization.vocabulary_training import MAXIMUM_VOCABULARY, MINIMUM_VOCABULARY
 
 
 def tokenizer_problems(cfg: DictConfig) -> list[str]:
     """The sizes of a vocabulary to train: at least what its kind always holds, at most what 32-bit token ids count
     (the tokenizers library raised OverflowError for a negative one; vocab_size=3 trained 102 tokens without a
     word). A trained vocabulary that the corpus makes larger still is refused after training
-    (data/tokenization/tokenizer.py)."""
+    (data/tokenization/vocabulary_training.py)."""
     t, kind = cfg.data.tokenizer, tokenizer_kind(cfg)
     out: list[str] = []
     if t.min_frequency < 0:

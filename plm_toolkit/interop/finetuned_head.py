@@ -22,6 +22,7 @@ from plm_toolkit.config.resolve import task_class
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.core.registry import TASKS
+from plm_toolkit.core.weights import read_weights
 from plm_toolkit.interop.hf_heads import TaskHead, TrainedTask
 from plm_toolkit.models.base import ENCODER_DECODER
 
@@ -45,7 +46,7 @@ def read_finetuned_head(step: Path, saved: DictConfig, model: nn.Module) -> Task
         known = ", ".join(TASKS.names())
         raise CheckpointError(f"{config_file}: task.name={name} is no task known here; known: {known}")
     path = step / ckpt.OBJECTIVE_FILE
-    state = ckpt.read_weights(path)
+    state = read_weights(path)
     regression = bool(section.get("regression", False))
     labels = [] if regression else [str(label) for label in section.get("labels") or []]
     where = f"task={name}"

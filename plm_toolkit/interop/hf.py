@@ -25,9 +25,9 @@ from safetensors.torch import load_file
 
 from plm_toolkit.core.atomic import save_safetensors
 from plm_toolkit.core.catalog import load_all
-from plm_toolkit.core.checkpoint import read_torch_weights
 from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.core.registry import MODELS, OBJECTIVES
+from plm_toolkit.core.weights import read_torch_weights
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.interop.config_check import check_model_config
 from plm_toolkit.interop.hf_heads import HeadLayout, TaskHead, take_task_head, task_head_export

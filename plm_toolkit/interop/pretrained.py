@@ -33,6 +33,7 @@ from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core import registry
 from plm_toolkit.core.catalog import load_all
 from plm_toolkit.core.errors import CheckpointError, ConfigError
+from plm_toolkit.core.weights import check_values, load_weights
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, vocab_from_tokenizer
 from plm_toolkit.data.tokenization.vocabulary_files import vocabulary_size
 from plm_toolkit.interop.config_check import check_model_config
@@ -74,7 +75,7 @@ def import_hf_backbone(folder: Path, **options) -> tuple[nn.Module, Path, HFImpo
             "transformers' <Family>TokenizerFast(...).save_pretrained(folder)"
         )
     weights = folder / (SAFETENSORS_FILE if (folder / SAFETENSORS_FILE).is_file() else TORCH_FILE)
-    ckpt.check_values(weights, imported.model_state, model, imported.source_keys)
+    check_values(weights, imported.model_state, model, imported.source_keys)
     model.load_state_dict(imported.model_state)
     return model, imported.tokenizer_file, imported
 
@@ -157,7 +158,7 @@ def load_plm_checkpoint(checkpoint_dir: Path) -> tuple[nn.Module, Path]:
     config = model_config_of(checkpoint_dir)
     with _inconsistent(checkpoint_dir / ckpt.CONFIG_FILE):
         model = registry.MODELS.get(config.name).builder(config)
-    ckpt.load_weights(model, checkpoint_dir / ckpt.MODEL_FILE)
+    load_weights(model, checkpoint_dir / ckpt.MODEL_FILE)
     tokenizer = checkpoint_dir / ckpt.TOKENIZER_FILE
     if not tokenizer.is_file():
         raise CheckpointError(f"{checkpoint_dir}: no {ckpt.TOKENIZER_FILE}; the checkpoint needs its tokenizer")
@@ -300,7 +301,7 @@ def _load_objective_file(path: Path, objective: nn.Module) -> None:
     """A plm-train checkpoint's objective.safetensors into ``objective``, checked as the model's weights are (every
     tensor present, none extra, finite); an objective without parameters may come without the file."""
     if path.is_file() or any(True for _ in objective.parameters()):
-        ckpt.load_weights(objective, path)
+        load_weights(objective, path)
 
 
 def _lm_head(model: nn.Module, name: str | None, objective_config, load_state, vocab, source: Path):

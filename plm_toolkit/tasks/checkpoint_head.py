@@ -29,9 +29,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.core.schema import FinetuneModeConfig
+from plm_toolkit.core.weights import check_values
 from plm_toolkit.data.tokenization.tokenizer import BYTE_STAND_INS
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.interop.finetuned_head import read_finetuned_head
@@ -114,7 +114,7 @@ def load_task_state(task: nn.Module, state: dict[str, torch.Tensor], source: Pat
         problems.append(f"shape {some(wrong, 3)}")
     if problems:
         raise CheckpointError(f"{source}: does not hold {name}'s task module: {'; '.join(problems)}")
-    ckpt.check_values(source, state, task, names)
+    check_values(source, state, task, names)
     task.load_state_dict(state)
 
 

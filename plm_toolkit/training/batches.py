@@ -1,4 +1,5 @@
-"""The loop's training batches: the loader from the run's data position, each example's length for
+"""The loop's training batches: the items a micro-batch holds, the loader from the run's data position, each
+example's length for
 trainer.group_by_length, and the check before step 1 that a stream layout has enough windows for its streams (a
 Transformer-XL whose validation text held fewer windows than trainer.batch_size used to train up to its first
 evaluation, then stop there)."""
@@ -9,6 +10,12 @@ from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.batching.loader import MicroBatches, micro_batch_loader
 from plm_toolkit.data.layouts.plan import DataPlan
 from plm_toolkit.training.distributed import ProcessInfo
+
+
+def rows_per_batch(examples, trainer_cfg) -> int:
+    """Items per micro-batch: trainer.batch_size examples, or one item where the examples come in ready-made
+    batches (``ready_batches``: token-count batches of sentence pairs, data/layouts/token_batches.py)."""
+    return 1 if getattr(examples, "ready_batches", False) else trainer_cfg.batch_size
 
 
 def check_streams(examples, batch_size: int, process: ProcessInfo, key: str, plan: DataPlan) -> None:

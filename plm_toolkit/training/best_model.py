@@ -9,7 +9,9 @@ from pathlib import Path
 
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.weights import load_weights
 from plm_toolkit.training.distributed import barrier
+from plm_toolkit.training.evaluation import evaluates
 from plm_toolkit.training.selection import BEST_LINK, link_best
 
 log = logging.getLogger("plm_toolkit")
@@ -28,7 +30,7 @@ class BestModel:
                 "trainer.load_best_model_at_end=true: not supported with hardware.distributed=fsdp yet; use ddp, "
                 "or pick the best checkpoint from metrics.jsonl"
             )
-        if self.selection is not None and not trainer._evaluates():
+        if self.selection is not None and not evaluates(trainer):
             raise ConfigError(
                 "trainer.load_best_model_at_end / trainer.early_stopping_patience: the run never evaluates; give a "
                 "validation file and trainer.eval_strategy=epoch or trainer.eval_every=N"
@@ -79,8 +81,8 @@ class BestModel:
             return {}
         best = self.root / f"step_{selection.best_step}"
         if selection.best_step != trainer.step:
-            ckpt.load_weights(trainer.module.model, best / ckpt.MODEL_FILE)
-            ckpt.load_weights(trainer.module.objective, best / ckpt.OBJECTIVE_FILE)
+            load_weights(trainer.module.model, best / ckpt.MODEL_FILE)
+            load_weights(trainer.module.objective, best / ckpt.OBJECTIVE_FILE)
             # No line of its own (it would carry the last step's number): the line below says whose it is.
             record = {**trainer.evaluate(write=False), "step": selection.best_step}
         else:

@@ -22,12 +22,13 @@ from torch import nn
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.errors import TrainingError
 from plm_toolkit.data.batching.collate import PackingTransform
-from plm_toolkit.data.batching.loader import BatchLayout, eval_loader, eval_scope, mix_seed
+from plm_toolkit.data.batching.loader import BatchLayout, mix_seed
 from plm_toolkit.data.layouts.plan import DataPlan
 from plm_toolkit.objectives.base import Objective, ObjectiveOutput, normalized_loss
-from plm_toolkit.training.batches import check_streams, train_loader
+from plm_toolkit.training.batches import check_streams, rows_per_batch, train_loader
 from plm_toolkit.training.best_model import BestModel
-from plm_toolkit.training.distributed import all_gather_objects, all_reduce_max, barrier, in_lockstep
+from plm_toolkit.training.distributed import all_reduce_max, barrier
+from plm_toolkit.training.evaluation import eval_batches, evaluate_weights, evaluates, log_eval_scope
 from plm_toolkit.training.flops import ModelFlops, peak_tflops
 from plm_toolkit.training.logging import MetricsWriter, ProgressBar
 from plm_toolkit.training.optim import build_optimizer, build_scheduler
@@ -39,7 +40,7 @@ from plm_toolkit.training.resume import check_length, finish_resumed
 from plm_toolkit.training.selection import Selection, evaluation_due
 from plm_toolkit.training.state import restore_state, save_state
 from plm_toolkit.training.trackers import chosen_loggers, take_trackers
-from plm_toolkit.training.window import StepStats, Window, eval_summary, merged_windows, reduce_window, settle
+from plm_toolkit.training.window import StepStats, Window, reduce_window, settle
 
 log = logging.getLogger("plm_toolkit")
 
@@ -66,12 +67,6 @@ class PretrainingModule(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
         return self.objective(self.model, batch)
-
-
-def rows_per_batch(examples, trainer_cfg) -> int:
-    """Items per micro-batch: trainer.batch_size examples, or one item where the examples come in ready-made
-    batches (``ready_batches``: token-count batches of sentence pairs, data/layouts/token_batches.py)."""
-    return 1 if getattr(examples, "ready_batches", False) else trainer_cfg.batch_size
 
 
 class Trainer:
@@ -168,18 +163,18 @@ class Trainer:
         try:
             if self.max_steps > 0 and self.step < self.max_steps:
                 check_streams(self.train_examples, self.layout.batch_size, self.process, self.data_keys[0], self.plan)
-            if self._evaluates() or (self.eval_examples is not None and self.max_steps == 0):
+            if evaluates(self) or (self.eval_examples is not None and self.max_steps == 0):
                 check_streams(self.eval_examples, self.cfg.batch_size, self.process, self.data_keys[1], self.plan)
-                self._log_eval_scope()
+                log_eval_scope(self)
             if self.max_steps == 0:  # evaluation only (plm-finetune trainer.epochs=0): nothing trains or is saved
                 return self.evaluate()
             if self.step >= self.max_steps or (self.clock.budgeted and self.clock.next_step_overruns()):
                 return finish_resumed(self)
             if self.selection is not None and self.selection.stopped:
                 return self.best.finish_stopped()
-            if self._evaluates():
+            if evaluates(self):
                 # Whatever else evaluation cannot read fails now, not after the steps before its first turn.
-                next(iter(self._eval_batches(self.process.world_size, self.process.rank, 1)), None)
+                next(iter(eval_batches(self, self.process.world_size, self.process.rank, 1)), None)
             bar = ProgressBar(
                 self.max_steps,
                 self.step,
@@ -197,23 +192,10 @@ class Trainer:
         finally:
             self.metrics.close()
 
-    def _log_eval_scope(self) -> None:
-        """Which validation batches every evaluation scores (a fixed sample, or all of them)."""
-        if self.process.is_main:
-            rows = rows_per_batch(self.eval_examples, self.cfg)
-            world, streams = self.process.world_size, self.plan.streams
-            for name, part in (getattr(self.eval_examples, "sources", None) or {"": self.eval_examples}).items():
-                scope = eval_scope(len(part), rows, world, self.cfg.eval_batches, streams)
-                log.info(f"{name}: {scope}" if name else scope)  # data.sources: each source's own sample
-
-    def _evaluates(self) -> bool:
-        by_epoch = self.cfg.get("eval_strategy", "steps") == "epoch"
-        return self.eval_examples is not None and (by_epoch or bool(self.cfg.eval_every))
-
     def _evaluation_due(self) -> bool:
         """Whether this step, before the last, evaluates (trainer.eval_every or eval_strategy=epoch)."""
         due = evaluation_due(self.cfg, self.step, len(self.train_examples), self.layout.global_batch)
-        return self._evaluates() and due and self.step != self.max_steps
+        return evaluates(self) and due and self.step != self.max_steps
 
     def _run(self, loader, bar: ProgressBar) -> dict:
         cfg = self.cfg
@@ -249,7 +231,7 @@ class Trainer:
                 if due and self.step != self.max_steps and not stop:
                     self.save()
             # Inside StopSignals still: a signal during the final evaluation or save waits for them.
-            if self._evaluates() and stop != "early":
+            if evaluates(self) and stop != "early":
                 evaluation = self._evaluate_or_save(bar, final=True)
                 record.update(evaluation)
                 self.best.consider(evaluation, final=True)
@@ -371,66 +353,7 @@ class Trainer:
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
         return norm.detach()
 
-    @torch.no_grad()
     def evaluate(self, bar: ProgressBar | None = None, write: bool = True) -> dict:
-        """Evaluate the current weights; ``write=False`` keeps the record out of metrics.jsonl and the trackers."""
-        if self.eval_examples is None:
-            return {}
-        self.module.eval()
-        outputs: dict[str, list[torch.Tensor]] = defaultdict(list)
-        # data.sources: each source's validation examples are scored alone (eval_loss/<name>), the overall is their sum.
-        parts = getattr(self.eval_examples, "sources", None) or {"": self.eval_examples}
-        windows = {name: self._eval_window(examples, outputs) for name, examples in parts.items()}
-        summary = eval_summary(merged_windows(windows.values()), self.objective)
-        for name, window in windows.items() if parts.get("") is None else ():
-            summary.update({f"{key}/{name}": value for key, value in eval_summary(window, self.objective).items()})
-        if type(self.objective).finish_evaluation is not Objective.finish_evaluation:
-            # Every process holds the rows of its own batches; tasks decode from all of them.
-            gathered = all_gather_objects({k: torch.cat(v) for k, v in outputs.items()}, self.process)
-            keys = sorted({k for part in gathered for k in part})
-            merged = {k: torch.cat([part[k] for part in gathered if k in part]) for k in keys}
-            summary.update({f"eval_{k}": v for k, v in self.objective.finish_evaluation(merged).items()})
-        record = {"step": self.step, **summary}
-        if write:
-            self.metrics.write(record)
-        if bar is not None and self.process.is_main:
-            bar.write(" ".join(f"{k}={v:.4g}" for k, v in record.items()))
-        self.module.train()
-        self.tick = time.perf_counter()  # evaluation time stays out of the training throughput
-        return record
-
-    def _eval_window(self, examples, outputs: dict[str, list[torch.Tensor]]) -> Window:
-        """Loss sums, target counts and metrics of ``examples``' validation batches, over all processes."""
-        window = Window.empty()
-        batches = self._eval_batches(self.process.world_size, self.process.rank, self.cfg.eval_batches, examples)
-        for batch, real in in_lockstep(
-            batches, self.process, lambda: next(iter(self._eval_batches(1, 0, 1, examples)))
-        ):
-            counts = self.objective.target_counts(batch)
-            batch = {k: v.to(self.runtime.device) for k, v in batch.items()}
-            with self.runtime.autocast():
-                out = self.module(batch)
-            # A repeated batch adds its keys, not its numbers: every process then sums the same keys.
-            for table, values in ((window.counts, counts), (window.loss_sums, out.loss_sums)):
-                for k, v in values.items():
-                    table[k] += float(v) if real else 0.0
-            for k, v in out.metrics.items():
-                window.metrics[k] += float(v) if real else 0.0
-            for k, v in out.outputs.items() if real else ():
-                outputs[k].append(v.detach().float().cpu() if v.is_floating_point() else v.detach().cpu())
-        return reduce_window(window, self.process)
-
-    def _eval_batches(self, world: int, rank: int, max_batches: int, examples=None):
-        examples = self.eval_examples if examples is None else examples
-        return eval_loader(
-            examples,
-            rows_per_batch(examples, self.cfg),
-            world,
-            rank,
-            self.collate,
-            self.transform,
-            self.cfg.seed,
-            max_batches,
-            streams=self.plan.streams,
-            backward_half=self.plan.backward_half,
-        )
+        """Evaluate the current weights (training/evaluation.py); ``write=False`` keeps the record out of
+        metrics.jsonl and the trackers."""
+        return evaluate_weights(self, bar, write)

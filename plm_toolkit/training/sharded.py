@@ -35,6 +35,7 @@ from torch.distributed.checkpoint.state_dict import (
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.atomic import save_safetensors
 from plm_toolkit.core.errors import CheckpointError
+from plm_toolkit.core.weights import SHARDED_DIR, is_sharded, unique_tensors
 from plm_toolkit.training.distributed import ProcessInfo, barrier, broadcast_object
 
 MODULE_PREFIX = "module."
@@ -51,7 +52,7 @@ def _split(full: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
     for key, tensor in full.items():
         part, _, name = key.partition(".")
         parts[part][name] = tensor
-    return {part: ckpt.unique_tensors(state) for part, state in parts.items()}
+    return {part: unique_tensors(state) for part, state in parts.items()}
 
 
 def _write_weight_files(parts: dict[str, dict[str, torch.Tensor]], folder: Path) -> None:
@@ -80,7 +81,7 @@ def save_sharded(
         ckpt.temporary_directory(root, step, tag)
     barrier(process)
     tmp = root / f"{ckpt.TMP_PREFIX}step_{step}-{tag}"
-    dcp.save(_state(module, optimizer), checkpoint_id=str(tmp / ckpt.SHARDED_DIR))
+    dcp.save(_state(module, optimizer), checkpoint_id=str(tmp / SHARDED_DIR))
     if full_weights:
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         full = get_model_state_dict(module, options=options)  # gathered on rank 0 only
@@ -140,7 +141,7 @@ def check_compatible(folder: Path, metadata, module_state: dict) -> None:
 
 def load_sharded(path: Path, module: nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Load a sharded checkpoint into ``module`` (sharded or not) and ``optimizer``, resharding as needed."""
-    folder = path / ckpt.SHARDED_DIR
+    folder = path / SHARDED_DIR
     metadata = check_shards(folder)
     state = _state(module, optimizer)
     check_compatible(folder, metadata, state["module"])
@@ -153,7 +154,7 @@ def load_sharded(path: Path, module: nn.Module, optimizer: torch.optim.Optimizer
 
 def consolidate(path: Path) -> list[Path]:
     """Write ``model.safetensors`` and ``objective.safetensors`` into a sharded checkpoint, in this one process."""
-    folder = path / ckpt.SHARDED_DIR
+    folder = path / SHARDED_DIR
     metadata = check_shards(folder)
     full = {
         key: torch.empty(entry.size, dtype=entry.properties.dtype)
@@ -174,8 +175,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         found = ckpt.find_checkpoint(args.checkpoint, Path("."))
-        if found is None or not ckpt.is_sharded(found.path):
-            raise CheckpointError(f"{args.checkpoint}: not a sharded checkpoint (no {ckpt.SHARDED_DIR}/.metadata)")
+        if found is None or not is_sharded(found.path):
+            raise CheckpointError(f"{args.checkpoint}: not a sharded checkpoint (no {SHARDED_DIR}/.metadata)")
         for written in consolidate(found.path):
             print(written)
     except CheckpointError as err:

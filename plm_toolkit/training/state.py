@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 
 from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core.weights import is_sharded, load_weights
 from plm_toolkit.training.distributed import all_gather_objects, broadcast_object
 from plm_toolkit.training.optim import apply_config
 
@@ -56,7 +57,7 @@ def restore_state(trainer, checkpoint: ckpt.Checkpoint) -> dict:
     """Load weights, optimizer, scheduler, loss scale, RNG and carried memories; returns the training state."""
     state = checkpoint.trainer_state()
     path = checkpoint.path
-    if ckpt.is_sharded(path):
+    if is_sharded(path):
         from plm_toolkit.training.sharded import load_sharded
 
         load_sharded(path, trainer.module, trainer.optimizer)
@@ -66,10 +67,10 @@ def restore_state(trainer, checkpoint: ckpt.Checkpoint) -> dict:
             "Resume it with the hardware it was written with"
         )
     else:
-        ckpt.load_weights(trainer.module.model, path / ckpt.MODEL_FILE)
-        ckpt.load_weights(trainer.module.objective, path / ckpt.OBJECTIVE_FILE)
+        load_weights(trainer.module.model, path / ckpt.MODEL_FILE)
+        load_weights(trainer.module.objective, path / ckpt.OBJECTIVE_FILE)
     try:
-        if not ckpt.is_sharded(path):
+        if not is_sharded(path):
             trainer.optimizer.load_state_dict(state["optimizer"])
         trainer.scheduler.load_state_dict(state["scheduler"])
         trainer.scaler.load_state_dict(state["scaler"])

@@ -32,6 +32,7 @@ from hydra import compose, initialize_config_module
 
 from plm_toolkit.commands.train import run as train_run
 from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core.weights import read_weights
 from plm_toolkit.data.sources.corpus import resource_path
 from plm_toolkit.interop.hf import export_hf
 from plm_toolkit.interop.pretrained import load_backbone
@@ -195,7 +196,7 @@ def prepare_hf(prepared: Path, checkpoint: Path) -> None:
 
     backbone = load_backbone(checkpoint).model
     export_hf(prepared / "hf_classifier", backbone, None, checkpoint / "tokenizer.json")
-    weights = {f"bert.{k}": v for k, v in ckpt.read_weights(prepared / "hf_classifier" / "model.safetensors").items()}
+    weights = {f"bert.{k}": v for k, v in read_weights(prepared / "hf_classifier" / "model.safetensors").items()}
     width = backbone.config.hidden_size
     weights |= {"classifier.weight": torch.zeros(3, width), "classifier.bias": torch.zeros(2)}
     save_file(weights, str(prepared / "hf_classifier" / "model.safetensors"))
@@ -203,7 +204,7 @@ def prepare_hf(prepared: Path, checkpoint: Path) -> None:
     hf_config |= {"architectures": ["BertForSequenceClassification"], "id2label": {"0": "neg", "1": "pos"}}
     (prepared / "hf_classifier" / "config.json").write_text(json.dumps(hf_config))
 
-    objective = ckpt.read_weights(checkpoint / ckpt.OBJECTIVE_FILE)
+    objective = read_weights(checkpoint / ckpt.OBJECTIVE_FILE)
     export_hf(prepared / "hf_heads", backbone, objective, checkpoint / "tokenizer.json")
     hf_config = json.loads((prepared / "hf_heads" / "config.json").read_text())
     (prepared / "hf_heads" / "config.json").write_text(json.dumps({**hf_config, "num_attention_heads": 5}))
@@ -212,7 +213,7 @@ def prepare_hf(prepared: Path, checkpoint: Path) -> None:
     (prepared / "hf_pickle" / "model.safetensors").unlink()
     import argparse
 
-    state = {k: v.clone() for k, v in ckpt.read_weights(prepared / "hf_heads" / "model.safetensors").items()}
+    state = {k: v.clone() for k, v in read_weights(prepared / "hf_heads" / "model.safetensors").items()}
     torch.save({**state, "args": argparse.Namespace(lr=1e-4)}, prepared / "hf_pickle" / "pytorch_model.bin")
 
 
@@ -225,7 +226,7 @@ def prepare_corrupt(prepared: Path, checkpoint: Path, hf: Path) -> None:
     def broken(name: str, source: Path = checkpoint, weights=None) -> Path:
         shutil.copytree(source, prepared / name)
         if weights is not None:
-            state = ckpt.read_weights(source / "model.safetensors")
+            state = read_weights(source / "model.safetensors")
             key = "embeddings.word_embeddings.weight"
             save_file(state | {key: weights(state[key].clone())}, str(prepared / name / "model.safetensors"))
         return prepared / name
@@ -246,7 +247,7 @@ def prepare_corrupt(prepared: Path, checkpoint: Path, hf: Path) -> None:
     (broken("hf_list", hf) / "config.json").write_text(json.dumps([hf_config]))
     (broken("hf_string_size", hf) / "config.json").write_text(json.dumps({**hf_config, "hidden_size": "36"}))
     (broken("hf_negative", hf) / "config.json").write_text(json.dumps({**hf_config, "intermediate_size": -37}))
-    state = ckpt.read_weights(hf / "model.safetensors")
+    state = read_weights(hf / "model.safetensors")
     for name, dump in (
         ("hf_code", torch.save),
         ("hf_raw_pickle", lambda obj, path: path.write_bytes(pickle.dumps(obj))),

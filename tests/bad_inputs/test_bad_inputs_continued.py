@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core.weights import read_weights
 from tests.bad_inputs.test_bad_inputs import Case, RunsCode, check_outcome
 from tests.conftest import tree_digest
 from tests.training import released
@@ -53,7 +54,7 @@ def prepare(prepared: Path) -> None:
     vocab |= {f"extra{i}": len(vocab) + i for i in range(50)}
     (prepared / "big_tokenizer" / ckpt.TOKENIZER_FILE).write_text(json.dumps(tokenizer))
     shutil.copytree(hf, prepared / "hf_code")
-    state = ckpt.read_weights(hf / "model.safetensors")
+    state = read_weights(hf / "model.safetensors")
     (prepared / "hf_code" / "model.safetensors").unlink()
     torch.save({**state, "hook": RunsCode()}, prepared / "hf_code" / "pytorch_model.bin")
 

@@ -19,6 +19,7 @@ from safetensors.torch import save_file
 
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.schema import FinetuneMode, FinetuneModeConfig
+from plm_toolkit.core.weights import read_weights
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.base import TaskData
@@ -61,7 +62,7 @@ def prepare(prepared: Path) -> None:
         shutil.copytree(prepared / source, prepared / name, symlinks=True)
         step = prepared / name / "checkpoints" / "step_1"
         if change is not None:
-            save_file(change(ckpt.read_weights(step / ckpt.OBJECTIVE_FILE)), str(step / ckpt.OBJECTIVE_FILE))
+            save_file(change(read_weights(step / ckpt.OBJECTIVE_FILE)), str(step / ckpt.OBJECTIVE_FILE))
         return step
 
     broken("no_head", change=lambda state: {})

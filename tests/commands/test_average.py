@@ -8,6 +8,7 @@ import torch
 from plm_toolkit.commands.average import average_checkpoints
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.errors import CheckpointError
+from plm_toolkit.core.weights import read_weights
 
 
 def save(run_dir, step, value):
@@ -25,17 +26,17 @@ def test_average_of_the_last_n(tmp_path):
     for step, value in ((10, 1.0), (20, 2.0), (30, 4.0), (40, 9.0)):
         save(tmp_path, step, value)
     out = average_checkpoints(tmp_path, 3, tmp_path / "avg")
-    model = ckpt.read_weights(out / ckpt.MODEL_FILE)
+    model = read_weights(out / ckpt.MODEL_FILE)
     assert torch.allclose(model["weight"], torch.full((2, 3), 5.0))
     assert torch.allclose(model["bias"], torch.full((2,), -5.0))
     assert model["count"].tolist() == [40]  # integers are not averaged: the newest is kept
-    assert torch.allclose(ckpt.read_weights(out / ckpt.OBJECTIVE_FILE)["weight"], torch.full((1, 2), 10.0))
+    assert torch.allclose(read_weights(out / ckpt.OBJECTIVE_FILE)["weight"], torch.full((1, 2), 10.0))
     assert (out / ckpt.CONFIG_FILE).read_text() == "step: 40\n"
     assert (out / ckpt.TOKENIZER_FILE).is_file()
     assert json.loads((out / "averaged.json").read_text())["steps"] == [20, 30, 40]
     # Writing again over an averaged folder replaces it; over anything else it refuses.
     average_checkpoints(tmp_path, 1, tmp_path / "avg")
-    assert torch.allclose(ckpt.read_weights(out / ckpt.MODEL_FILE)["weight"], torch.full((2, 3), 9.0))
+    assert torch.allclose(read_weights(out / ckpt.MODEL_FILE)["weight"], torch.full((2, 3), 9.0))
     (tmp_path / "other").mkdir()
     with pytest.raises(CheckpointError, match="not an averaged checkpoint"):
         average_checkpoints(tmp_path, 1, tmp_path / "other")

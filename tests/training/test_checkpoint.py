@@ -7,6 +7,7 @@ import torch
 
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.errors import CheckpointError
+from plm_toolkit.core.weights import load_weights, read_torch_weights, save_weights
 
 
 def save(run_dir, step, model, keep_last=2):
@@ -32,7 +33,7 @@ def test_weights_round_trip_exactly(tmp_path):
     model = torch.nn.Linear(3, 2)
     path = save(tmp_path, 1, model)
     other = torch.nn.Linear(3, 2)
-    ckpt.load_weights(other, path / ckpt.MODEL_FILE)
+    load_weights(other, path / ckpt.MODEL_FILE)
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), other.state_dict().values(), strict=True))
 
 
@@ -63,12 +64,12 @@ def test_resume_path_errors(tmp_path):
 def test_corrupt_and_incompatible_weights_name_the_file(tmp_path):
     path = save(tmp_path, 1, torch.nn.Linear(3, 2))
     with pytest.raises(CheckpointError, match="incompatible shapes.*weight"):
-        ckpt.load_weights(torch.nn.Linear(4, 2), path / ckpt.MODEL_FILE)
+        load_weights(torch.nn.Linear(4, 2), path / ckpt.MODEL_FILE)
     with pytest.raises(CheckpointError, match="missing keys"):
-        ckpt.load_weights(torch.nn.Sequential(torch.nn.Linear(3, 2)), path / ckpt.MODEL_FILE)
+        load_weights(torch.nn.Sequential(torch.nn.Linear(3, 2)), path / ckpt.MODEL_FILE)
     (path / ckpt.MODEL_FILE).write_bytes(b"\x00garbage")
     with pytest.raises(CheckpointError, match="model.safetensors: not a readable safetensors file"):
-        ckpt.load_weights(torch.nn.Linear(3, 2), path / ckpt.MODEL_FILE)
+        load_weights(torch.nn.Linear(3, 2), path / ckpt.MODEL_FILE)
     (path / ckpt.STATE_FILE).write_bytes(b"not a torch file")
     with pytest.raises(CheckpointError, match="trainer_state.pt: not a readable training state"):
         ckpt.Checkpoint(path).trainer_state()
@@ -91,10 +92,10 @@ def test_tied_weights_saved_once(tmp_path):
     head = torch.nn.Linear(3, 5, bias=False)
     head.weight = emb.weight
     model = torch.nn.ModuleDict({"emb": emb, "head": head})
-    ckpt.save_weights(model, tmp_path / "w.safetensors")
+    save_weights(model, tmp_path / "w.safetensors")
     other = torch.nn.ModuleDict({"emb": torch.nn.Embedding(5, 3), "head": torch.nn.Linear(3, 5, bias=False)})
     other["head"].weight = other["emb"].weight
-    ckpt.load_weights(other, tmp_path / "w.safetensors")
+    load_weights(other, tmp_path / "w.safetensors")
     assert torch.equal(other["head"].weight, emb.weight)
 
 
@@ -125,7 +126,7 @@ def test_half_precision_weights_load_widened_and_garbage_is_refused(tmp_path):
     weights = {"weight": torch.randn(2, 3), "bias": torch.randn(2)}
     for dtype in (torch.float16, torch.bfloat16):
         save_file({k: v.to(dtype) for k, v in weights.items()}, str(tmp_path / "half.safetensors"))
-        ckpt.load_weights(model, tmp_path / "half.safetensors")
+        load_weights(model, tmp_path / "half.safetensors")
         assert model.weight.dtype == torch.float32
         assert torch.equal(model.weight.data, weights["weight"].to(dtype).float())
     bad = {
@@ -136,23 +137,23 @@ def test_half_precision_weights_load_widened_and_garbage_is_refused(tmp_path):
     for name, (changed, expected) in bad.items():
         save_file(weights | changed, str(tmp_path / f"{name}.safetensors"))
         with pytest.raises(CheckpointError, match=re.escape(expected)):
-            ckpt.load_weights(model, tmp_path / f"{name}.safetensors")
+            load_weights(model, tmp_path / f"{name}.safetensors")
 
 
 def test_torch_weights_refusals_are_one_short_line(tmp_path, recwarn):
     (tmp_path / "empty.bin").write_bytes(b"")
     with pytest.raises(CheckpointError, match="empty.bin: empty file; expected a PyTorch state dict of tensors"):
-        ckpt.read_torch_weights(tmp_path / "empty.bin")
+        read_torch_weights(tmp_path / "empty.bin")
     torch.save({"w": torch.ones(2)}, tmp_path / "cut.bin")
     data = (tmp_path / "cut.bin").read_bytes()
     (tmp_path / "cut.bin").write_bytes(data[: len(data) // 2])
     with pytest.raises(CheckpointError) as cut:
-        ckpt.read_torch_weights(tmp_path / "cut.bin")
+        read_torch_weights(tmp_path / "cut.bin")
     message = str(cut.value).replace(str(tmp_path), "")
     assert "cut.bin: not a readable PyTorch weights file (" in message and len(message) < 160
     import pickle
 
     (tmp_path / "raw.bin").write_bytes(pickle.dumps({"w": [1, 2]}, protocol=4))
     with pytest.raises(CheckpointError, match="raw.bin: not a PyTorch weights file that loads safely"):
-        ckpt.read_torch_weights(tmp_path / "raw.bin")
+        read_torch_weights(tmp_path / "raw.bin")
     assert not [w for w in recwarn if "pickle protocol" in str(w.message)]

@@ -18,6 +18,7 @@ from plm_toolkit.commands.train import run
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.errors import CheckpointError, ConfigError
 from plm_toolkit.core.run_lock import launch_tag, lock_run_directory, release
+from plm_toolkit.core.weights import read_weights
 from plm_toolkit.training.logging import MetricsWriter, read_metrics
 from plm_toolkit.training.preemption import EXIT_REQUEUE, Interrupted, Preempted, StopSignals
 from plm_toolkit.training.resume import changes
@@ -246,5 +247,5 @@ def test_ctrl_c_saves_the_step_and_resume_matches_an_uninterrupted_run(small_cor
     a, b = read_strictly(tmp_path / "straight"), read_strictly(run_dir)
     assert [r["step"] for r in b] == list(range(1, 61))
     assert [r["loss"] for r in a] == [r["loss"] for r in b]
-    wa, wb = (ckpt.read_weights(d / "checkpoints" / "last" / ckpt.MODEL_FILE) for d in (tmp_path / "straight", run_dir))
+    wa, wb = (read_weights(d / "checkpoints" / "last" / ckpt.MODEL_FILE) for d in (tmp_path / "straight", run_dir))
     assert all(torch.equal(wa[k], wb[k]) for k in wa)

@@ -1,6 +1,6 @@
 """Tokenizer pipelines: each family's normalizer, pre-tokenizer, decoder and template (its post-processor) around a
 model, and the special tokens of a trained vocabulary. Loading and training live in
-``data/tokenization/tokenizer.py``."""
+``data/tokenization/tokenizer.py`` and ``data/tokenization/vocabulary_training.py``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Tokenizers: load a tokenizer.json, a WordPiece vocab.txt or a byte-level BPE vocab.json + merges.txt, or train a
 WordPiece (BERT), byte-level BPE (RoBERTa's or GPT-2's special tokens), SentencePiece-style unigram (XLNet),
-character or word (ELMo's, ``data/tokenization/word_vocabulary.py``) vocabulary on the corpus.
+character or word (ELMo's, ``data/tokenization/word_vocabulary.py``) vocabulary on the corpus (the training itself,
+and the kind and sizes it allows, are ``data/tokenization/vocabulary_training.py``'s).
 
 Each tokenizer carries its family's template (its post-processor): how one text or a pair is wrapped in special
 tokens. The roles of the special tokens (pad, unk, cls, sep, mask, bos, eos, sentinels) are read from it by
@@ -16,17 +17,15 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import Counter
 from collections.abc import Callable, Iterable
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import tokenizers
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Tokenizer, models, pre_tokenizers
 
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.data.sources.corpus import choice, document_boundary, stable_hash
+from plm_toolkit.data.sources.corpus import document_boundary, stable_hash
 from plm_toolkit.data.sources.piece_reader import sample_texts
 from plm_toolkit.data.sources.pieces import resolve_sources
 from plm_toolkit.data.sources.user_files import not_a_file, read_text
@@ -36,24 +35,19 @@ from plm_toolkit.data.tokenization.pipelines import (
     END_OF_TEXT,
     GPT2_SPECIAL_TOKENS,
     SPECIAL_TOKENS,
-    _add_bpe_specials,
     _add_gpt2_specials,
-    _add_specials,
     bert_tokenizer,
     byte_level_tokenizer,
     gpt2_tokenizer,
-    unigram_tokenizer,
 )
 from plm_toolkit.data.tokenization.sentinels import (
-    NUM_SENTINELS,
     T5_SPECIAL_TOKENS,
-    add_sentinels,
     sentinel_ids,
-    t5_unigram_trainer,
 )
 from plm_toolkit.data.tokenization.vocab import ROLE_TOKENS, Vocab
 from plm_toolkit.data.tokenization.vocabulary_files import check_ids, read_bpe_files, read_vocab_txt, vocabulary_size
-from plm_toolkit.data.tokenization.word_vocabulary import WORD_SPECIAL_TOKENS, train_word_tokenizer
+from plm_toolkit.data.tokenization.vocabulary_training import lowercase_setting, tokenizer_kind, train_on_texts
+from plm_toolkit.data.tokenization.word_vocabulary import WORD_SPECIAL_TOKENS
 
 if TYPE_CHECKING:
     from plm_toolkit.core.data_schema import DataConfig
@@ -71,27 +65,8 @@ BPE_VOCAB_FILE, BPE_MERGES_FILE = "vocab.json", "merges.txt"
 log = logging.getLogger("plm_toolkit")
 
 
-def tokenizer_kind(data_cfg: DataConfig) -> str:
-    """wordpiece, bpe, gpt2_bpe, unigram, t5_unigram, character or word; ``auto`` (left unresolved by a caller that
-    knows no model) means wordpiece."""
-    kind = choice(data_cfg.tokenizer.kind)
-    return "wordpiece" if kind == "auto" else kind
-
-
-# Kinds whose pipeline lower-cases when data.tokenizer.lowercase says so, with their default (lowercase: null).
-LOWERCASE_DEFAULTS = {"wordpiece": True, "unigram": True, "character": False}
 # Bump when a change to training (or to the text it reads) changes what a trained tokenizer holds.
 TRAINING_VERSION = 2
-
-
-def lowercase_setting(data_cfg: DataConfig) -> bool:
-    """Whether the tokenizer lower-cases: data.tokenizer.lowercase, or the kind's default when it is null; False
-    for the kinds that are always cased."""
-    kind = tokenizer_kind(data_cfg)
-    value = data_cfg.tokenizer.lowercase
-    if kind not in LOWERCASE_DEFAULTS:
-        return False
-    return LOWERCASE_DEFAULTS[kind] if value is None else bool(value)
 
 
 def load_or_train_tokenizer(data_cfg: DataConfig, documents: Any = None) -> Tokenizer:
@@ -173,42 +148,6 @@ def _adds_nothing(tokenizer: Tokenizer) -> bool:
     return encodings[0].ids == encodings[1].ids
 
 
-def character_tokenizer(texts: Iterable[str], vocab_size: int, lowercase: bool) -> Tokenizer:
-    """One token per character: the special tokens, then the corpus's characters by falling frequency (at most
-    vocab_size in all; rarer ones become [UNK])."""
-    counts: Counter[str] = Counter()
-    for text in texts:
-        counts.update(text.lower() if lowercase else text)
-    characters = [c for c, _ in counts.most_common(max(vocab_size - len(SPECIAL_TOKENS), 1))]
-    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *sorted(characters)])}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    if lowercase:
-        tokenizer.normalizer = normalizers.Lowercase()
-    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character
-    tokenizer.decoder = decoders.Fuse()
-    return tokenizer
-
-
-def unigram_trainer(vocab_size: int) -> trainers.UnigramTrainer:
-    return trainers.UnigramTrainer(
-        vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), unk_token="[UNK]", show_progress=False
-    )
-
-
-# The fewest tokens a trained vocabulary of each kind holds, and what they are. (A word vocabulary keeps every word
-# whatever the size.)
-MINIMUM_VOCABULARY = {
-    "wordpiece": (len(SPECIAL_TOKENS) + 1, "5 special tokens and a piece"),
-    "bpe": (len(BPE_SPECIAL_TOKENS) + 256, "5 special tokens and the 256 byte symbols"),
-    "gpt2_bpe": (len(GPT2_SPECIAL_TOKENS) + 256, "<|endoftext|> and the 256 byte symbols"),
-    "unigram": (len(SPECIAL_TOKENS) + 1, "5 special tokens and a piece"),
-    "t5_unigram": (len(T5_SPECIAL_TOKENS) + NUM_SENTINELS + 1, "3 special tokens, 100 sentinels and a piece"),
-    "character": (len(SPECIAL_TOKENS) + 1, "5 special tokens and a character"),
-}
-# Token ids are stored as 32-bit integers.
-MAXIMUM_VOCABULARY = 2**31 - 1
-
-
 def tokenizer_cache_path(data_cfg: DataConfig, corpus_fingerprint: str) -> Path:
     """Where the tokenizer trained on this corpus with these settings is cached."""
     t = data_cfg.tokenizer
@@ -280,81 +219,6 @@ def train_cached(
     tokenizer = train_on_texts(data_cfg, texts, length, source)
     _atomic_save(tokenizer, path)
     return tokenizer
-
-
-def train_on_texts(
-    data_cfg: DataConfig, texts: Callable[[], Iterable[str]], length: int | None = None, source: str = "the corpus"
-) -> Tokenizer:
-    """A vocabulary of `data.tokenizer.kind` and `data.tokenizer.vocab_size` trained on the texts that ``texts()``
-    yields (``length``: how many, for the trainer's own bookkeeping; ``source``: the files, for messages)."""
-    t = data_cfg.tokenizer
-    kind = tokenizer_kind(data_cfg)
-    if kind == "word":
-        return train_word_tokenizer(texts())
-    if kind == "character":
-        tokenizer = character_tokenizer(texts(), int(t.vocab_size), lowercase_setting(data_cfg))
-        _add_specials(tokenizer)
-        return tokenizer
-    if kind in ("bpe", "gpt2_bpe"):
-        tokenizer = byte_level_tokenizer(models.BPE())
-        trainer = trainers.BpeTrainer(
-            vocab_size=int(t.vocab_size),
-            min_frequency=int(t.min_frequency),
-            special_tokens=list(BPE_SPECIAL_TOKENS if kind == "bpe" else GPT2_SPECIAL_TOKENS),
-            # All 256 byte symbols, so that any text encodes without an unknown token.
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=False,
-        )
-        finish = _add_bpe_specials if kind == "bpe" else _add_gpt2_specials
-    elif kind == "unigram":
-        tokenizer, trainer = unigram_tokenizer(lowercase_setting(data_cfg)), unigram_trainer(int(t.vocab_size))
-        finish = partial(_add_specials, xlnet_layout=True)
-    elif (
-        kind == "t5_unigram"
-    ):  # T5's: cased, <pad> </s> <unk>, 100 sentinels at the top (data/tokenization/sentinels.py)
-        tokenizer, trainer = unigram_tokenizer(lowercase=False), t5_unigram_trainer(int(t.vocab_size))
-        finish = add_sentinels
-    else:
-        tokenizer = bert_tokenizer(models.WordPiece(unk_token="[UNK]"), lowercase_setting(data_cfg))
-        trainer = trainers.WordPieceTrainer(
-            vocab_size=int(t.vocab_size),
-            min_frequency=int(t.min_frequency),
-            special_tokens=list(SPECIAL_TOKENS),
-            continuing_subword_prefix="##",
-            show_progress=False,
-        )
-        finish = _add_specials
-
-    def batches():
-        batch = []
-        for text in texts():
-            batch.append(text)
-            if len(batch) == 1000:
-                yield batch
-                batch = []
-        if batch:
-            yield batch
-
-    try:
-        tokenizer.train_from_iterator(batches(), trainer=trainer, length=length)
-    except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exceptions
-        if "not large enough to contain all chars" not in str(e):
-            raise
-        characters = len({c for texts in batches() for text in texts for c in text if not c.isspace()})
-        needs = f"every distinct character ({characters}) and its special tokens"
-        raise _too_small(t.vocab_size, kind, source, needs) from None
-    finish(tokenizer)  # the template needs the ids of [CLS] and [SEP], which exist only now
-    if vocabulary_size(tokenizer) > int(t.vocab_size):  # the trainer keeps every character, whatever the size
-        needs = f"at least {vocabulary_size(tokenizer)} tokens (its special tokens and every distinct character)"
-        raise _too_small(t.vocab_size, kind, source, needs)
-    return tokenizer
-
-
-def _too_small(vocab_size: int, kind: str, source: str, needs: str) -> DataError:
-    return DataError(
-        f"data.tokenizer.vocab_size={vocab_size}: a {kind} vocabulary of {source or 'the corpus'} holds {needs}; "
-        "raise data.tokenizer.vocab_size"
-    )
 
 
 def save_tokenizer(tokenizer: Tokenizer, directory: str | Path) -> Path:

@@ -7,6 +7,7 @@ import pytest
 from plm_toolkit.core.data_schema import DataConfig, TokenizerConfig
 from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.tokenization import tokenizer as tokenizer_module
+from plm_toolkit.data.tokenization import vocabulary_training
 from plm_toolkit.data.tokenization.tokenizer import (
     load_or_train_tokenizer,
     load_tokenizer,
@@ -54,7 +55,7 @@ def test_trained_tokenizer_is_cached_and_reused(tmp_path, monkeypatch):
     def no_training(*args, **kwargs):
         raise AssertionError("trained again instead of loading the cached tokenizer")
 
-    monkeypatch.setattr(tokenizer_module, "trainers", SimpleNamespace(WordPieceTrainer=no_training))
+    monkeypatch.setattr(vocabulary_training, "trainers", SimpleNamespace(WordPieceTrainer=no_training))
     second = load_or_train_tokenizer(cfg)
     assert second.get_vocab() == first.get_vocab()
     assert second.encode("Cats chase dogs.").ids == first.encode("Cats chase dogs.").ids
