@@ -19,7 +19,7 @@ def available_cores() -> int:
 
 @contextlib.contextmanager
 def worker_pool(processes: int, initializer=None, initargs: tuple = ()):
-    """A pool of ``processes`` spawned workers, closed (and joined) on leaving."""
+    """A pool of ``processes`` spawned workers, closed and joined on leaving (terminated first on a failure)."""
     saved = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # inherited by the workers as they start
     try:
@@ -30,8 +30,18 @@ def worker_pool(processes: int, initializer=None, initargs: tuple = ()):
             os.environ.pop("TOKENIZERS_PARALLELISM", None)
         else:
             os.environ["TOKENIZERS_PARALLELISM"] = saved
-    with pool:
+    # A pool left normally is closed, so that every worker reads its end-of-work sentinel and exits. Pool.__exit__
+    # (terminate) is kept for a failure: it holds the task queue's lock and relies on SIGTERM to end the workers, and
+    # a worker still waiting for that lock at that moment was seen never to end, hanging the preparation.
+    try:
         yield pool
+    except BaseException:
+        pool.terminate()
+        raise
+    else:
+        pool.close()
+    finally:
+        pool.join()
 
 
 def _start_worker(initializer, initargs: tuple) -> None:
