@@ -47,6 +47,8 @@ class Sentence:
     tags: list[str]
     # Line number of each word, for messages.
     lines: list[int]
+    # Per word, whether the training data lacks it (set on evaluation sentences by tasks that score unseen words).
+    unseen: list[bool] | None = None
 
 
 def _check_tag(tag: str, path: Path, line: int) -> None:
@@ -115,7 +117,7 @@ def entity_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[str
     return {"precision": precision, "recall": recall, "f1": f1, "accuracy": right / words if words else 0.0}
 
 
-def _features(sentences, label_ids, tokenizer, max_seq_len, path, with_index, characters=0):
+def _features(sentences, label_ids, tokenizer, max_seq_len, path, with_index, characters=0, cut_note="O"):
     template = template_of(tokenizer, pair=False)
     budget = max_seq_len - template.num_special
     encodings = tokenizer.encode_batch([s.words for s in sentences], is_pretokenized=True, add_special_tokens=False)
@@ -149,40 +151,63 @@ def _features(sentences, label_ids, tokenizer, max_seq_len, path, with_index, ch
         features.append(feature)
         labelled_words.append(words)
     if cut:
-        log.warning("%s: %d sentence(s) longer than data.max_seq_len were cut; their tail counts as O", path, cut)
-    # Words without a sub-token (e.g. only control characters) or past the cut get no prediction: they count as O.
+        log.warning(
+            "%s: %d sentence(s) longer than data.max_seq_len were cut; their tail counts as %s", path, cut, cut_note
+        )
+    # Words without a sub-token (e.g. only control characters) or past the cut get no prediction
+    # (TokenClassification.unpredicted: O for NER).
     return features, labelled_words
 
 
 class TokenClassification(Task):
-    """Cross-entropy over the first sub-token of each word."""
+    """Cross-entropy over the first sub-token of each word. A subclass for another tagging scheme supplies its own
+    reader (``read``), label order (``label_order``), scores (``scores``) and the tag of words left unpredicted."""
 
     main_metric = "f1"
+    # The tag of a word that gets no prediction (past data.max_seq_len, or without a sub-token); None: always wrong.
+    unpredicted: str | None = "O"
 
     metric_denominators = {"task_correct": "task"}
     head_kind = "token"
+
+    @classmethod
+    def read(cls, config, path: str | Path) -> list[Sentence]:
+        return read_conll(path)
+
+    @staticmethod
+    def label_order(found: set[str]) -> list[str]:
+        # O first, then the types in order with B before I: a stable, readable id order.
+        return sorted(found, key=lambda t: (t != "O", t[2:], t[:1]))
+
+    @classmethod
+    def prepare_evaluation(cls, train: list[Sentence], gold: list[Sentence], labels: list[str], path: str) -> None:
+        """A hook on the evaluation sentences before their features are made (checks, unseen words)."""
+
+    def scores(self, gold: list[Sentence], predicted: list[list[str | None]]) -> dict[str, float]:
+        return entity_scores([s.tags for s in gold], predicted)
 
     @classmethod
     def prepare_data(
         cls, config: NerConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab, characters: int = 0
     ) -> TaskData:
         # Without a training file (an evaluation only, trainer.epochs=0) the labels come from the validation file.
-        train = read_conll(data_cfg.train_file) if data_cfg.train_file else []
-        gold = read_conll(data_cfg.validation_file) if data_cfg.validation_file else []
+        train = cls.read(config, data_cfg.train_file) if data_cfg.train_file else []
+        gold = cls.read(config, data_cfg.validation_file) if data_cfg.validation_file else []
         # The label set comes from the whole training file, also when max_train_samples uses part of it.
         found = {t for s in train or gold for t in s.tags}
         train = limit(train, data_cfg.max_train_samples, "training sentences")
-        # O first, then the types in order with B before I: a stable, readable id order.
-        labels = list(config.labels) or sorted(found, key=lambda t: (t != "O", t[2:], t[:1]))
+        labels = list(config.labels) or cls.label_order(found)
         label_ids = {t: i for i, t in enumerate(labels)}
+        cut_note = cls.unpredicted or "wrong"
         features, _ = _features(
-            train, label_ids, tokenizer, data_cfg.max_seq_len, data_cfg.train_file, False, characters
+            train, label_ids, tokenizer, data_cfg.max_seq_len, data_cfg.train_file, False, characters, cut_note
         )
         validation, info = None, None
         if data_cfg.validation_file:
             gold = limit(gold, data_cfg.max_eval_samples, "evaluation sentences")
+            cls.prepare_evaluation(train, gold, labels, data_cfg.validation_file)
             validation, words = _features(
-                gold, label_ids, tokenizer, data_cfg.max_seq_len, data_cfg.validation_file, True, characters
+                gold, label_ids, tokenizer, data_cfg.max_seq_len, data_cfg.validation_file, True, characters, cut_note
             )
             info = list(zip(gold, words, strict=True))
         return TaskData(features, validation, eval_info=info, labels=labels)
@@ -220,13 +245,13 @@ class TokenClassification(Task):
         gold, predicted = [], []
         for index, row in zip(outputs["index"][order].tolist(), outputs["word_labels"][order], strict=True):
             sentence, words = self.eval_info[index]
-            tags = ["O"] * len(sentence.words)
+            tags = [self.unpredicted] * len(sentence.words)
             for word, label in zip(words, row[row != IGNORE].tolist(), strict=True):
                 tags[word] = self.labels[label]
-            gold.append(sentence.tags)
+            gold.append(sentence)
             predicted.append(tags)
-        metrics = entity_scores(gold, predicted)
-        self.artifacts = {"predictions.json": [" ".join(tags) for tags in predicted]}
+        metrics = self.scores(gold, predicted)
+        self.artifacts = {"predictions.json": [" ".join(tag or "_" for tag in tags) for tags in predicted]}
         self.last_metrics = metrics
         return metrics
 
