@@ -25,7 +25,7 @@ SUMMARY_JSON = "sweep_summary.json"
 SUMMARY_MD = "sweep_summary.md"
 LOWER_IS_BETTER = ("loss", "perplexity")
 # The tasks without task.metrics: their main metric (the task classes' main_metric).
-MAIN_METRICS = {"squad1": "f1", "squad2": "f1", "ner": "f1", "kbqa": "answer_accuracy"}
+MAIN_METRICS = {"squad1": "f1", "squad2": "f1", "ner": "f1", "pos": "accuracy", "kbqa": "answer_accuracy"}
 
 
 def job_figures(folder: Path) -> dict[str, float]:
