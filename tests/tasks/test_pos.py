@@ -204,3 +204,16 @@ def test_tiny_finetune_on_the_bundled_slice_beats_the_majority_tag(tmp_path):
     )  # fmt: skip
     evaluated = json.loads((again / "eval_results.json").read_text())
     assert evaluated["accuracy"] == pytest.approx(results["accuracy"], abs=1e-9) and "oov_accuracy" not in evaluated
+
+
+def test_another_training_file_beside_the_bundled_dev_file_is_warned_about(tmp_path, tiny_checkpoint, caplog):
+    train = write(tmp_path / "train.conllu", SAMPLE.replace("\tPROPN\t", "\tNOUN\t"))
+    loaded = load_backbone(tiny_checkpoint)
+    vocab = vocab_from_tokenizer(loaded.tokenizer)
+    config = data_config(train, DEV)
+    with pytest.raises(DataError, match=r"dev.conllu:\d+: tag '\w+' does not occur in the training file"):
+        PosTagging.prepare_data(PosConfig(), config, loaded.tokenizer, vocab)
+    assert "data.validation_file is task=pos's default, the bundled UD English-EWT dev slice" in caplog.text
+    caplog.clear()
+    PosTagging.prepare_data(PosConfig(), data_config(TRAIN, DEV, 16), loaded.tokenizer, vocab)
+    assert "bundled UD English-EWT dev slice" not in caplog.text
