@@ -12,21 +12,34 @@ from tests.scripts import run_script
 @pytest.mark.slow
 def test_demo_prints_the_curve_and_both_fine_tunings(tmp_path):
     run = tmp_path / "demo"
-    out = run_script("demo.py", run, "--pretrain-steps", 4, "--finetune-epochs", 0.05, cwd=tmp_path)
+    out = run_script(
+        "demo.py", run, "--pretrain-steps", 4, "--finetune-epochs", 0.05, "--finetune-sentences", 100, cwd=tmp_path
+    )
     assert "from the pretrained model" in out and "from random weights" in out and "gain from pretraining" in out
     summary = json.loads((run / "demo_summary.json").read_text())
     curve = summary["pretraining"]["curve"]
-    assert [r["step"] for r in curve] == [4] and 0 < summary["pretraining"]["mlm_unigram_baseline"] < 0.2
-    # NSP beside the majority label of the very pairs: more than half are random next segments, as in BERT's data.
-    majority = summary["pretraining"]["nsp_majority_class"]
-    assert set(majority) == {"train", "validation"} and all(0.5 <= v < 0.75 for v in majority.values())
+    # The last evaluation is in the second phase, at 128 tokens a sequence.
+    assert [(r["step"], r["max_seq_len"]) for r in curve] == [(4, 128)]
+    # Without context: the 10% of targets left unchanged are copied, the rest get the most frequent token.
+    baseline = summary["pretraining"]["mlm_no_context_baseline"]
+    assert baseline["unchanged"] == pytest.approx(0.1)
+    assert baseline["accuracy"] == pytest.approx(0.1 + 0.9 * baseline["most_frequent_token"])
+    assert 0.01 < baseline["most_frequent_token"] < 0.2 and f"{baseline['accuracy']:.3f}" in out
+    # NSP beside the majority label of the very pairs, per phase length: more than half are random next segments,
+    # the more so the shorter the sequences (a chunk of one long sentence always gets one, as in BERT's data).
+    majority = summary["pretraining"]["nsp_majority_label"]
+    assert set(majority) == {"train", "validation"} and all(set(m) == {"32", "128"} for m in majority.values())
+    assert all(0.5 <= m["128"] < m["32"] < 0.95 for m in majority.values())
     assert 0 <= curve[0]["eval_nsp_accuracy"] <= 1 and 0 <= curve[0]["train_nsp_accuracy"] <= 1
-    assert "NSP held-out" in out and f"{majority['validation']:.3f} held out" in out
-    assert set(summary["sst2_dev_accuracy"]) == {"pretrained", "random_init"}
+    assert "NSP held-out" in out and f"({majority['validation']['128']:.3f})" in out
+    for scores in (summary["pos_dev_accuracy"], summary["pos_dev_oov_accuracy"]):
+        assert set(scores) == {"pretrained", "random_init"} and all(0 <= v <= 1 for v in scores.values())
     # The random copy has the pretrained model's architecture and tokenizer, not its weights.
     pretrained = load_file(run / "pretrain" / "checkpoints" / "last" / "model.safetensors")
     fresh = load_file(run / "random_init" / "checkpoints" / "step_0" / "model.safetensors")
     assert pretrained.keys() == fresh.keys()
     assert any(not (pretrained[k] == fresh[k]).all() for k in pretrained)
+    # Drawn as BERT draws them (std 0.02), not with the demo pretraining's 0.05.
+    assert fresh["embeddings.word_embeddings.weight"].std().item() == pytest.approx(0.02, rel=0.05)
     tokenizer = (run / "random_init" / "checkpoints" / "step_0" / "tokenizer.json").read_text()
     assert tokenizer == (run / "pretrain" / "checkpoints" / "last" / "tokenizer.json").read_text()
