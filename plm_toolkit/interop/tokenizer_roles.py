@@ -74,19 +74,20 @@ def check_tokenizer_roles(family: str, tokenizer: Tokenizer, tokenizer_file: Pat
 
 
 def _chosen_by_its_run(tokenizer_file: Path, own_kind: str) -> bool:
-    """Whether the plm-train run that wrote the checkpoint beside ``tokenizer_file`` chose a tokenizer other than the
-    family's own: another data.tokenizer.kind (a character-level GPT), a data.tokenizer.path, or the tokenizer of the
-    model.checkpoint it started from (a continued or fine-tuned run). A Hugging Face folder has no such record."""
+    """Whether the checkpoint beside ``tokenizer_file`` says its run chose a tokenizer other than the family's own:
+    another data.tokenizer.kind (a character-level GPT), a data.tokenizer.path, the tokenizer of the model.checkpoint
+    it started from (a continued or fine-tuned run), or a config.yaml that records no data.tokenizer at all. A
+    Hugging Face folder has no config.yaml: its tokenizer is checked."""
     try:
         saved = yaml.safe_load((tokenizer_file.parent / "config.yaml").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return False
     if not isinstance(saved, dict):
         return False
-    data, model = saved.get("data"), saved.get("model")
-    tokenizer = data.get("tokenizer") if isinstance(data, dict) else None
+    model, data = saved.get("model"), saved.get("data")
     if isinstance(model, dict) and model.get("checkpoint"):
         return True
+    tokenizer = data.get("tokenizer") if isinstance(data, dict) else None
     if not isinstance(tokenizer, dict):
-        return False
-    return bool(tokenizer.get("path")) or tokenizer.get("kind") not in (None, "auto", own_kind)
+        return True
+    return bool(tokenizer.get("path")) or tokenizer.get("kind", "auto") not in ("auto", own_kind)

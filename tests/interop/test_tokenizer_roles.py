@@ -129,8 +129,15 @@ def test_a_tokenizer_the_run_chose_passes(tokenizer_section, tmp_path):
     check_tokenizer_roles("gpt2", trained("character"), folder(tmp_path, run))
 
 
-def test_a_run_that_started_from_a_checkpoint_keeps_its_tokenizer(tmp_path):
-    run = {"model": {"name": "gpt2", "checkpoint": "/runs/char_gpt2"}, "data": {"tokenizer": {"kind": "gpt2_bpe"}}}
+@pytest.mark.parametrize(
+    "run",
+    [
+        {"model": {"name": "gpt2", "checkpoint": "/runs/char_gpt2"}, "data": {"tokenizer": {"kind": "gpt2_bpe"}}},
+        {"model": {"name": "gpt2"}, "objective": {"name": "clm"}},
+    ],
+    ids=["started_from_a_checkpoint", "no_tokenizer_record"],
+)
+def test_a_checkpoint_that_does_not_say_its_run_trained_the_familys_own_kind_keeps_its_tokenizer(run, tmp_path):
     check_tokenizer_roles("gpt2", trained("character"), folder(tmp_path, run))
 
 
