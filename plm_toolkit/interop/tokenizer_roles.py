@@ -13,6 +13,9 @@ from a Hugging Face folder):
   ``<s> A </s>`` (bpe);
 - Transformer-XL ``[CLS] A [SEP]`` (auto is wordpiece) or ``<S> A </S>`` (word, the WikiText-103 recipe), ELMo
   ``<S> A </S>``: either way a special token comes first, so neither is checked.
+
+plm-train may train a GPT, T5 or Transformer over any kind (a character-level GPT: ``[CLS] A [SEP]``), which no
+template tells from a swapped file: a checkpoint whose config.yaml says its run chose its tokenizer keeps it.
 """
 
 from __future__ import annotations
