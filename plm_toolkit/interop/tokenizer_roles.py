@@ -15,11 +15,13 @@ from a Hugging Face folder):
   ``<S> A </S>``: either way a special token comes first, so neither is checked.
 
 plm-train may train a GPT, T5 or Transformer over any kind (a character-level GPT: ``[CLS] A [SEP]``), which no
-template tells from a swapped file: a checkpoint whose config.yaml says its run chose its tokenizer keeps it.
+template tells from a swapped file: a checkpoint whose config.yaml says its run chose its tokenizer keeps it, and so
+does a Hugging Face folder whose tokenizer_config.json names the token before the text (plm-export's of such a run).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
@@ -62,10 +64,13 @@ def check_tokenizer_roles(family: str, tokenizer: Tokenizer, tokenizer_file: Pat
     elif family in _TEXT_FIRST:
         allowed, own, kind = _TEXT_FIRST[family]
         first = pieces[0][0]
-        if first in ("A", "B") or tokenizer.id_to_token(first) in allowed or _chosen_by_its_run(tokenizer_file, kind):
+        if first in ("A", "B"):
+            return
+        token = tokenizer.id_to_token(first)
+        if token in allowed or _chosen_by_its_run(tokenizer_file, kind, token):
             return
         problem = (
-            f"with {tokenizer.id_to_token(first)} before it where model={family} reads a text from its first token "
+            f"with {token} before it where model={family} reads a text from its first token "
             f"(its own tokenizer wraps it as '{own}')"
         )
     else:
@@ -76,13 +81,22 @@ def check_tokenizer_roles(family: str, tokenizer: Tokenizer, tokenizer_file: Pat
     )
 
 
-def _chosen_by_its_run(tokenizer_file: Path, own_kind: str) -> bool:
-    """Whether the checkpoint beside ``tokenizer_file`` says its run chose a tokenizer other than the family's own:
-    another data.tokenizer.kind (a character-level GPT), a data.tokenizer.path, the tokenizer of the model.checkpoint
-    it started from (a continued or fine-tuned run), or a config.yaml that records no data.tokenizer at all. A
-    Hugging Face folder has no config.yaml: its tokenizer is checked."""
+def _chosen_by_its_run(tokenizer_file: Path, own_kind: str, first: str) -> bool:
+    """Whether the folder of ``tokenizer_file`` says the weights were trained with it, though it is not the family's
+    own kind: a plm-train checkpoint's config.yaml records another data.tokenizer.kind (a character-level GPT), a
+    data.tokenizer.path, the model.checkpoint its run started from (a continued or fine-tuned run), or no
+    data.tokenizer at all; a Hugging Face folder's tokenizer_config.json names ``first`` (the token before a text)
+    by its role, as plm-export writes it for a fine-tuned GPT over a WordPiece vocabulary. A tokenizer.json put in
+    place of another is not named there: GPT-2's tokenizer_config.json names <|endoftext|> alone."""
+    folder = tokenizer_file.parent
+    if not (folder / "config.yaml").is_file():
+        try:
+            settings = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return False
+        return isinstance(settings, dict) and first in settings.values()
     try:
-        saved = yaml.safe_load((tokenizer_file.parent / "config.yaml").read_text(encoding="utf-8"))
+        saved = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return False
     if not isinstance(saved, dict):

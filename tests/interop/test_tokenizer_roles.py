@@ -144,3 +144,14 @@ def test_a_checkpoint_that_does_not_say_its_run_trained_the_familys_own_kind_kee
 def test_a_gpt2_tokenizer_in_a_bert_folder_is_still_refused(tmp_path):
     with pytest.raises(CheckpointError, match="wraps a text as 'A <|endoftext|>', with no \\[CLS\\] \\(or <s>\\)"):
         check_tokenizer_roles("bert", trained("gpt2_bpe"), folder(tmp_path))
+
+
+def test_a_hugging_face_folder_keeps_the_tokenizer_its_tokenizer_config_names(tmp_path):
+    """plm-export of a GPT-2 fine-tuned over a WordPiece vocabulary names [CLS] in tokenizer_config.json; GPT-2's
+    own names <|endoftext|> alone, so a BERT tokenizer.json put beside it is refused."""
+    bert = trained("wordpiece")
+    (tmp_path / "tokenizer_config.json").write_text('{"cls_token": "[CLS]", "sep_token": "[SEP]"}')
+    check_tokenizer_roles("gpt2", bert, tmp_path / "tokenizer.json")
+    (tmp_path / "tokenizer_config.json").write_text('{"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}')
+    with pytest.raises(CheckpointError, match="with \\[CLS\\] before it where model=gpt2"):
+        check_tokenizer_roles("gpt2", bert, tmp_path / "tokenizer.json")
