@@ -21,13 +21,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data"
+# The shared data folder: $PLM_SHARED_DATA, else shared/data beside the repository (as scripts/bench_zh.py reads it).
+SHARED = Path(os.environ.get("PLM_SHARED_DATA", REPO.parent / "shared" / "data"))
 QUIET = ["trainer.progress_bar=false", "trainer.tensorboard=false"]
 
 

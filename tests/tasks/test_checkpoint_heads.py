@@ -64,7 +64,17 @@ def hf_model(family: str, kind: str = "sequence", labels=None, architecture: str
 
 def save(model, folder):
     model.save_pretrained(folder)
-    (folder / "vocab.txt").write_text("\n".join(SPECIALS + [f"tok{i}" for i in range(5, VOCAB)]) + "\n")
+    words = SPECIALS + [f"tok{i}" for i in range(5, VOCAB)]
+    if model.config.model_type in ("gpt2", "openai-gpt"):
+        # A GPT reads a text from its first token: a tokenizer.json that adds nothing around it, as openai-gpt's (a
+        # vocab.txt would put BERT's [CLS] before it, which interop/tokenizer_roles.py refuses).
+        from tokenizers import Tokenizer, models, pre_tokenizers
+
+        tokenizer = Tokenizer(models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="[UNK]"))
+        tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        tokenizer.save(str(folder / "tokenizer.json"))
+    else:
+        (folder / "vocab.txt").write_text("\n".join(words) + "\n")
     return folder
 
 
