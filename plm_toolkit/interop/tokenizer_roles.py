@@ -14,8 +14,8 @@ from a Hugging Face folder):
 - Transformer-XL ``[CLS] A [SEP]`` (auto is wordpiece) or ``<S> A </S>`` (word, the WikiText-103 recipe), ELMo
   ``<S> A </S>``: either way a special token comes first, so neither is checked.
 
-plm-train may train a GPT, T5 or Transformer over any kind (a character-level GPT: ``[CLS] A [SEP]``), which no
-template tells from a swapped file: a checkpoint whose config.yaml says its run chose its tokenizer keeps it, and so
+A plm-train run may train a GPT, T5 or Transformer over any kind (a character-level GPT: ``[CLS] A [SEP]``), which
+no template tells from a swapped file: a checkpoint whose config.yaml says its run chose its tokenizer keeps it, and so
 does a Hugging Face folder whose tokenizer_config.json names the token before the text (plm-export's of such a run).
 """
 
