@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from plm_toolkit.core.registry import OBJECTIVES
 from plm_toolkit.core.schema import HardwareConfig, OptimizerConfig, TrainerConfig
-from plm_toolkit.data.batching.collate import pack_rows
+from plm_toolkit.data.batching.packing import pack_rows
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.bert import Bert, BertConfig
 from plm_toolkit.objectives.mlm import MlmConfig
@@ -26,14 +26,15 @@ SIZES = {"tiny": (2, 128, 2, 512), "base": (12, 768, 12, 3072)}
 VOCAB_IDS = dict(pad_id=0, unk_id=100, cls_id=101, sep_id=102, mask_id=103)
 # Our variants: each adds one switch to the one before (hardware.* keys; "batch" multiplies the batch size).
 SWITCHES = {
-    "eager": {"optimizer_implementation": "foreach"},
-    "fused": {"optimizer_implementation": "fused"},
-    "fused+compile": {"optimizer_implementation": "fused", "compile": True},
+    "eager": {"optimizer_implementation": "foreach", "compile": False, "unpad": False},
+    "fused": {"optimizer_implementation": "fused", "compile": False, "unpad": False},
+    "fused+compile": {"optimizer_implementation": "fused", "compile": True, "unpad": False},
     "fused+compile+unpad": {"optimizer_implementation": "fused", "compile": True, "unpad": True},
-    "fused+unpad": {"optimizer_implementation": "fused", "unpad": True},
+    "fused+unpad": {"optimizer_implementation": "fused", "compile": False, "unpad": True},
     "fused+compile+cudagraphs": {
         "optimizer_implementation": "fused",
         "compile": True,
+        "unpad": False,
         "compile_mode": "reduce-overhead",
     },
 }
@@ -105,7 +106,9 @@ class OursRunner:
 
     def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """What the data loader would hand over (packed by a loader worker under hardware.unpad)."""
-        return pack_rows(batch) if self.unpad else batch
+        if not self.unpad:
+            return batch
+        return pack_rows(batch, self.trainer.shapes, self.trainer.objective.masking.target_budget)
 
     def step(self, batch: dict[str, torch.Tensor]) -> None:
         self.trainer.train_step([batch])

@@ -25,7 +25,7 @@ from plm_toolkit.data.batching.collate import Collator
 from plm_toolkit.data.batching.loader import eval_loader
 from plm_toolkit.data.build import prepare_pretraining_data
 from plm_toolkit.objectives.masking import IGNORE_INDEX
-from plm_toolkit.objectives.rtd import gumbel_sample, rtd_labels
+from plm_toolkit.objectives.rtd import flat_targets, gumbel_sample, rtd_labels
 
 
 def load(checkpoint: Path):
@@ -58,9 +58,11 @@ def evaluate(checkpoint: Path) -> dict:
         targets = labels != IGNORE_INDEX
         if cfg.objective.name == "rtd":
             logits = objective.generator_logits(model, batch)
-            add("mlm_correct", (logits.argmax(-1) == labels[targets]).sum())
+            positions = flat_targets(labels, batch)
+            gold = torch.nn.functional.pad(labels.flatten(), (0, 1), value=IGNORE_INDEX)[positions]
+            add("mlm_correct", ((logits.argmax(-1) == gold) & (gold != IGNORE_INDEX)).sum())
             sampled = gumbel_sample(logits, torch.Generator().manual_seed(0))
-            corrupted, replaced = rtd_labels(batch["input_ids"], labels, sampled, batch["attention_mask"])
+            corrupted, replaced = rtd_labels(batch["input_ids"], labels, sampled, positions, batch["attention_mask"])
             hidden = model(corrupted, batch["attention_mask"], batch.get("token_type_ids")).hidden
             predicted = objective.discriminator_head(hidden) > 0
             real = batch["attention_mask"].bool()

@@ -81,6 +81,30 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def training_length(trainer: Trainer) -> str:
+    """The log line that says how long the run trains: steps, epochs of the examples, global batch; with
+    trainer.phases, each phase's steps, sequence length, batch and epochs of its own examples."""
+    if not trainer.phases:
+        examples, batch = len(trainer.train_examples), trainer.layout.global_batch
+        epochs = trainer.max_steps * batch / examples
+        return (
+            f"training for {trainer.max_steps} optimizer steps: {epochs:.3g} epochs of {examples} examples at a "
+            f"global batch of {batch}"
+        )
+    accumulation = trainer.layout.grad_accum_steps * trainer.layout.world_size
+    parts = []
+    for number, phase in enumerate(trainer.phases, start=1):
+        batch = phase.batch_size * accumulation
+        epochs = (phase.end - phase.start) * batch / len(phase.data.train)
+        parts.append(
+            f"phase {number}, steps {phase.start + 1}-{phase.end}: {phase.max_seq_len} tokens, a global batch of "
+            f"{batch}, {epochs:.3g} epochs of its {len(phase.data.train)} examples"
+        )
+    return f"training for {trainer.max_steps} optimizer steps in {len(parts)} phases (trainer.phases): " + "; ".join(
+        parts
+    )
+
+
 def fit(
     cfg: DictConfig,
     run_dir: Path,
@@ -106,6 +130,7 @@ def fit(
         config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
         tokenizer_json=tokenizer_json,
         num_workers=cfg.data.num_workers,
+        longest=cfg.data.get("max_seq_len"),
         data_keys=("data.train_files", "data.validation_files")
         if "train_files" in cfg.data
         else ("data.train_file", "data.validation_file"),
@@ -114,17 +139,10 @@ def fit(
         trainer.restore(checkpoint)
     else:  # a fresh start: rows an earlier attempt logged before it saved anything are not this run's
         trainer.metrics.truncate_after(0)
-    examples = len(trainer.train_examples)
     if trainer.max_steps == 0:
         log.info("evaluation only (no training steps): the starting weights are evaluated, no checkpoint is written")
     else:
-        log.info(
-            "training for %d optimizer steps: %.3g epochs of %d examples at a global batch of %d",
-            trainer.max_steps,
-            trainer.max_steps * trainer.layout.global_batch / examples,
-            examples,
-            trainer.layout.global_batch,
-        )
+        log.info(training_length(trainer))
     if cfg.trainer.time_budget:
         log.info(
             "or until trainer.time_budget=%g hours of training have passed, whichever comes first",

@@ -218,6 +218,8 @@ def training_problems(t, opt, d_model_from_backbone: bool = False, zero_length: 
     out += optimizer_problems(opt, t.max_steps, d_model_from_backbone)
     if t.get("time_budget") is not None:
         check_range(out, "trainer.time_budget", t.time_budget, 0.0, low_open=True)
+    if t.get("signal_grace") is not None:
+        check_range(out, "trainer.signal_grace", t.signal_grace, 0.0)
     return out
 
 
@@ -262,4 +264,13 @@ def hardware_problems(h) -> list[str]:
         out.append(f"hardware.num_threads={h.num_threads}: must be 0 (torch's default) or a positive count")
     if h.get("peak_tflops") is not None:
         check_range(out, "hardware.peak_tflops", h.peak_tflops, 0.0)
+    backend = h.get("compile_backend", "inductor")
+    if h.get("compile") is not False and backend != "inductor":
+        import torch._dynamo
+
+        if backend not in torch._dynamo.list_backends(exclude_tags=()):
+            out.append(
+                f"hardware.compile_backend={backend}: not a torch.compile backend; expected inductor, aot_eager, eager "
+                "or another of torch._dynamo.list_backends(exclude_tags=())"
+            )
     return out

@@ -104,10 +104,16 @@ class HardwareConfig:
     max_overflow_steps: int = 20
     # fp16 only: the loss scale below which overflows count towards max_overflow_steps.
     min_loss_scale: float = 1.0
-    # torch.compile the backbone together with the objective's loss (per transformer block under fsdp). Pays on
-    # GPUs; on a CPU the compile time rarely comes back. Without a working compiler it falls back to eager with
-    # one warning.
-    compile: bool = False
+    # torch.compile the backbone together with the objective's loss (per transformer block under fsdp), with static
+    # shapes: batches come padded to widths in multiples of 64 tokens (never past the data's longest row), so each
+    # width compiles once; metrics.jsonl counts the graphs (compiled_graphs) and their seconds (compile_s). null: on
+    # where it was measured to pay (objective=mlm on CUDA), off elsewhere (a CPU rarely earns its compile time back).
+    # An objective whose batches cannot keep a few shapes (translation's token batches) says so and trains eagerly;
+    # without a working compiler, or when compilation fails, training continues eagerly with one warning.
+    compile: bool | None = None
+    # torch.compile's backend: inductor (generated kernels); aot_eager and eager trace without generating code
+    # (to tell a compiler problem from a model problem).
+    compile_backend: str = "inductor"
     # torch.compile's mode: default; reduce-overhead replays CUDA graphs (less launch overhead at small batches,
     # more memory, one recording per input shape); max-autotune also searches matmul kernels (long compiles).
     compile_mode: CompileMode = CompileMode.default
@@ -115,8 +121,10 @@ class HardwareConfig:
     # parameter at a time); auto = fused where torch has it for the optimizer and device, else foreach.
     optimizer_implementation: OptimizerImplementation = OptimizerImplementation.auto
     # objective=mlm only: pack each batch's sequences into as few rows as hold them, each attending only to itself
-    # (a block-diagonal attention mask, positions restarting per sequence), so padding costs no compute.
-    unpad: bool = False
+    # (a block-diagonal attention mask, positions restarting per sequence), so padding costs no compute; the row
+    # count is rounded up to an eighth of trainer.batch_size, so a compiled step sees few shapes. null: on where the
+    # step is compiled on a GPU and the objective and family can read packed rows.
+    unpad: bool | None = None
     # Peak dense TFLOP/s of one device at the run's precision, for the MFU (model FLOPs utilization) in logs;
     # 0 looks the GPU up in a table of known ones (an unknown device or a CPU then logs no MFU).
     peak_tflops: float = 0.0
@@ -222,8 +230,13 @@ class TrainerConfig:
     # metric (evaluations included) and the run directory, from rank 0; one that is missing or fails to start stops
     # the command before any work (docs/pretraining-and-data.md#experiment-trackers).
     loggers: list[str] = field(default_factory=lambda: ["tensorboard", "jsonl"])
-    # Show a tqdm progress bar (rank 0 only).
+    # Show a tqdm progress bar (rank 0 only, on a terminal). Every trainer.log_every steps the log (console and
+    # <run dir>/train.log) gets a line with step, loss, lr, tokens/s and MFU either way.
     progress_bar: bool = True
+    # Seconds a run that got SIGTERM, SIGINT, SIGHUP or SIGUSR1 waits for the step, compilation or evaluation in
+    # progress before dropping it and saving the last completed step (SLURM kills 30 s after its SIGTERM). With no
+    # step completed since the last checkpoint it stops at once. An optimizer update and a save are always finished.
+    signal_grace: float = 15.0
 
 
 @dataclass

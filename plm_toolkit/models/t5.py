@@ -272,7 +272,11 @@ class T5(Backbone):
 
 
 def _padding(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
-    """A padding mask, or None when every position is a token: full windows then skip the (B, nh, T, K) mask."""
+    """A padding mask, or None when every position is a token: full windows then skip the (B, nh, T, K) mask.
+    A compiled step keeps the mask (the same result): asking whether it is all ones would stop the graph to read
+    the answer back from the device."""
+    if torch.compiler.is_compiling():
+        return attention_mask
     if attention_mask is None or bool(attention_mask.all()):
         return None
     return attention_mask

@@ -52,8 +52,13 @@ class Objective(nn.Module):
     # Loss components that are per-token language-model cross-entropies: evaluation reports exp(loss) of each as
     # eval_<name>_perplexity (a sentence-level loss such as NSP's has no perplexity).
     perplexity_components: ClassVar[frozenset[str]] = frozenset()
-    # Whether the loss reads packed rows (hardware.unpad, data/batching/collate.py's pack_rows): per-token losses only.
+    # Whether the loss reads packed rows (hardware.unpad, data/batching/packing.py): per-token losses only.
     reads_packed_rows: ClassVar[bool] = False
+    # Devices (torch device types) where hardware.compile=null compiles the training step: where a compiled step
+    # of this objective was measured faster than the eager one, compilation included (docs/speed-and-benchmarks.md).
+    compiles_by_default: ClassVar[frozenset[str]] = frozenset()
+    # Why this objective's batches cannot come in a few fixed shapes (so hardware.compile is not offered), or None.
+    compile_refusal: ClassVar[str | None] = None
 
     @classmethod
     def check_config(cls, config) -> None:
@@ -82,6 +87,14 @@ class Objective(nn.Module):
 
     def load_carried_state(self, state: dict[str, torch.Tensor]) -> None:
         """Restore what ``carried_state`` returned (CPU tensors, read back from a checkpoint)."""
+
+    def rewind_point(self) -> object:
+        """What the objective carries between training batches, as it stands before a step (cheap: references,
+        not copies); ``rewind`` returns to it when a signal drops the step half done."""
+        return None
+
+    def rewind(self, point: object) -> None:
+        """Return to ``rewind_point``'s state."""
 
     def batch_transform(self) -> BatchTransform | None:
         """A picklable callable run in data-loader workers; None when the objective needs none."""
@@ -133,6 +146,9 @@ class CarriedMemory:
     def reset(self, training: bool) -> None:
         self._memories[training] = None
 
+    def training_memories(self) -> list[torch.Tensor] | None:
+        return self._memories[True]
+
     def state(self) -> dict[str, torch.Tensor]:
         memories = self._memories[True] or []
         return {f"memory.{i}": m.detach().cpu() for i, m in enumerate(memories)}
@@ -157,6 +173,12 @@ class MemoryObjective(Objective):
 
     def carried_state(self) -> dict[str, torch.Tensor]:
         return self.memory.state()
+
+    def rewind_point(self) -> object:
+        return self.memory.training_memories()
+
+    def rewind(self, point: object) -> None:
+        self.memory.set(True, point)
 
     def load_carried_state(self, state: dict[str, torch.Tensor]) -> None:
         self.memory.load(state)

@@ -75,6 +75,10 @@ class CharacterLookup:
 class BidirectionalLanguageModeling(MemoryObjective):
     required_capabilities = frozenset({CHARACTERS, RECURRENT_MEMORY})
     natural_layout = Layout.sentence_streams
+    compile_refusal = (
+        "ELMo's biLM scores a number of targets that changes with every batch (sentence ends are skipped) through a "
+        "softmax whose negatives are sampled per step, so a compiled step would build new graphs batch after batch"
+    )
     perplexity_components = frozenset({"bilm", "bilm_forward", "bilm_backward"})
     metric_denominators = {"bilm_forward_loss": "forward", "bilm_backward_loss": "backward"}
 

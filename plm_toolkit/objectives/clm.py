@@ -25,6 +25,7 @@ from torch import nn
 
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import MODELS, OBJECTIVES
+from plm_toolkit.data.batching.collate import IGNORE_INDEX
 from plm_toolkit.data.layouts.plan import Layout
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.base import CAUSAL, RECURRENT_MEMORY
@@ -107,20 +108,22 @@ class CausalLanguageModeling(MemoryObjective):
             reps = model(input_ids=inputs, memories=memories)
             self.memory.set(self.training, reps.memories)
         else:
-            mask = batch["attention_mask"][:, :-1]
-            # Full windows (the stream layout) need no padding mask: attention takes its fused causal path.
-            reps = model(input_ids=inputs, attention_mask=None if bool(mask.all()) else mask)
-        if bool(keep.all()):  # no padding: every position is a target, and a view avoids gathering them
-            hidden, gold = reps.hidden.reshape(-1, reps.hidden.shape[-1]), labels.reshape(-1)  # (N, H), (N,)
-        else:
-            hidden, gold = reps.hidden[keep], labels[keep]  # (N, H), (N,)
+            # No padding mask: rows are right-padded, so under the causal mask a real token never sees padding, and
+            # attention takes its fused causal path whatever the batch holds (no host sync, one compiled graph).
+            reps = model(input_ids=inputs)
+        hidden = reps.hidden.reshape(-1, reps.hidden.shape[-1])  # (B*T, H)
+        gold = labels.masked_fill(~keep, IGNORE_INDEX).reshape(-1)  # (B*T,): padding is no target
         if self.adaptive is not None:
+            # The adaptive softmax has no ignore_index: it reads the real targets only.
+            hidden, gold = hidden[keep.reshape(-1)], gold[keep.reshape(-1)]  # (N, H), (N,)
             log_probs = self.adaptive(hidden.float(), gold).output  # (N,): log p(gold)
             loss_sum = -log_probs.sum()
             correct = (self.adaptive.predict(hidden.detach().float()) == gold).sum()
         else:
-            # Every position is a target: the (N, V) logits are never held at once (nn/losses.py).
-            loss_sum, correct = linear_cross_entropy(hidden, model.input_embeddings.weight, self.bias, gold)
+            # The (B*T, V) logits are never held at once (nn/losses.py).
+            loss_sum, correct = linear_cross_entropy(
+                hidden, model.input_embeddings.weight, self.bias, gold, ignore_index=IGNORE_INDEX
+            )
         return ObjectiveOutput(
             loss_sums={"clm": loss_sum},
             metrics={"clm_bits_per_token": loss_sum.detach() / math.log(2), "clm_correct": correct},

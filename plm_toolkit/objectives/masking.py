@@ -29,6 +29,7 @@ word segmenter such as jieba found the words), its word-level join codes decide 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -185,6 +186,16 @@ class MaskingTransform:
             count = min(count, self.max_predictions_per_seq)
         return min(count, num_maskable)
 
+    def target_budget(self, rows: int, width: int, sequences: int) -> int:
+        """At least the targets of any batch of ``sequences`` sequences in ``rows`` rows of ``width`` tokens (a
+        packed batch has fewer rows than sequences), from the shape alone, rounded up to a multiple of 8: the length
+        of ``mlm_positions``. Each sequence has at most num_targets(width) targets, and at most
+        mask_prob x its length + 1 (the rounding up to one target)."""
+        most = sequences * self.num_targets(width)
+        if self.max_predictions_per_seq is None:
+            most = min(most, math.ceil(self.mask_prob * rows * width) + sequences)
+        return -(-most // 8) * 8
+
     def _random_tokens(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """``n`` ids drawn uniformly from the non-special ids."""
         ids = torch.randint(self.vocab_size - len(self.special_ids), (n,), generator=generator)
@@ -230,7 +241,9 @@ class MaskingTransform:
             to_random = ~to_mask & (action < self.mask_token_prob + self.random_token_prob)
             corrupted[row, chosen[to_mask]] = self.mask_id
             corrupted[row, chosen[to_random]] = replacements[to_random]
-        return {**batch, "input_ids": corrupted, "mlm_labels": labels, "mlm_positions": target_positions(labels)}
+        rows, width = input_ids.shape
+        positions = target_positions(labels, self.target_budget(rows, width, rows))  # (N,)
+        return {**batch, "input_ids": corrupted, "mlm_labels": labels, "mlm_positions": positions}
 
     def _groups(self, positions: list[int], batch: dict[str, torch.Tensor], row: int, level: int) -> list[list[int]]:
         """The row's maskable positions grouped into units: by the ``units`` join codes at ``level`` when the batch

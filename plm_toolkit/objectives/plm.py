@@ -21,6 +21,7 @@ input embedding (transformers' ``lm_loss``: the embedding matrix plus a bias).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ from torch import nn
 
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import OBJECTIVES
+from plm_toolkit.data.batching.collate import IGNORE_INDEX
 from plm_toolkit.data.layouts.plan import Layout, choose_layout
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.base import TWO_STREAM
@@ -73,6 +75,14 @@ def span_targets(length: int, k: float, max_span_length: int, generator: torch.G
         chosen[start + offset : start + offset + span] = True
         start += context
     return chosen
+
+
+def most_targets(length: int, k: float, max_span_length: int) -> int:
+    """At least the targets ``span_targets`` picks in a row of ``length`` tokens, from the length alone: each
+    context holds one span, at most ``max_span_length`` / context of its tokens, and only the last context can be
+    cut short; the row's two parts (reused and rest) each have one."""
+    densest = max(span / max(round(span * k), span) for span in range(1, max_span_length + 1))
+    return min(length, math.ceil(densest * length) + 2 * max_span_length)
 
 
 def local_order(length: int, perm_size: int, generator: torch.Generator) -> torch.Tensor:
@@ -145,7 +155,8 @@ class PermutationTransform:
             windows = torch.cat([windows[:half], windows[half:].flip(1)])
         rows = [self.row(w, torch.Generator().manual_seed(s)) for w, s in zip(windows, seeds, strict=True)]
         length = rows[0]["input_ids"].shape[0]
-        predicted = max(1, max(int(r["targets"].sum()) for r in rows))
+        # A count fixed by the length (the released code's num_predict), so that every batch has one shape.
+        predicted = most_targets(length, self.k, self.max_span)
         target_mapping = torch.zeros(len(rows), predicted, length)
         target_ids = torch.zeros(len(rows), predicted, dtype=torch.long)
         target_mask = torch.zeros(len(rows), predicted, dtype=torch.bool)
@@ -238,9 +249,10 @@ class PermutationLanguageModeling(MemoryObjective):
             reuse_len=reuse_len,
         )
         self.memory.set(self.training, reps.memories)
-        keep = batch["target_mask"]  # (B, P)
-        query, gold = reps.extras["query"][keep], batch["target_ids"][keep]  # (N, H), (N,)
-        logits = F.linear(query, model.input_embeddings.weight, self.bias)  # (N, V)
-        loss_sum = F.cross_entropy(logits.float(), gold, reduction="sum")
-        correct = (logits.detach().argmax(dim=-1) == gold).sum()
+        keep = batch["target_mask"]  # (B, P): the slots that hold a target
+        query = reps.extras["query"].flatten(0, 1)  # (B*P, H)
+        gold = batch["target_ids"].masked_fill(~keep, IGNORE_INDEX).flatten()  # (B*P,)
+        logits = F.linear(query, model.input_embeddings.weight, self.bias)  # (B*P, V)
+        loss_sum = F.cross_entropy(logits.float(), gold, reduction="sum", ignore_index=IGNORE_INDEX)
+        correct = ((logits.detach().argmax(dim=-1) == gold) & keep.flatten()).sum()
         return ObjectiveOutput(loss_sums={"plm": loss_sum}, metrics={"plm_correct": correct})

@@ -97,19 +97,32 @@ def generator_config(config: RtdConfig, model_config: BertConfig) -> BertConfig:
 
 
 def rtd_labels(
-    input_ids: torch.Tensor, mlm_labels: torch.Tensor, sampled: torch.Tensor, attention_mask: torch.Tensor
+    input_ids: torch.Tensor,
+    mlm_labels: torch.Tensor,
+    sampled: torch.Tensor,
+    positions: torch.Tensor,
+    attention_mask: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The discriminator's input and targets: (corrupted ids (B, T), replaced (B, T) bool).
 
-    ``sampled`` (N,) fills the N target positions (``mlm_labels != IGNORE_INDEX``) in row-major order. A position
-    is replaced where the corrupted id differs from the original one, so a sample equal to the original is
-    "original" (section 2); padding is never replaced.
+    ``sampled`` (N,) fills the flat target positions ``positions`` (N,) (``target_positions``: padded with B * T,
+    whose samples are dropped). A position is replaced where the corrupted id differs from the original one, so a
+    sample equal to the original is "original" (section 2); padding is never replaced.
     """
     targets = mlm_labels != IGNORE_INDEX  # (B, T)
     original = torch.where(targets, mlm_labels, input_ids)  # (B, T)
-    corrupted = input_ids.clone()
-    corrupted[targets] = sampled
+    flat = F.pad(input_ids.flatten(), (0, 1))  # (B*T + 1,): the last slot takes the padding's samples
+    corrupted = flat.scatter(0, positions, sampled.to(flat.dtype))[:-1].view_as(input_ids)  # (B, T)
     return corrupted, (corrupted != original) & attention_mask.bool()
+
+
+def flat_targets(labels: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(N,) the batch's flat target positions (the masking transform's ``mlm_positions``), or, for a batch built
+    without them, the targets' own positions."""
+    positions = batch.get("mlm_positions")
+    if positions is None:
+        positions = (labels != IGNORE_INDEX).flatten().nonzero().squeeze(1)  # (N,)
+    return positions
 
 
 class Generator(nn.Module):
@@ -202,34 +215,38 @@ class ReplacedTokenDetection(Objective):
         return {"mlm": int((batch["mlm_labels"] != IGNORE_INDEX).sum()), "rtd": int(batch["attention_mask"].sum())}
 
     def generator_logits(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(N, V) generator logits at the N target positions of a masked batch."""
+        """(N, V) generator logits at the N flat target positions of a masked batch (padded slots included)."""
         embedded = model.embeddings(batch["input_ids"], batch.get("token_type_ids"))  # (B, T, E): shared
-        hidden = self.generator(embedded, batch["attention_mask"])  # (B, T, H_g)
-        targets = batch["mlm_labels"] != IGNORE_INDEX  # (B, T)
-        return self.generator.head(hidden[targets], model.input_embeddings.weight)  # (N, V)
+        hidden = self.generator(embedded, batch["attention_mask"]).flatten(0, 1)  # (B*T, H_g)
+        positions = flat_targets(batch["mlm_labels"], batch)
+        picked = hidden.index_select(0, positions.clamp(max=hidden.shape[0] - 1))  # (N, H_g)
+        return self.generator.head(picked, model.input_embeddings.weight)  # (N, V)
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
         labels, mask = batch["mlm_labels"], batch["attention_mask"]
+        positions = flat_targets(labels, batch)
         logits = self.generator_logits(model, batch)
-        gold = labels[labels != IGNORE_INDEX]  # (N,)
-        mlm_sum = F.cross_entropy(logits, gold, reduction="sum")
+        gold = F.pad(labels.flatten(), (0, 1), value=IGNORE_INDEX).gather(0, positions)  # (N,), pads ignored
+        mlm_sum = F.cross_entropy(logits, gold, reduction="sum", ignore_index=IGNORE_INDEX)
         with torch.no_grad():
             # Evaluation samples from a fixed seed, so that it neither depends on nor disturbs the training stream.
             generator = None
             if not self.training:
                 generator = torch.Generator(logits.device).manual_seed(0)
             sampled = gumbel_sample(logits.detach() / self.temperature, generator)  # (N,)
-        corrupted, replaced = rtd_labels(batch["input_ids"], labels, sampled, mask)
+        corrupted, replaced = rtd_labels(batch["input_ids"], labels, sampled, positions, mask)
         inputs = {"input_ids": corrupted, "attention_mask": mask}
         if "token_type_ids" in batch:
             inputs["token_type_ids"] = batch["token_type_ids"]
         scores = self.discriminator_head(model(**inputs).hidden)  # (B, T)
-        real = mask.bool()  # every real position is a target, [CLS] and [SEP] included, as in the paper's code
-        rtd_sum = F.binary_cross_entropy_with_logits(scores[real], replaced[real].float(), reduction="sum")
+        # Every real position is a target, [CLS] and [SEP] included, as in the paper's code; padding weighs 0.
+        real = mask.bool()
+        weight = real.to(scores.dtype)
+        rtd_sum = F.binary_cross_entropy_with_logits(scores, replaced.to(scores.dtype), weight, reduction="sum")
         return ObjectiveOutput(
             loss_sums={"mlm": mlm_sum, "rtd": self.rtd_weight * rtd_sum},
             metrics={
-                "mlm_correct": (logits.detach().argmax(dim=-1) == gold).sum(),
-                "rtd_correct": ((scores.detach()[real] > 0) == replaced[real]).sum(),
+                "mlm_correct": ((logits.detach().argmax(dim=-1) == gold) & (gold != IGNORE_INDEX)).sum(),
+                "rtd_correct": (((scores.detach() > 0) == replaced) & real).sum(),
             },
         )

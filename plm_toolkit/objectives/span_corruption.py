@@ -90,8 +90,8 @@ class SpanCorruptionObjective(Objective):
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
         reps = model(batch["input_ids"], batch["attention_mask"], batch["decoder_input_ids"])
-        labels = batch["labels"]
-        targets = labels != IGNORE_INDEX  # (B, L)
-        weight, hidden = model.output_layer(reps.hidden[targets])  # (V, H), (N, H): only real targets
-        loss_sum, correct = linear_cross_entropy(hidden, weight, None, labels[targets])
+        weight, hidden = model.output_layer(reps.hidden.flatten(0, 1))  # (V, H), (B*L, H)
+        loss_sum, correct = linear_cross_entropy(
+            hidden, weight, None, batch["labels"].flatten(), ignore_index=IGNORE_INDEX
+        )  # padding (IGNORE_INDEX) is no target
         return ObjectiveOutput(loss_sums={"span_corruption": loss_sum}, metrics={"span_corruption_correct": correct})

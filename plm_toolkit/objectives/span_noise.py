@@ -112,7 +112,9 @@ class SpanCorruption:
     """Batch transform: rows of raw tokens (``input_ids`` without specials, ``attention_mask``) become the encoder
     inputs and the decoder's inputs and labels.
 
-    Adds, with B rows, S the longest corrupted input and L the longest target (both EOS included):
+    Adds, with B rows, S the corrupted inputs' width and L the targets' (both EOS included):
+    S and L are the widths every window of the batch's width could corrupt to (``widths``), so batches of one
+    window width have one shape.
       input_ids               (B, S) encoder inputs, right-padded with ``pad_id``
       attention_mask          (B, S) 1 on real tokens
       labels                  (B, L) the targets, ``IGNORE_INDEX`` on padding
@@ -132,6 +134,18 @@ class SpanCorruption:
         self.sentinel_ids = tuple(int(i) for i in sentinel_ids)
         self.eos_id, self.pad_id, self.decoder_start_id = eos_id, pad_id, decoder_start_id
         self.noise_density, self.mean_noise_span_length = noise_density, mean_noise_span_length
+        self._widths: dict[int, tuple[int, int]] = {}
+
+    def widths(self, window: int) -> tuple[int, int]:
+        """(inputs, targets) width of a batch of windows of up to ``window`` tokens, EOS included: the longest any
+        such window corrupts to, so that every batch of one window width has one shape."""
+        if window not in self._widths:
+            inputs = targets = 1
+            for n in range(1, window + 1):
+                noise, spans = span_counts(n, self.noise_density, self.mean_noise_span_length)
+                inputs, targets = max(inputs, n - noise + spans + 1), max(targets, noise + spans + 1)
+            self._widths[window] = (inputs, targets)
+        return self._widths[window]
 
     def __call__(self, batch: dict[str, torch.Tensor], seeds: Sequence[int]) -> dict[str, torch.Tensor]:
         ids = batch["input_ids"].numpy()
@@ -142,8 +156,9 @@ class SpanCorruption:
             rng = np.random.default_rng(seed)
             noise = random_spans_noise_mask(length, self.noise_density, self.mean_noise_span_length, rng)
             pairs.append(corrupt_spans(tokens, noise, self.sentinel_ids, self.eos_id))
-        inputs, input_mask = _pad([p[0] for p in pairs], self.pad_id)
-        labels, label_mask = _pad([p[1] for p in pairs], IGNORE_INDEX)
+        input_width, target_width = self.widths(ids.shape[1])
+        inputs, input_mask = _pad([p[0] for p in pairs], self.pad_id, input_width)
+        labels, label_mask = _pad([p[1] for p in pairs], IGNORE_INDEX, target_width)
         decoder_inputs = shift_right(labels, self.decoder_start_id, self.pad_id)
         return {
             "input_ids": inputs,
@@ -154,9 +169,8 @@ class SpanCorruption:
         }
 
 
-def _pad(rows: list[np.ndarray], value: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad 1-d rows to the longest: ((B, T) long values, (B, T) long 1 = real)."""
-    width = max(len(r) for r in rows)
+def _pad(rows: list[np.ndarray], value: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad 1-d rows to ``width``: ((B, T) long values, (B, T) long 1 = real)."""
     out = torch.full((len(rows), width), value, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, r in enumerate(rows):

@@ -115,6 +115,10 @@ def teacher_forced(
 class Translation(Objective):
     required_capabilities = frozenset({ENCODER_DECODER})
     natural_layout = Layout.parallel
+    compile_refusal = (
+        "translation's token batches (data.max_tokens) change rows and widths from batch to batch, so a compiled "
+        "step would build a graph for nearly every batch"
+    )
     metric_denominators = {"translation_nll": "translation", "translation_correct": "translation"}
 
     def __init__(self, config: TranslationConfig, model: nn.Module, vocab: Vocab):

@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from plm_toolkit.core.schema import FinetuneMode, FinetuneModeConfig
+from plm_toolkit.data.batching.shapes import Shapes
 from plm_toolkit.data.sources.user_files import not_a_file
 from plm_toolkit.data.tokenization.template import Template, template_of  # noqa: F401  (the tasks' import path)
 from plm_toolkit.data.tokenization.vocab import Vocab
@@ -45,15 +46,15 @@ class TaskData:
 
 
 class PadCollator:
-    """Pad list-valued fields to the longest row (``input_ids`` with the pad id, labels with IGNORE, the rest
-    with 0; a list of lists such as ``char_ids`` to (B, T, C) with 0), stack scalars, and add ``attention_mask``.
-    Picklable for data-loader workers."""
+    """Pad list-valued fields to the longest row, rounded up as ``shapes`` says (data/batching/shapes.py):
+    ``input_ids`` with the pad id, labels with IGNORE, the rest with 0; a list of lists such as ``char_ids`` to
+    (B, T, C) with 0. Stack scalars, and add ``attention_mask``. Picklable for data-loader workers."""
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
 
-    def __call__(self, rows: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        width = max(len(r["input_ids"]) for r in rows)
+    def __call__(self, rows: Sequence[dict[str, Any]], shapes: Shapes | None = None) -> dict[str, torch.Tensor]:
+        width = (shapes or Shapes()).width(max(len(r["input_ids"]) for r in rows))
         batch: dict[str, torch.Tensor] = {}
         for key, first in rows[0].items():
             if isinstance(first, list) and first and isinstance(first[0], list):

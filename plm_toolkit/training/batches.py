@@ -48,6 +48,7 @@ def train_loader(trainer):
             backward_half=trainer.plan.backward_half,
             group_lengths=lengths,
             first_step=trainer.step if getattr(trainer.transform, "takes_step", False) else None,
+            shapes=trainer.shapes,
         ),
         num_workers=trainer.num_workers,
         pin_memory=trainer.runtime.device.type == "cuda",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -103,8 +104,9 @@ class ProgressBar:
     share of the steps done, whichever is further along, in thousandths: its percentage and ETA are then those of
     whichever ends the run first, not of a trainer.max_steps the budget never lets it reach.
 
-    When stderr is not a terminal (a log file, a pipe, a batch job) there is no bar: each logged step is one line
-    (``progress_line``) in the log instead of a carriage-return frame per step."""
+    Every logged step is also one line (``progress_line``: step, loss, lr, tokens/s, MFU, ETA) in the run's log
+    (<run dir>/<command>.log) and, where no bar is drawn (``enabled`` false, or stderr not a terminal: a log file,
+    a pipe, a batch job), on the console; ``lines`` is false on the processes that do not log (ranks above 0)."""
 
     SCALE = 1000
 
@@ -115,13 +117,14 @@ class ProgressBar:
         epochs: float | None,
         enabled: bool,
         budget_used: Callable[[], float] | None = None,
-        lines: bool = False,
+        lines: bool = True,
     ):
         self.total, self.step, self.budget_used = total, initial, budget_used
-        # lines (the Trainer: stderr is not a terminal): progress lines at the log cadence (show) instead of the bar.
-        self.lines = enabled and lines
+        self.lines = lines
         self.started, self.first_step = time.perf_counter(), initial
-        enabled = enabled and not self.lines
+        # Seconds per step of the last logged window that compiled nothing: the ETA's pace (None before one).
+        self.step_seconds: float | None = None
+        enabled = enabled and lines and sys.stderr.isatty()
         if budget_used is None:
             self.bar = tqdm(total=total, initial=initial, disable=not enabled, dynamic_ncols=True, desc="train steps")
         else:
@@ -143,11 +146,19 @@ class ProgressBar:
         self.step += n
         self.bar.update(n if self.budget_used is None else self._share() - self.bar.n)
 
-    def show(self, record: dict) -> None:
+    def show(self, record: dict, steady: bool = True) -> None:
+        """A logged step's record; ``steady``: its window compiled nothing, so its pace predicts the rest."""
+        if steady and record.get("step_s"):
+            self.step_seconds = record["step_s"]
         epoch = f"{record['epoch']:.2f}" + (f"/{self.epochs:g}" if self.epochs else "")
-        if self.lines:
-            log.info(self.progress_line(record, epoch))
+        if "phase" in record:
+            epoch = f"{epoch} of phase {record['phase']}"
+        line = self.progress_line(record, epoch)
+        if self.bar.disable:
+            if self.lines:
+                log.info(line)
             return
+        _to_log_files(line)
         extra = {"mfu": f"{record['mfu']:.1%}"} if "mfu" in record else {}
         if self.budget_used is not None:
             extra = {"step": str(record["step"]), "budget": f"{self.budget_used():.0%}", **extra}
@@ -159,32 +170,50 @@ class ProgressBar:
             **extra,
         )
 
+    def eta(self) -> float | None:
+        """Seconds left: the steps left at the pace of the last steady window; under a time budget, the budget
+        left if that ends the run first. None before a steady window (the first steps compile and warm up)."""
+        if self.step_seconds is None:
+            return None
+        left = self.step_seconds * (self.total - self.step)
+        if self.budget_used is not None:
+            elapsed = time.perf_counter() - self.started
+            share = max(self.step / max(self.total, 1), self.budget_used())
+            gained = share - self.first_step / max(self.total, 1)
+            if gained > 0:
+                left = min(left, elapsed / gained * (1 - share))
+        return left
+
     def progress_line(self, record: dict, epoch: str) -> str:
         """``step 30/300 (10%) epoch 0.30/3 loss 5.1234 lr 1.00e-04 1520 tok/s elapsed 0:00:41 eta 0:06:09``."""
         elapsed = time.perf_counter() - self.started
-        done = max(self.step - self.first_step, 1)
         share = self.step / max(self.total, 1)
         if self.budget_used is not None:
             share = max(share, self.budget_used())
-        left = elapsed / done * (self.total - self.step)
-        if self.budget_used is not None and share > 0:
-            left = min(left, elapsed / max(share - self.first_step / max(self.total, 1), 1e-9) * (1 - share))
         mfu = f" mfu {record['mfu']:.1%}" if "mfu" in record else ""
+        left = self.eta()
+        eta = f" eta {clock(left)}" if left is not None else ""
         return (
             f"step {record['step']}/{self.total} ({share:.0%}) epoch {epoch} loss {record['loss']:.4f} "
-            f"lr {record['lr']:.2e} {record['tokens_per_s']:.0f} tok/s{mfu} elapsed {clock(elapsed)} eta {clock(left)}"
+            f"lr {record['lr']:.2e} {record['tokens_per_s']:.0f} tok/s{mfu} elapsed {clock(elapsed)}{eta}"
         )
 
     def write(self, text: str) -> None:
         """An evaluation's line: on the console and in the run's log file (<run dir>/<command>.log)."""
         if self.bar.disable:
-            log.info(text)
+            if self.lines:
+                log.info(text)
             return
         self.bar.write(text)  # above the bar on the console; the log file gets it below
-        record = log.makeRecord(log.name, logging.INFO, __file__, 0, text, None, None)
-        for handler in logging.getLogger().handlers:
-            if isinstance(handler, logging.FileHandler):
-                handler.handle(record)
+        _to_log_files(text)
 
     def close(self) -> None:
         self.bar.close()
+
+
+def _to_log_files(text: str) -> None:
+    """``text`` in the run's log file only (the console shows the bar)."""
+    record = log.makeRecord(log.name, logging.INFO, __file__, 0, text, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)

@@ -8,12 +8,9 @@ log line or checkpoint (``window.settle``), so the host can queue the next step 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -21,26 +18,29 @@ from torch import nn
 
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.errors import TrainingError
-from plm_toolkit.data.batching.collate import PackingTransform
-from plm_toolkit.data.batching.loader import BatchLayout, mix_seed
+from plm_toolkit.data.batching.loader import BatchLayout
+from plm_toolkit.data.batching.packing import PackingTransform
+from plm_toolkit.data.batching.shapes import Shapes
 from plm_toolkit.data.layouts.plan import DataPlan
-from plm_toolkit.objectives.base import Objective, ObjectiveOutput, normalized_loss
+from plm_toolkit.objectives.base import Objective, ObjectiveOutput
 from plm_toolkit.training.batches import check_streams, rows_per_batch, train_loader
 from plm_toolkit.training.best_model import BestModel
+from plm_toolkit.training.compilation import CompileWatch, speed_switches
 from plm_toolkit.training.distributed import all_reduce_max, barrier
 from plm_toolkit.training.evaluation import eval_batches, evaluate_weights, evaluates, log_eval_scope
 from plm_toolkit.training.flops import ModelFlops, peak_tflops
 from plm_toolkit.training.logging import MetricsWriter, ProgressBar
 from plm_toolkit.training.optim import build_optimizer, build_scheduler
 from plm_toolkit.training.parallel import prepare_module
-from plm_toolkit.training.phases import TrainingPhase, blend_metrics, phased_micro_batches
+from plm_toolkit.training.phases import TrainingPhase, blend_metrics, phase_at, phased_micro_batches
 from plm_toolkit.training.precision import LossScaler, Runtime
-from plm_toolkit.training.preemption import Preempted, StopSignals, TrainingClock
+from plm_toolkit.training.preemption import Preempted, StepAbandoned, StopSignals, TrainingClock
 from plm_toolkit.training.resume import check_length, finish_resumed
 from plm_toolkit.training.selection import Selection, evaluation_due
 from plm_toolkit.training.state import restore_state, save_state
+from plm_toolkit.training.step import OptimizerStep
 from plm_toolkit.training.trackers import chosen_loggers, take_trackers
-from plm_toolkit.training.window import StepStats, Window, reduce_window, settle
+from plm_toolkit.training.window import StepStats, Window, settle
 
 log = logging.getLogger("plm_toolkit")
 
@@ -89,6 +89,7 @@ class Trainer:
         plan: DataPlan | None = None,
         phases: list[TrainingPhase] | None = None,
         data_keys: tuple[str, str] = ("data.train_files", "data.validation_files"),
+        longest: int | None = None,
     ):
         self.cfg, self.runtime, self.run_dir = trainer_cfg, runtime, run_dir
         self.optimizer_cfg = optimizer_cfg
@@ -115,15 +116,35 @@ class Trainer:
         self.peak = peak_tflops(
             runtime.device, runtime.precision, bool(hardware_cfg.allow_tf32), float(hardware_cfg.peak_tflops)
         )
+        switches = speed_switches(hardware_cfg, runtime.device, type(objective), type(model))
+        # A compiled step gets a few fixed batch shapes (data/batching/shapes.py): ``longest`` is the longest row.
+        # Windows of a token stream (a plan with a window) all have its width already.
+        self.shapes = Shapes.compiled(longest) if switches.compile and self.plan.window is None else None
+        self.transform = self.plan.transform
+        if switches.unpad:
+            self.transform = PackingTransform(self.transform, self.shapes)
         # FSDP shards the parameters in place, so the optimizer is built after it.
-        self.forward_module, self.ddp = prepare_module(self.module, runtime, hardware_cfg)
+        forward, ddp = prepare_module(self.module, runtime, hardware_cfg, switches.compile)
         self.optimizer = build_optimizer(self.module, optimizer_cfg, hardware_cfg.optimizer_implementation)
         self.clock = TrainingClock(trainer_cfg.time_budget)
         self.scheduler = build_scheduler(self.optimizer, optimizer_cfg, self.max_steps, self.clock.budgeted)
         self.scaler = LossScaler(runtime, hardware_cfg.min_loss_scale, hardware_cfg.max_overflow_steps)
-        self.transform = self.plan.transform
-        if hardware_cfg.unpad:
-            self.transform = PackingTransform(self.transform)
+        self.watch = CompileWatch(switches.compile)
+        self.stepper = OptimizerStep(
+            module=self.module,
+            forward=forward,
+            ddp=ddp,
+            objective=objective,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            scaler=self.scaler,
+            clock=self.clock,
+            runtime=runtime,
+            flops=self.flops,
+            watch=self.watch,
+            seed=int(trainer_cfg.seed),
+            clip_grad_norm=float(trainer_cfg.clip_grad_norm),
+        )
         self.step = 0
         self.samples_seen = 0
         self.last_checkpoint: Path | None = None
@@ -137,6 +158,9 @@ class Trainer:
         self.selection = Selection.from_config(trainer_cfg, objective)
         self.best = BestModel(self)
         self.pending: list[StepStats] = []
+        # Graphs compiled when the last log line was written (a window that compiled is no pace for the ETA).
+        self._graphs_logged = 0
+        self._rewind_point: object = None
 
     # --- state ---------------------------------------------------------------------------------------------
     def restore(self, checkpoint: ckpt.Checkpoint) -> None:
@@ -179,9 +203,9 @@ class Trainer:
                 self.max_steps,
                 self.step,
                 self.cfg.epochs,
-                enabled=self.cfg.progress_bar and self.process.is_main,
+                enabled=self.cfg.progress_bar,
                 budget_used=self.clock.fraction if self.clock.budgeted else None,
-                lines=not sys.stderr.isatty(),
+                lines=self.process.is_main,
             )
             try:
                 pin_memory = self.runtime.device.type == "cuda"
@@ -202,43 +226,87 @@ class Trainer:
         self.window, self.tick = Window.empty(), time.perf_counter()
         record: dict = {}
         stop = None
-        with StopSignals() as signals:
-            # The loader's workers start here, inside StopSignals: they inherit its handlers, so Ctrl-C (which the
-            # terminal sends to them too) leaves them running until the step ends and the checkpoint is written.
-            batches = iter(loader)
-            self.clock.restart(self.clock.elapsed)
-            while self.step < self.max_steps and stop is None:
-                micro = [next(batches) for _ in range(cfg.grad_accum_steps)]
-                lr = self.optimizer.param_groups[0]["lr"]
-                self.pending.append(self.train_step(micro))
-                self.step += 1
-                self.samples_seen += self.layout.global_batch
-                bar.update()
-                stop = self._stop_reason(signals)
-                # The first steps are logged too: a slow step (SQuAD at 384 tokens on a CPU) shows a loss at once.
-                first = self.step <= FIRST_LOGGED_STEPS
-                if self.step % cfg.log_every == 0 or self.step == self.max_steps or first or stop:
-                    record = self.log(lr, bar)
-                if stop == "signal":
-                    self.save()
-                    signals.hand_over()  # submitit's handler requeues the job and exits here
-                    raise Preempted(signals.received, self.last_checkpoint)
-                if stop == "budget":
-                    log.info("trainer.time_budget reached after %.0f s at step %d", self.clock.elapsed, self.step)
-                elif self._evaluation_due() and self.best.consider(self._evaluate_or_save(bar)):
-                    stop = "early"  # trainer.early_stopping_patience
-                due = cfg.save_every and self.step % cfg.save_every == 0 and self.saved_step != self.step
-                if due and self.step != self.max_steps and not stop:
-                    self.save()
-            # Inside StopSignals still: a signal during the final evaluation or save waits for them.
-            if evaluates(self) and stop != "early":
-                evaluation = self._evaluate_or_save(bar, final=True)
-                record.update(evaluation)
-                self.best.consider(evaluation, final=True)
-            if self.saved_step != self.step:
-                self.save(final=True)
-            record.update(self.best.finish())
+        with StopSignals(cfg.signal_grace, self._nothing_to_save) as signals:
+            try:
+                # The loader's workers start here, inside StopSignals: they inherit its handlers, so Ctrl-C (which
+                # the terminal sends to them too) leaves them running until the step ends and the checkpoint is
+                # written.
+                batches = iter(loader)
+                self.clock.restart(self.clock.elapsed)
+                while self.step < self.max_steps and stop is None:
+                    lr = self.optimizer.param_groups[0]["lr"]
+                    self._rewind_point = self.objective.rewind_point()
+                    with signals.abandonable(f"step {self.step + 1}"):
+                        micro = [next(batches) for _ in range(cfg.grad_accum_steps)]
+                        stats = self.stepper.gradients(micro, self.step + 1)
+                    self.pending.append(self.stepper.update(stats))
+                    self.step += 1
+                    self.samples_seen += self.layout.global_batch
+                    bar.update()
+                    stop = self._stop_reason(signals)
+                    # The first steps are logged too: a slow step (SQuAD at 384 tokens on a CPU) shows a loss at
+                    # once.
+                    first = self.step <= FIRST_LOGGED_STEPS
+                    if self.step % cfg.log_every == 0 or self.step == self.max_steps or first or stop:
+                        record = self.log(lr, bar)
+                    if stop == "signal":
+                        self._stop_on_signal(signals)
+                    if stop == "budget":
+                        log.info("trainer.time_budget reached after %.0f s at step %d", self.clock.elapsed, self.step)
+                    elif self._evaluation_due():
+                        with signals.abandonable(f"the evaluation at step {self.step}"):
+                            evaluation = self._evaluate_or_save(bar)
+                        if self.best.consider(evaluation):
+                            stop = "early"  # trainer.early_stopping_patience
+                    due = cfg.save_every and self.step % cfg.save_every == 0 and self.saved_step != self.step
+                    if due and self.step != self.max_steps and not stop:
+                        self.save()
+                if evaluates(self) and stop != "early":
+                    with signals.abandonable(f"the final evaluation at step {self.step}"):
+                        evaluation = self._evaluate_or_save(bar, final=True)
+                    record.update(evaluation)
+                    self.best.consider(evaluation, final=True)
+                if self.saved_step != self.step:
+                    self.save(final=True)
+                record.update(self.best.finish())
+            except StepAbandoned as dropped:
+                self._abandoned(dropped, signals)
         return record
+
+    def _nothing_to_save(self) -> bool:
+        """Whether no step has completed since the last checkpoint (or since the start, without one)."""
+        return self.step == (self.saved_step if self.saved_step is not None else 0)
+
+    def _stop_on_signal(self, signals: StopSignals) -> None:
+        """Save this step and stop with the requeue status (training/preemption.py)."""
+        if self.saved_step != self.step:
+            self.save()
+        signals.hand_over()  # submitit's handler requeues the job and exits here
+        raise Preempted(signals.received, self.last_checkpoint)
+
+    def _abandoned(self, dropped: StepAbandoned, signals: StopSignals) -> None:
+        """A signal dropped the step or evaluation in progress: back to the last completed step, save it (unless
+        nothing changed since the last checkpoint, or other processes may be inside a collective), stop."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if dropped.work.startswith("step "):  # its forward passes may have moved a carried memory on
+            self.objective.rewind(self._rewind_point)
+        self.module.train()
+        if self._nothing_to_save():
+            since = f"the last checkpoint ({self.last_checkpoint})" if self.last_checkpoint else "the start"
+            log.warning("%s: no step has completed since %s, so there is nothing to save; stopping now", dropped, since)
+        elif self.process.distributed:
+            log.warning(
+                "%s: not saving step %d, since the other processes may be inside a collective; the last checkpoint "
+                "is %s",
+                dropped,
+                self.step,
+                self.last_checkpoint or "none",
+            )
+        else:
+            log.warning("%s: saving step %d, the last one that completed", dropped, self.step)
+            self.save()
+        signals.hand_over()
+        raise Preempted(dropped.signum, self.last_checkpoint)
 
     def _evaluate_or_save(self, bar: ProgressBar, final: bool = False) -> dict:
         """Evaluate; should it fail, this step's checkpoint is written first, so evaluation never costs a save."""
@@ -278,80 +346,34 @@ class Trainer:
             **window.summary(self.objective.metric_denominators),
             "lr": lr,
             "tokens_per_s": window.tokens / elapsed,
+            "step_s": elapsed / max(window.steps, 1),
             "grad_norm": window.grad_norm / max(window.steps, 1),
             "elapsed_s": round(self.clock.elapsed, 3),
-            "epoch": self.samples_seen / len(self.train_examples),
+            **self._epoch(),
+            **self.watch.record(),
         }
         if hasattr(self.train_examples, "realized"):  # data.sources: each source's share and epochs so far
             record.update(blend_metrics(self))
         if self.peak:
             record["mfu"] = window.flops / elapsed / (self.peak * 1e12 * self.process.world_size)
         self.metrics.write(record)
-        bar.show(record)
+        # The first step warms up (allocations, data workers) and a step that compiled is no pace for the ETA.
+        bar.show(record, steady=self.step > 1 and self.watch.graphs == self._graphs_logged)
+        self._graphs_logged = self.watch.graphs
         self.window, self.tick = Window.empty(), time.perf_counter()
         return record
 
+    def _epoch(self) -> dict[str, float]:
+        """Passes over the training examples so far; with trainer.phases, over the current phase's, and which."""
+        if not self.phases:
+            return {"epoch": self.samples_seen / len(self.train_examples)}
+        number, phase = phase_at(self.phases, self.step)
+        samples = (self.step - phase.start) * self.layout.global_batch
+        return {"epoch": samples / len(phase.data.train), "phase": number}
+
     def train_step(self, micro: list[dict[str, torch.Tensor]]) -> StepStats:
-        """One optimizer step over the micro-batches of an accumulation window."""
-        stats = self.accumulate_gradients(micro)
-        self.scaler.unscale_(self.optimizer)
-        stats.grad_norm = self._clip_gradients()
-        self.clock.tick()
-        if self.scaler.step(self.optimizer):
-            if self.clock.budgeted:  # the schedule runs over the time budget (optim.ScheduleFactor)
-                for factor in self.scheduler.lr_lambdas:
-                    factor.progress = self.clock.fraction()
-            self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return stats
-
-    def accumulate_gradients(self, micro: list[dict[str, torch.Tensor]]) -> StepStats:
-        """Backward over every micro-batch; the gradient is that of sum(loss sums) / global target counts."""
-        local = Window.empty()
-        for batch in micro:
-            for name, n in self.objective.target_counts(batch).items():
-                local.counts[name] += n
-        counts = reduce_window(Window(defaultdict(float), local.counts, defaultdict(float)), self.process).counts
-        stats = StepStats(self.step + 1, {}, {}, dict(counts))
-        # Dropout and on-device sampling are reseeded per step and rank, so resuming needs no RNG replay.
-        torch.manual_seed(mix_seed(self.cfg.seed, self.step, stream=2 + self.process.rank))
-        self.module.train()
-        for j, batch in enumerate(micro):
-            stats.tokens += float(batch["attention_mask"].sum()) if "attention_mask" in batch else 0.0
-            stats.flops += self.flops.of_batch(batch)
-            batch = {k: v.to(self.runtime.device, non_blocking=True) for k, v in batch.items()}
-            last = j == len(micro) - 1
-            with self._gradient_sync(last):
-                with self.runtime.autocast():
-                    out = self.forward_module(batch)
-                # DDP and FSDP average gradients over processes; scaling by world size makes that a sum of
-                # per-process sums, each already divided by the global target count.
-                loss = normalized_loss(out, counts) * self.process.world_size
-                self.scaler.scale(loss).backward()
-            for table, values in ((stats.loss_sums, out.loss_sums), (stats.metrics, out.metrics)):
-                for k, v in values.items():
-                    v = v.detach().float().clone()  # a CUDA-graph replay would overwrite the output in place
-                    table[k] = table[k] + v if k in table else v
-        return stats
-
-    def _gradient_sync(self, last: bool):
-        """Reduce gradients over processes only after the last micro-batch of the window."""
-        if self.ddp is not None and not last:
-            return self.ddp.no_sync()
-        if self.runtime.fsdp:
-            self.module.set_requires_gradient_sync(last)
-        return contextlib.nullcontext()
-
-    def _clip_gradients(self) -> torch.Tensor:
-        params = [p for p in self.module.parameters() if p.grad is not None]
-        max_norm = self.cfg.clip_grad_norm if self.cfg.clip_grad_norm > 0 else float("inf")
-        if not hasattr(torch.nn.utils, "get_total_norm"):  # torch < 2.6 (no FSDP2 there either)
-            return torch.nn.utils.clip_grad_norm_(params, max_norm).detach()
-        norm = torch.nn.utils.get_total_norm([p.grad for p in params])
-        if hasattr(norm, "full_tensor"):  # FSDP: a DTensor of partial sums over the shards
-            norm = norm.full_tensor()
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
-        return norm.detach()
+        """One optimizer step over the micro-batches of an accumulation window (training/step.py)."""
+        return self.stepper.update(self.stepper.gradients(micro, self.step + 1))
 
     def evaluate(self, bar: ProgressBar | None = None, write: bool = True) -> dict:
         """Evaluate the current weights (training/evaluation.py); ``write=False`` keeps the record out of

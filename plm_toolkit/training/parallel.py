@@ -1,4 +1,4 @@
-"""How the trained module is spread over processes and compiled: DDP, FSDP2 and torch.compile.
+"""How the trained module is spread over processes and compiled: DDP, FSDP2 and torch.compile (training/compilation.py).
 
 FSDP2 (``torch.distributed.fsdp.fully_shard``) shards every parameter on its first dimension over a one-dimensional
 device mesh. Each transformer block is its own unit, so only one block's parameters are gathered at a time; the
@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.training.compilation import CompiledForward
 from plm_toolkit.training.precision import Runtime
 
 log = logging.getLogger("plm_toolkit")
@@ -70,7 +71,7 @@ def apply_fsdp(
     units = shard_units(module)
     for unit in units:
         if compile_blocks:
-            unit.compile(mode=mode)
+            unit.compile(mode=mode, dynamic=False)
         fully_shard(unit, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
     # The root never reshards after forward: the objective's heads (and the tied word embedding) are used again in
     # backward, and the loop's output (an ObjectiveOutput) is no pytree FSDP can hang an unshard hook on, so a
@@ -80,65 +81,13 @@ def apply_fsdp(
     return module
 
 
-def compiler_problem(device: torch.device) -> str | None:
-    """Why torch.compile's default backend cannot run here, or None when it looks able to."""
-    import importlib.util
-    import shutil
-
-    if device.type == "cuda":
-        return None if importlib.util.find_spec("triton") is not None else "triton is not installed"
-    if not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
-        return "no C++ compiler (g++, c++ or clang++) on PATH"
-    return None
-
-
-def _compile_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = []
-    for module_name, name in (
-        ("torch._dynamo.exc", "BackendCompilerFailed"),
-        ("torch._dynamo.exc", "InternalTorchDynamoError"),
-        ("torch._inductor.exc", "InductorError"),
-    ):
-        try:
-            module = __import__(module_name, fromlist=[name])
-        except ImportError:
-            continue
-        if hasattr(module, name):
-            errors.append(getattr(module, name))
-    return tuple(errors)
-
-
-class CompiledForward:
-    """The compiled forward, falling back to the eager module (one warning) when compilation fails."""
-
-    def __init__(self, module: nn.Module, mode: str | None = None):
-        self.eager = module
-        self.compiled = torch.compile(module, mode=mode)
-        self.failed = False
-
-    def __call__(self, *args, **kwargs):
-        if not self.failed:
-            try:
-                return self.compiled(*args, **kwargs)
-            except _compile_errors() as err:
-                self.failed = True
-                reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-                log.warning("torch.compile failed (%s); training continues without it (hardware.compile)", reason)
-        return self.eager(*args, **kwargs)
-
-
-def prepare_module(module: nn.Module, runtime: Runtime, hw) -> tuple:
-    """(what the loop calls forward on, the DDP wrapper or None). FSDP shards ``module`` in place."""
-    compile_wanted = bool(hw.compile)
+def prepare_module(module: nn.Module, runtime: Runtime, hw, compiled: bool) -> tuple:
+    """(what the loop calls forward on, the DDP wrapper or None). FSDP shards ``module`` in place; ``compiled``:
+    the forward goes through torch.compile (per block under FSDP)."""
     mode = getattr(hw.compile_mode, "value", hw.compile_mode)
     mode = None if mode == "default" else mode
-    if compile_wanted:
-        problem = compiler_problem(runtime.device)
-        if problem:
-            log.warning("hardware.compile=true but %s; training continues without torch.compile", problem)
-            compile_wanted = False
     if runtime.fsdp:
-        apply_fsdp(module, runtime, bool(hw.reshard_after_forward), compile_wanted, mode)
+        apply_fsdp(module, runtime, bool(hw.reshard_after_forward), compiled, mode)
         return module, None
     forward, ddp = module, None
     if runtime.ddp:
@@ -146,6 +95,6 @@ def prepare_module(module: nn.Module, runtime: Runtime, hw) -> tuple:
         # BERT's pooler), which plain DDP treats as an error.
         device_ids = [runtime.device.index] if runtime.device.type == "cuda" else None
         forward = ddp = DistributedDataParallel(module, device_ids=device_ids, find_unused_parameters=True)
-    if compile_wanted:
-        forward = CompiledForward(forward, mode)
+    if compiled:
+        forward = CompiledForward(forward, mode, hw.compile_backend)
     return forward, ddp

@@ -28,6 +28,8 @@ class TrainingPhase:
     # Sequences per micro-batch.
     batch_size: int
     data: PretrainingData
+    # Tokens per sequence (the phase's data.max_seq_len).
+    max_seq_len: int | None = None
 
 
 def phase_bounds(fractions: list[float], max_steps: int) -> list[tuple[int, int]]:
@@ -47,9 +49,17 @@ def training_phases(trainer_cfg: Any, phase_data: list[PretrainingData]) -> list
     phases = trainer_cfg.phases
     bounds = phase_bounds([p.fraction for p in phases], int(trainer_cfg.max_steps))
     return [
-        TrainingPhase(start, end, phase.batch_size or trainer_cfg.batch_size, data)
+        TrainingPhase(start, end, phase.batch_size or trainer_cfg.batch_size, data, int(phase.max_seq_len))
         for phase, (start, end), data in zip(phases, bounds, phase_data, strict=True)
     ]
+
+
+def phase_at(phases: list[TrainingPhase], step: int) -> tuple[int, TrainingPhase]:
+    """(1-based number, phase) of the phase that step ``step`` (1-based) belongs to; step 0 is the first's."""
+    for number, phase in enumerate(phases, start=1):
+        if step <= phase.end:
+            return number, phase
+    return len(phases), phases[-1]
 
 
 def phased_micro_batches(trainer, pin_memory: bool) -> Iterator[Any]:
@@ -71,6 +81,7 @@ def phased_micro_batches(trainer, pin_memory: bool) -> Iterator[Any]:
             trainer.cfg.seed,
             static_copies=trainer.plan.static_copies,
             first_step=phase.start + done if getattr(trainer.transform, "takes_step", False) else None,
+            shapes=trainer.shapes.capped(phase.max_seq_len) if trainer.shapes else None,
         )
         stop = (phase.end - phase.start - done) * accum
         yield from micro_batch_loader(micro, trainer.num_workers, stop=stop, pin_memory=pin_memory)
@@ -81,7 +92,7 @@ def blend_metrics(trainer) -> dict[str, float]:
     it so far (the current phase's, with trainer.phases); logged in words at the last step."""
     samples = trainer.samples_seen
     if trainer.phases:
-        phase = next((p for p in trainer.phases if p.start < trainer.step <= p.end), trainer.phases[-1])
+        _, phase = phase_at(trainer.phases, trainer.step)
         samples = (trainer.step - phase.start) * trainer.layout.global_batch
     if trainer.step == trainer.max_steps and trainer.process.is_main:
         log.info("data.sources over the run: %s", trainer.train_examples.describe(samples))

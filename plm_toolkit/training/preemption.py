@@ -7,6 +7,13 @@ again"), which a batch script turns into ``scontrol requeue``. Where a handler w
 which requeues the job itself), it runs after the checkpoint instead. ``trainer.resume=auto`` then continues the run
 exactly.
 
+A signal is obeyed within ``trainer.signal_grace`` seconds (15 by default, half of SLURM's 30 s between SIGTERM and
+SIGKILL) whatever the run is doing. Work that changes nothing yet (reading data, the forward and backward passes of a
+step before its optimizer update, compiling them, an evaluation) is *abandonable*: when it is still running that
+long after the signal, it is dropped (``StepAbandoned``) and the run saves the last step that completed. Where no step
+has completed since the last checkpoint there is nothing to save: the run stops at once. Only an optimizer update and
+a checkpoint being written are always finished.
+
 A hang-up (SIGHUP: the terminal or SSH session closed) does the same, unless the command runs under nohup.
 Ctrl-C (SIGINT) during training does the same: the step ends, the checkpoint is written, the command exits with
 ``EXIT_REQUEUE`` and says how to resume. A second Ctrl-C stops at once, without saving (``Interrupted``, exit status
@@ -18,12 +25,14 @@ saves.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 
 log = logging.getLogger("plm_toolkit")
 
@@ -40,7 +49,9 @@ class Preempted(Exception):
     """Raised after the checkpoint of a signalled run is written; the command exits with EXIT_REQUEUE."""
 
     def __init__(self, signum: int, checkpoint):
-        super().__init__(f"stopped by {signal.Signals(signum).name} after saving {checkpoint}")
+        name = signal.Signals(signum).name
+        saved = f"the last checkpoint is {checkpoint}" if checkpoint else "no checkpoint was written"
+        super().__init__(f"stopped by {name}; {saved}")
         self.signum = signum
 
 
@@ -48,15 +59,36 @@ class Interrupted(KeyboardInterrupt):
     """A second Ctrl-C: the run stops at once without saving; the command prints its one line and exits 130."""
 
 
+class StepAbandoned(BaseException):
+    """Abandonable work dropped after a signal (``StopSignals``); a BaseException, so that no ``except Exception``
+    on the way (torch.compile's own among them) takes it for a failure of that work."""
+
+    def __init__(self, signum: int, work: str, waited: float):
+        super().__init__(f"{work} abandoned {waited:.0f} s after {signal.Signals(signum).name}")
+        self.signum, self.work, self.waited = signum, work, waited
+
+
+# Seconds between a re-check of a signalled run that is finishing work it may not drop (an update, a save).
+RECHECK_SECONDS = 0.5
+
+
 class StopSignals:
     """While active, SIGTERM, SIGINT and SIGUSR1 (and SIGUSR2 where submitit handles it) only set ``received``; a
     second SIGINT raises ``Interrupted`` (outside torchrun). Leaving the block by an exception once a signal came
-    ignores all but SIGINT from then on."""
+    ignores all but SIGINT from then on.
 
-    def __init__(self) -> None:
+    The loop marks its abandonable work with ``abandonable(what)``. A signal that comes during it, or while it
+    starts within ``grace`` seconds of the signal, drops it with ``StepAbandoned``: at once where
+    ``nothing_to_save()`` says no step completed since the last checkpoint, else once ``grace`` seconds have passed
+    (SIGALRM, so that the main thread is interrupted wherever it is)."""
+
+    def __init__(self, grace: float = 15.0, nothing_to_save: Callable[[], bool] = lambda: False) -> None:
         self.received: int | None = None
+        self.received_at: float | None = None
         self.previous: dict[int, object] = {}
         self.pid = os.getpid()
+        self.grace, self.nothing_to_save = float(grace), nothing_to_save
+        self.work: str | None = None  # the abandonable work in progress, or None
         # torchrun's agent sends the workers a SIGINT of its own after the terminal's: not a second Ctrl-C.
         self.second_interrupt_stops = "TORCHELASTIC_RUN_ID" not in os.environ
 
@@ -69,23 +101,52 @@ class StopSignals:
             wanted.append(signal.SIGHUP)
         return wanted
 
+    @property
+    def active(self) -> bool:
+        return bool(self.previous)
+
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for signum in self._signals():
                 self.previous[signum] = signal.signal(signum, self._handle)
+            self.previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, self._deadline)
         return self
 
     def __exit__(self, kind, value, traceback) -> None:
+        if self.active:
+            signal.setitimer(signal.ITIMER_REAL, 0)
         if kind is not None and self.received is not None:
             # The process is on its way out (with the requeue status): further signals must not kill it. Ignored at
             # the system's level, since Python puts back the default handlers of its own ones as it shuts down.
             for signum in self.previous:
-                if signum != signal.SIGINT:  # a second Ctrl-C still stops at once
+                if signum not in (signal.SIGINT, signal.SIGALRM):  # a second Ctrl-C still stops at once
                     signal.signal(signum, signal.SIG_IGN)
             return
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
         self.previous = {}
+
+    @contextlib.contextmanager
+    def abandonable(self, work: str) -> Iterator[None]:
+        """Mark ``work`` as droppable: it changes no state that a checkpoint would hold."""
+        self.work = work
+        try:
+            if self.received is not None:
+                self._drop_if_due()
+            yield
+        finally:
+            self.work = None
+
+    def _waited(self) -> float:
+        return monotonic() - self.received_at if self.received_at is not None else 0.0
+
+    def _drop_if_due(self) -> None:
+        """Raise StepAbandoned when the work in progress may be dropped now."""
+        if self.work is None or self.received is None:
+            return
+        if self.nothing_to_save() or self._waited() >= self.grace:
+            work, self.work = self.work, None
+            raise StepAbandoned(self.received, work, self._waited())
 
     def _handle(self, signum: int, frame) -> None:
         if os.getpid() != self.pid:  # a data-loader worker forked inside the block: the training process decides
@@ -93,14 +154,28 @@ class StopSignals:
         name = signal.Signals(signum).name
         if self.received is None:
             again = " (Ctrl-C again stops at once, without saving)" if signum == signal.SIGINT else ""
-            log.warning("received %s: finishing this step, then saving a checkpoint%s", name, again)
-            self.received = signum
+            log.warning(
+                "received %s: finishing this step (at most %g s), then saving a checkpoint%s", name, self.grace, again
+            )
+            self.received, self.received_at = signum, monotonic()
+            # Work dropped inside a compiled backward makes autograd print the forward's traceback: not news.
+            warnings.filterwarnings("ignore", message="Error detected in", category=UserWarning)
+            if self.active:
+                signal.setitimer(signal.ITIMER_REAL, max(self.grace, 0.01))
+            self._drop_if_due()
         elif signum == signal.SIGINT and self.second_interrupt_stops:
             again = "again" if self.received == signal.SIGINT else f"after {signal.Signals(self.received).name}"
             raise Interrupted(
                 f"interrupted {again} (Ctrl-C): stopped at once; a checkpoint being written is not kept: rerun the "
                 "command to resume from the newest complete one (trainer.resume=auto)"
             )
+
+    def _deadline(self, signum: int, frame) -> None:
+        """SIGALRM, ``grace`` seconds after the signal: drop abandonable work, or check again shortly."""
+        if os.getpid() != self.pid or self.received is None:
+            return
+        self._drop_if_due()
+        signal.setitimer(signal.ITIMER_REAL, RECHECK_SECONDS)
 
     def hand_over(self) -> None:
         """Run the handler that owned the received signal before us (submitit's requeue), if it was Python's."""

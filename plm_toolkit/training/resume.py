@@ -32,7 +32,7 @@ log = logging.getLogger("plm_toolkit")
 MAY_CHANGE = {
     *(f"trainer.{key}" for key in ("max_steps", "epochs", "time_budget", "log_every", "eval_every", "eval_batches")),
     *(f"trainer.{key}" for key in ("save_every", "keep_last", "resume", "overwrite", "resume_changes")),
-    *(f"trainer.{key}" for key in ("tensorboard", "progress_bar", "loggers", "eval_strategy")),
+    *(f"trainer.{key}" for key in ("tensorboard", "progress_bar", "loggers", "eval_strategy", "signal_grace")),
     *(f"trainer.{key}" for key in ("load_best_model_at_end", "metric_for_best_model", "greater_is_better")),
     *(f"trainer.{key}" for key in ("early_stopping_patience", "early_stopping_threshold")),
     *(f"data.{key}" for key in ("validation_files", "validation_file", "max_eval_samples", "cache_dir", "num_workers")),

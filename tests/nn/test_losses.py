@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from plm_toolkit.nn import losses
 from plm_toolkit.nn.losses import chunk_rows, linear_cross_entropy
-from plm_toolkit.training import parallel
+from plm_toolkit.training import compilation
 
 
 @pytest.mark.parametrize("with_bias", [True, False])
@@ -130,7 +130,7 @@ def test_cuda_autocast_keeps_the_projection_in_bf16_and_matches_plain():
 @pytest.mark.slow
 def test_compiles_into_one_graph_with_the_eager_loss_and_gradients():
     """hardware.compile traces the objective's loss with the backbone: no graph break, no workspace inside."""
-    if parallel.compiler_problem(torch.device("cpu")):
+    if compilation.compiler_problem(torch.device("cpu")):
         pytest.skip("no working compiler here")
     torch._dynamo.reset()
     hidden, weight, bias, targets = problem_with_ignored_rows(3, 40, 16, 300, every=4)

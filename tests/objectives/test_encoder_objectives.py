@@ -154,8 +154,9 @@ def test_rtd_labels_count_a_sample_equal_to_the_original_as_original():
     labels = torch.full_like(ids, IGNORE_INDEX)
     labels[0, 1], labels[0, 3], labels[1, 2] = 10, 12, 21  # originals at the masked positions
     mask = (ids != PAD).long()
-    sampled = torch.tensor([10, 55, 33])  # row 0: the original, a replacement; row 1: a replacement
-    corrupted, replaced = rtd_labels(ids, labels, sampled, mask)
+    sampled = torch.tensor([10, 55, 33, 77])  # row 0: the original, a replacement; row 1: a replacement; padding
+    positions = torch.tensor([1, 3, 8, 12])  # flat, the last a padding slot (B * T)
+    corrupted, replaced = rtd_labels(ids, labels, sampled, positions, mask)
     assert corrupted.tolist() == [[CLS, 10, 11, 55, SEP, PAD], [CLS, 20, 33, SEP, PAD, PAD]]
     assert replaced.tolist() == [[False, False, False, True, False, False], [False, False, True, False, False, False]]
 

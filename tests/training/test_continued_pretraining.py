@@ -13,7 +13,7 @@ from plm_toolkit.data.batching.collate import Collator
 from plm_toolkit.data.batching.loader import eval_loader
 from plm_toolkit.data.build import build_run_data
 from plm_toolkit.objectives.masking import IGNORE_INDEX
-from plm_toolkit.objectives.rtd import gumbel_sample, rtd_labels
+from plm_toolkit.objectives.rtd import flat_targets, gumbel_sample, rtd_labels
 from plm_toolkit.training.continued import adopt_checkpoint, load_starting_weights
 from tests.training import released
 
@@ -122,7 +122,10 @@ def test_electra_discriminator_and_generator(make_config, tmp_path):
     with torch.no_grad():
         logits = objective.generator_logits(model, batch)
     sampled = gumbel_sample(logits / objective.temperature, torch.Generator().manual_seed(0))
-    corrupted, replaced = rtd_labels(batch["input_ids"], batch["mlm_labels"], sampled, batch["attention_mask"])
+    positions = flat_targets(batch["mlm_labels"], batch)
+    corrupted, replaced = rtd_labels(
+        batch["input_ids"], batch["mlm_labels"], sampled, positions, batch["attention_mask"]
+    )
     discriminator = transformers.ElectraForPreTraining.from_pretrained(folder).eval()
     theirs = hf_loss(
         discriminator,

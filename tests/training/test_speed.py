@@ -11,11 +11,13 @@ from torch import nn
 
 from plm_toolkit.commands.train import run
 from plm_toolkit.core.errors import ConfigError
-from plm_toolkit.data.batching.collate import pack_rows, target_positions
+from plm_toolkit.data.batching.collate import target_positions
+from plm_toolkit.data.batching.packing import block_diagonal_mask, pack_rows
+from plm_toolkit.data.batching.shapes import Shapes
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.bert import Bert, BertConfig
 from plm_toolkit.objectives.mlm import MaskedLanguageModeling, MlmConfig
-from plm_toolkit.training import parallel
+from plm_toolkit.training import compilation
 from plm_toolkit.training.flops import ModelFlops, non_embedding_parameters, peak_tflops
 from plm_toolkit.training.optim import build_optimizer
 from tests.training.conftest import read_metrics
@@ -54,20 +56,63 @@ def masked_batch(objective, lengths: list[int], width: int) -> dict[str, torch.T
 def test_packing_moves_sequences_into_fewer_rows_with_a_block_diagonal_mask():
     ids = torch.tensor([[9, 9, 9, 9, 9, 0, 0, 0], [8, 8, 8, 0, 0, 0, 0, 0], [7] * 7 + [0], [6, 6] + [0] * 6])
     batch = {"input_ids": ids, "attention_mask": (ids != 0).long(), "mlm_labels": torch.where(ids == 8, 1, -100)}
-    batch["mlm_positions"] = target_positions(batch["mlm_labels"])
-    packed = pack_rows(batch)
+    batch["mlm_positions"] = target_positions(batch["mlm_labels"], 8)
+    assert batch["mlm_positions"].tolist() == [8, 9, 10, 32, 32, 32, 32, 32]  # flat, padded with B * T
+    packed = pack_rows(batch, budget=lambda rows, width, sequences: 4)
     # First fit, longest first: 7 takes row 0 (one slot left), 5 and 3 share row 1, 2 opens row 2.
     assert packed["input_ids"].tolist() == [[7] * 7 + [0], [9] * 5 + [8] * 3, [6, 6] + [0] * 6]
     assert packed["attention_mask"].sum().item() == 17
     assert packed["position_ids"][1].tolist() == [0, 1, 2, 3, 4, 0, 1, 2]
-    mask = packed["packed_attention_mask"][1, 0]
+    assert packed["sequence_ids"][1].tolist() == [1] * 5 + [2] * 3
+    assert packed["sequence_ids"][2].tolist() == [1, 1, -3, -4, -5, -6, -7, -8]  # each padding position its own
+    mask = block_diagonal_mask(packed["sequence_ids"])[1, 0]
     assert mask[:5, :5].all() and mask[5:, 5:].all() and not mask[:5, 5:].any() and not mask[5:, :5].any()
-    pad = packed["packed_attention_mask"][2, 0]
+    pad = block_diagonal_mask(packed["sequence_ids"])[2, 0]
     assert pad[4].tolist() == [False] * 4 + [True] + [False] * 3  # padding attends only to itself
     assert packed["mlm_labels"][1].tolist() == [-100] * 5 + [1, 1, 1]
-    assert packed["mlm_positions"].tolist() == [[8, 8, 8, 8], [5, 6, 7, 8], [8, 8, 8, 8]]
+    assert packed["mlm_positions"].tolist() == [13, 14, 15, 24]  # the budget of 4, padded with R * T
     with pytest.raises(ValueError, match="per-row field 'next_sentence_label'"):
         pack_rows({**batch, "next_sentence_label": torch.zeros(4, dtype=torch.long)})
+
+
+def packable(lengths: list[int], width: int) -> dict[str, torch.Tensor]:
+    mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
+    return {"input_ids": mask * 7, "attention_mask": mask}
+
+
+def test_packed_rows_come_in_buckets_of_an_eighth_of_the_batch():
+    assert pack_rows(packable([3] * 16, 30))["input_ids"].shape == (2, 30)  # 16 x 3 tokens fill 2 rows of 30
+    assert pack_rows(packable([3] * 16, 30), Shapes.compiled(30))["input_ids"].shape == (2, 30)  # 2 = 16 / 8
+    # 16 full rows and two short ones need 17 rows; in steps of ceil(18 / 8) = 3 rows that is 18.
+    assert pack_rows(packable([3] + [30] * 16 + [3], 30))["input_ids"].shape == (17, 30)
+    assert pack_rows(packable([3] + [30] * 16 + [3], 30), Shapes.compiled(30))["input_ids"].shape == (18, 30)
+    assert Shapes.compiled(30).rows(3, 32) == 4 and Shapes.compiled(30).rows(17, 32) == 20
+    assert Shapes.compiled(30).rows(31, 32) == 32 and Shapes().rows(3, 32) == 3
+
+
+def test_compiled_widths_round_to_64_but_never_past_the_longest_row():
+    shapes = Shapes.compiled(128)
+    assert [shapes.width(n) for n in (1, 64, 65, 100, 128, 129)] == [64, 64, 128, 128, 128, 129]
+    assert [Shapes.compiled(32).width(n) for n in (5, 32)] == [32, 32]
+    assert Shapes.compiled(100).width(70) == 100 and Shapes().width(70) == 70
+    assert Shapes.compiled(512).buckets() == 8 and Shapes.compiled(32).capped(200).width(150) == 192
+
+
+def test_target_budget_bounds_every_batch_of_its_shape():
+    objective = MaskedLanguageModeling(MlmConfig(), tiny_bert(), VOCAB)
+    masking = objective.masking
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(30):
+        rows = int(torch.randint(1, 9, (1,), generator=generator))
+        lengths = torch.randint(3, 41, (rows,), generator=generator).tolist()
+        batch = masked_batch(objective, lengths, width=40)
+        targets = int((batch["mlm_labels"] != -100).sum())
+        assert batch["mlm_positions"].shape == (masking.target_budget(rows, 40, rows),)
+        assert targets <= masking.target_budget(rows, 40, rows)
+        packed = pack_rows(batch, None, masking.target_budget)
+        count, width = packed["input_ids"].shape
+        assert int((packed["mlm_positions"] < count * width).sum()) == targets
+        assert packed["mlm_positions"].shape == (masking.target_budget(count, width, rows),)
 
 
 def test_packed_batch_and_gathered_head_give_the_padded_loss():
@@ -79,7 +124,7 @@ def test_packed_batch_and_gathered_head_give_the_padded_loss():
     with torch.no_grad():
         reference = objective(model, plain)
         gathered = objective(model, batch)
-        packed_batch = pack_rows(batch)
+        packed_batch = pack_rows(batch, None, objective.masking.target_budget)
         packed = objective(model, packed_batch)
     assert packed_batch["input_ids"].shape[0] == 4  # 123 tokens in rows of 40
     for out in (gathered, packed):
@@ -163,7 +208,7 @@ def test_compile_falls_back_to_eager_with_one_warning(monkeypatch, caplog):
 
     monkeypatch.setattr(torch, "compile", broken_compile)
     module = nn.Linear(3, 2)
-    forward = parallel.CompiledForward(module)
+    forward = compilation.CompiledForward(module)
     x = torch.randn(4, 3)
     with caplog.at_level(logging.WARNING, logger="plm_toolkit"):
         first, second = forward(x), forward(x)
@@ -172,7 +217,7 @@ def test_compile_falls_back_to_eager_with_one_warning(monkeypatch, caplog):
 
 
 def test_compile_without_a_compiler_warns_and_trains(make_config, tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(parallel, "compiler_problem", lambda device: "no C++ compiler (g++, c++ or clang++) on PATH")
+    monkeypatch.setattr(compilation, "compiler_problem", lambda device: "no C++ compiler (g++, c++ or clang++) on PATH")
     with caplog.at_level(logging.WARNING, logger="plm_toolkit"):
         final = run(make_config("trainer.max_steps=2", "hardware.compile=true"), tmp_path)
     assert final["step"] == 2

@@ -7,15 +7,16 @@ from typing import Any
 
 import torch
 
+from plm_toolkit.data.batching.shapes import Shapes
 from plm_toolkit.data.tokenization.spellings import SUFFIX as SPELLINGS
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.data.units.knowledge import NONE as NO_UNIT
 
 
-def collate(examples: Sequence[dict[str, Any]], vocab: Vocab) -> dict[str, torch.Tensor]:
+def collate(examples: Sequence[dict[str, Any]], vocab: Vocab, shapes: Shapes | None = None) -> dict[str, torch.Tensor]:
     """Stack examples (`input_ids`, optional `token_type_ids` and `next_sentence_label`) into a batch.
 
-    Returns, with B examples and T the longest length:
+    Returns, with B examples and T the longest length (rounded up as ``shapes`` says, data/batching/shapes.py):
       input_ids            (B, T) long, right-padded with vocab.padding_id
       token_type_ids       (B, T) long, 0 where an example has none and on padding
       attention_mask       (B, T) long, 1 on real tokens, 0 on padding
@@ -33,7 +34,7 @@ def collate(examples: Sequence[dict[str, Any]], vocab: Vocab) -> dict[str, torch
                            consumes them
     """
     lengths = [len(e["input_ids"]) for e in examples]
-    batch_size, width = len(examples), max(lengths)
+    batch_size, width = len(examples), (shapes or Shapes()).width(max(lengths))
     input_ids = torch.full((batch_size, width), vocab.padding_id, dtype=torch.long)
     token_type_ids = torch.zeros((batch_size, width), dtype=torch.long)
     attention_mask = torch.zeros((batch_size, width), dtype=torch.long)
@@ -70,20 +71,18 @@ def collate(examples: Sequence[dict[str, Any]], vocab: Vocab) -> dict[str, torch
     return batch
 
 
-def target_positions(labels: torch.Tensor, ignore_index: int = -100, multiple: int = 4) -> torch.Tensor:
-    """(B, P) positions of each row's targets (``labels != ignore_index``) in order, padded with T.
+def target_positions(labels: torch.Tensor, budget: int, ignore_index: int = -100) -> torch.Tensor:
+    """(N,) the flat positions (row * T + column) of ``labels != ignore_index`` in order, padded with B * T.
 
-    P is the batch's largest count rounded up to ``multiple``. A head that runs only at the targets gathers with
-    it: computed here on the CPU, the count needs no device-to-host copy during the training step, and the few
-    values P takes keep a compiled step from recompiling for every batch.
+    N is ``budget``, a bound the caller knows for the batch's shape (``MaskingTransform.target_budget``), so that a
+    compiled step sees one N per shape. A head that runs only at the targets gathers with it: computed here on the
+    CPU, the count needs no device-to-host copy during the training step.
     """
-    targets = labels != ignore_index  # (B, T)
-    counts = targets.sum(dim=1)  # (B,)
-    longest = int(counts.max()) if counts.numel() else 0
-    width = -(-longest // multiple) * multiple
-    order = torch.sort((~targets).to(torch.int8), dim=1, stable=True).indices[:, :width]  # targets first, in order
-    slots = torch.arange(width)[None, :]  # (1, P)
-    return torch.where(slots < counts[:, None], order, labels.shape[1])  # (B, P)
+    flat = (labels != ignore_index).flatten()  # (B*T,)
+    where = flat.nonzero().squeeze(1)  # (n,)
+    if where.numel() > budget:
+        raise ValueError(f"{where.numel()} targets exceed the budget of {budget} for a batch of {tuple(labels.shape)}")
+    return torch.cat([where, torch.full((budget - where.numel(),), flat.numel(), dtype=torch.long)])  # (N,)
 
 
 class Collator:
@@ -92,77 +91,11 @@ class Collator:
     def __init__(self, vocab: Vocab) -> None:
         self.vocab = vocab
 
-    def __call__(self, examples: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        return collate(examples, self.vocab)
+    def __call__(self, examples: Sequence[dict[str, Any]], shapes: Shapes | None = None) -> dict[str, torch.Tensor]:
+        return collate(examples, self.vocab, shapes)
 
     def __repr__(self) -> str:
         return f"Collator({self.vocab})"
-
-
-def pack_rows(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Move the sequences of a right-padded batch into as few rows as hold them (first fit, longest first).
-
-    Every (B, T) field moves with its tokens; ``attention_mask`` (R, T) still marks real tokens, and two fields are
-    added: ``position_ids`` (R, T), counting from 0 in each sequence, and ``packed_attention_mask``
-    (R, 1, T, T) bool, block-diagonal: a token attends only to the tokens of its own sequence (a padding position
-    only to itself, so that no softmax row is empty). Per-token losses are unchanged; per-row fields (an NSP
-    label) cannot be packed and are refused.
-    """
-    mask = batch["attention_mask"]
-    rows, width = mask.shape
-    # Fields named <name>_positions list the targets of <name>_labels per row (``target_positions``): rebuilt
-    # from the moved labels.
-    derived = [key for key in batch if key.endswith("_positions")]
-    batch = {key: value for key, value in batch.items() if key not in derived}
-    for key, value in batch.items():
-        if value.shape[:2] != (rows, width):
-            raise ValueError(f"cannot pack the per-row field {key!r}: only per-token (B, T) fields move with tokens")
-    lengths = mask.sum(dim=1).tolist()
-    bins: list[list[int]] = []
-    room: list[int] = []
-    for row in sorted(range(rows), key=lambda r: -lengths[r]):
-        fit = next((b for b, free in enumerate(room) if free >= lengths[row]), None)
-        if fit is None:
-            bins.append([row])
-            room.append(width - lengths[row])
-        else:
-            bins[fit].append(row)
-            room[fit] -= lengths[row]
-    # Padding keeps each field's own padding value (pad id, IGNORE label, ...), read off a padded position.
-    padded = next((r for r in range(rows) if lengths[r] < width), None)
-    packed = {
-        key: torch.full((len(bins), width), value[padded, -1].item() if padded is not None else 0, dtype=value.dtype)
-        for key, value in batch.items()
-    }
-    position_ids = torch.zeros((len(bins), width), dtype=torch.long)
-    sequence = torch.zeros((len(bins), width), dtype=torch.long)  # 1, 2, ... per sequence in a row; 0 = padding
-    for b, members in enumerate(bins):
-        start = 0
-        for n, row in enumerate(members, start=1):
-            length = lengths[row]
-            for key, value in batch.items():
-                packed[key][b, start : start + length] = value[row, :length]
-            position_ids[b, start : start + length] = torch.arange(length)
-            sequence[b, start : start + length] = n
-            start += length
-    same = sequence[:, :, None] == sequence[:, None, :]  # (R, T, T)
-    real = (sequence > 0)[:, :, None]
-    packed.update({key: target_positions(packed[key.removesuffix("_positions") + "_labels"]) for key in derived})
-    packed["position_ids"] = position_ids
-    packed["packed_attention_mask"] = ((same & real) | torch.eye(width, dtype=torch.bool))[:, None]  # (R, 1, T, T)
-    return packed
-
-
-class PackingTransform:
-    """An objective's batch transform followed by ``pack_rows`` (``hardware.unpad``); picklable for workers."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        # A step-dependent inner transform (plan.py) gets the optimizer step through this one.
-        self.takes_step = bool(getattr(inner, "takes_step", False))
-
-    def __call__(self, batch: dict[str, torch.Tensor], seeds, *step: int) -> dict[str, torch.Tensor]:
-        return pack_rows(self.inner(batch, seeds, *step) if self.inner is not None else batch)
 
 
 # Label of padding positions: cross-entropy's default ignore_index.
@@ -174,7 +107,8 @@ class Seq2SeqCollator:
     and an ``index``; a row may also be a list of rows (a token batch, ``data/layouts/token_batches.py``), flattened
     here.
 
-    Returns, with B rows, S the longest source and T the longest target (each with its end token):
+    Returns, with B rows, S the longest source and T the longest target (each with its end token; both rounded up as
+    ``shapes`` says):
       input_ids       (B, S) the source followed by eos, right-padded with pad
       attention_mask  (B, S) 1 on source tokens, 0 on padding
       labels          (B, T) the target followed by eos, IGNORE_INDEX on padding; the objective shifts it right
@@ -185,15 +119,15 @@ class Seq2SeqCollator:
     def __init__(self, pad_id: int, eos_id: int):
         self.pad_id, self.eos_id = pad_id, eos_id
 
-    def __call__(self, rows: Sequence[Any]) -> dict[str, torch.Tensor]:
+    def __call__(self, rows: Sequence[Any], shapes: Shapes | None = None) -> dict[str, torch.Tensor]:
         rows = [r for item in rows for r in (item if isinstance(item, list) else [item])]
         sources = [[*r["source_ids"], self.eos_id] for r in rows]
         targets = [[*r["target_ids"], self.eos_id] for r in rows]
-        input_ids = _pad(sources, self.pad_id)  # (B, S)
+        input_ids = _pad(sources, self.pad_id, shapes)  # (B, S)
         return {
             "input_ids": input_ids,
-            "attention_mask": (_pad([[1] * len(s) for s in sources], 0)),  # (B, S)
-            "labels": _pad(targets, IGNORE_INDEX),  # (B, T)
+            "attention_mask": (_pad([[1] * len(s) for s in sources], 0, shapes)),  # (B, S)
+            "labels": _pad(targets, IGNORE_INDEX, shapes),  # (B, T)
             "index": torch.tensor([int(r["index"]) for r in rows], dtype=torch.long),  # (B,)
         }
 
@@ -210,8 +144,8 @@ def shift_right(labels: torch.Tensor, start_id: int, pad_id: int) -> torch.Tenso
     return shifted.masked_fill(shifted == IGNORE_INDEX, pad_id)
 
 
-def _pad(sequences: Sequence[Sequence[int]], fill: int) -> torch.Tensor:
-    width = max(len(s) for s in sequences)
+def _pad(sequences: Sequence[Sequence[int]], fill: int, shapes: Shapes | None = None) -> torch.Tensor:
+    width = (shapes or Shapes()).width(max(len(s) for s in sequences))
     out = torch.full((len(sequences), width), fill, dtype=torch.long)
     for row, sequence in enumerate(sequences):
         out[row, : len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)

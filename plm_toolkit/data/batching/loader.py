@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from plm_toolkit.data.batching.shapes import Shapes
+
 MASK64 = (1 << 64) - 1
 
 
@@ -157,8 +159,11 @@ class MicroBatches(Dataset):
         backward_half: bool = False,
         group_lengths: Sequence[int] | None = None,
         first_step: int | None = None,
+        shapes: Shapes | None = None,
     ):
         self.examples, self.layout, self.start = examples, layout, start
+        # How the collate function pads (data/batching/shapes.py); None: to the longest row.
+        self.shapes = shapes
         # Optimizer step of micro-batch 0, for a transform that changes with training (ERNIE's masking stages):
         # it is then called as transform(batch, seeds, step). None: transform(batch, seeds).
         self.first_step = first_step
@@ -177,7 +182,8 @@ class MicroBatches(Dataset):
     def __getitem__(self, micro_index: int) -> dict[str, torch.Tensor]:
         positions = self.layout.positions(self.start, micro_index)
         indices = [self.index_of(p) for p in positions]
-        batch = self.collate(take_rows(self.examples, indices))
+        rows = take_rows(self.examples, indices)
+        batch = self.collate(rows) if self.shapes is None else self.collate(rows, self.shapes)
         if self.transform is not None:
             seeds = [self.row_seed(p, i) for p, i in zip(positions, indices, strict=True)]
             if self.first_step is None:
