@@ -217,10 +217,12 @@ class TrainerConfig:
     # Write TensorBoard scalars under <run dir>/tensorboard (false takes tensorboard out of trainer.loggers).
     tensorboard: bool = True
     # Where metrics go, any subset of: tensorboard (<run dir>/tensorboard), jsonl (<run dir>/metrics.jsonl), mlflow
-    # (MLFLOW_TRACKING_URI, else ./mlruns; pip install 'plm_toolkit[mlflow]'), wandb (Weights & Biases;
-    # WANDB_MODE=offline writes ./wandb only; pip install 'plm_toolkit[wandb]'). Trackers get the resolved config, every
-    # metric (evaluations included) and the run directory, from rank 0; one that is missing or fails to start stops
-    # the command before any work (docs/pretraining-and-data.md#experiment-trackers).
+    # (MLFLOW_TRACKING_URI: a sqlite:/// database, a file store or an http(s):// server; else ./mlflow.db; pip install
+    # 'plm_toolkit[mlflow]'), wandb (Weights & Biases; WANDB_MODE=offline writes ./wandb only; pip install
+    # 'plm_toolkit[wandb]'). Trackers get the resolved config, every metric (evaluations included) and the run
+    # directory, from rank 0, on a thread of their own (one that fails mid-run is dropped with a warning); one that is
+    # missing or does not start within seconds stops the command before any work
+    # (docs/pretraining-and-data.md#experiment-trackers).
     loggers: list[str] = field(default_factory=lambda: ["tensorboard", "jsonl"])
     # Show a tqdm progress bar (rank 0 only).
     progress_bar: bool = True
