@@ -175,9 +175,11 @@ class TrainerConfig:
     # true for the others.
     greater_is_better: bool | None = None
     # Stop training after this many evaluations in a row without an improvement of the metric by more than
-    # trainer.early_stopping_threshold (0: never stop early), as transformers' EarlyStoppingCallback.
+    # trainer.early_stopping_threshold (0: never stop early), as transformers' EarlyStoppingCallback; needs
+    # validation data (refused without: the run would train its whole length).
     early_stopping_patience: int = 0
-    # The smallest change of trainer.metric_for_best_model that counts as an improvement for early stopping.
+    # The smallest change of trainer.metric_for_best_model that counts as an improvement for early stopping: 0 or
+    # more (0: any improvement).
     early_stopping_threshold: float = 0.0
     # Evaluation micro-batches per evaluation (0 = the whole validation set): a fixed random sample of the
     # validation rows, spread over the whole set and the same at every evaluation (the whole set when it fills no
