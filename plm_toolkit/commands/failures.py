@@ -29,6 +29,7 @@ import yaml
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
+from plm_toolkit.commands.live_runs import live_run_line
 from plm_toolkit.config.overrides import quoting_hint
 from plm_toolkit.core.errors import PlmError
 from plm_toolkit.core.launch import launched_rank, launcher_store
@@ -59,6 +60,8 @@ def report(err: BaseException) -> bool:
         _failed = True
         return True
     line = explain(err)
+    # A checkpoint of a run that is still training, pruned while it was read: said as that, whatever the reader hit.
+    line = live_run_line(line or f"{err} {getattr(err, 'filename', '') or ''}") or line
     if line is None:
         return False
     if _prints_it(line):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from plm_toolkit.commands import failures, run_harness
 from plm_toolkit.config.checks import decoding_problems
 from plm_toolkit.config.numbers import merge, number_problems
 from plm_toolkit.config.overrides import keep_typed_text
+from plm_toolkit.core.atomic import atomic_file
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.core.schema import Device
 from plm_toolkit.data.sources.user_files import iter_lines, not_a_file, output_file
@@ -199,12 +199,8 @@ def run(cfg: DictConfig) -> list[dict]:
         for p, ids, new in zip(prompts, prompt_ids, generated, strict=True)
     ]
     if output is not None:
-        temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp")
-        try:
+        with atomic_file(output) as temporary:
             temporary.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
-            os.replace(temporary, output)
-        finally:
-            temporary.unlink(missing_ok=True)
         log.info("%d continuation(s) written to %s", len(rows), output)
     else:
         continuing = ENCODER_DECODER not in type(model).capabilities

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from types import SimpleNamespace
 
 from plm_toolkit.data.layouts.plan import STREAM_LAYOUTS
-from plm_toolkit.data.sources.pieces import source_problems
+from plm_toolkit.data.sources.pieces import listed_files, source_problems
 
 # Layouts whose examples stand alone, so that examples of several corpora can be interleaved.
 BLENDED_LAYOUTS = ("streams", "full_sentences", "sentence_pairs", "segment_pairs")
@@ -88,6 +89,50 @@ def _source_problems(sources) -> list[str]:
         for problem in source_problems(files):
             problem = problem.replace("data.train_files", f"{key}.files")
             out.append(problem.replace("data.validation_files", f"{key}.validation_files"))
-    if weights and all(math.isfinite(w) and w >= 0 for w in weights) and sum(weights) == 0:
-        out.append("data.sources: every weight is 0; give at least one source a positive weight")
+    return out + _twice_problems(sources) + _weight_problems(weights)
+
+
+# What a file listed twice would be, by the list it is in.
+TWICE = {"files": "trained twice", "validation_files": "counted twice in eval_loss"}
+
+
+def _twice_problems(sources) -> list[str]:
+    """A file that two entries name, in one source or in two: each listing is read, so it would count twice without
+    a word (a file listed twice in data.train_files is refused alike)."""
+    out: list[str] = []
+    for field, outcome in TWICE.items():
+        owners: dict[str, tuple[str, str]] = {}
+        for number, source in enumerate(sources):
+            key = f"data.sources[{number}].{field}"
+            for path, entry in listed_files(source[field], key):
+                real = os.path.realpath(path)
+                if real not in owners:
+                    owners[real] = (key, entry)
+                    continue
+                first_key, first = owners[real]
+                if first_key == key:
+                    out.append(
+                        f"{key}: {path} is listed twice (by {first!r} and {entry!r}), so it would be {outcome}; list "
+                        "each file once (to weight a file, raise its source's weight)"
+                    )
+                else:
+                    out.append(
+                        f"{key}: {path} is in {first_key} too (by {first!r}; here by {entry!r}), so it would be "
+                        f"{outcome}; list it in one source (to weight it, raise that source's weight)"
+                    )
+    return out
+
+
+def _weight_problems(weights: list[float]) -> list[str]:
+    out: list[str] = []
+    if weights and all(math.isfinite(w) and w >= 0 for w in weights):
+        total = sum(weights)
+        if total == 0:
+            out.append("data.sources: every weight is 0; give at least one source a positive weight")
+        elif not math.isfinite(total):  # each weight finite, their sum past the largest float: every share would be 0
+            out.append(
+                f"data.sources: the weights ({', '.join(f'{w:g}' for w in weights)}) add up to more than the largest "
+                "number a float holds (1.8e308); they are shares of the examples: give the same ratios in smaller "
+                "numbers (0.7 and 0.3, or 7 and 3)"
+            )
     return out

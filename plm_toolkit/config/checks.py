@@ -213,6 +213,9 @@ def training_problems(t, opt, d_model_from_backbone: bool = False, zero_length: 
         if t.get(key, 0) < 0:
             out.append(f"trainer.{key}={t[key]}: must be 0 (off) or positive")
     check_range(out, "trainer.clip_grad_norm", t.clip_grad_norm, 0.0)
+    # A gain smaller than a negative threshold would count a worse evaluation as an improvement.
+    check_range(out, "trainer.early_stopping_threshold", t.get("early_stopping_threshold", 0.0), 0.0,
+                what="a change of the metric (0: any improvement counts)")  # fmt: skip
     if t.seed < 0:
         out.append(f"trainer.seed={t.seed}: must be 0 or positive")
     out += optimizer_problems(opt, t.max_steps, d_model_from_backbone)

@@ -21,6 +21,7 @@ def tokenizer_problems(cfg: DictConfig) -> list[str]:
     out: list[str] = []
     if t.min_frequency < 0:
         out.append(f"data.tokenizer.min_frequency={t.min_frequency}: must be 0 or positive")
+    out += extension_problems(t.get("extend"))
     if t.path or kind not in MINIMUM_VOCABULARY:
         return out
     least, what = MINIMUM_VOCABULARY[kind]
@@ -32,6 +33,13 @@ def tokenizer_problems(cfg: DictConfig) -> list[str]:
     return out
 
 
+def extension_problems(extend) -> list[str]:
+    """data.tokenizer.extend's numbers (checked before the extension, which runs before validation)."""
+    if extend is not None and extend.top_words < 0:
+        return [f"data.tokenizer.extend.top_words={extend.top_words}: must be 0 (none) or a number of words to add"]
+    return []
+
+
 def file_problems(d) -> list[str]:
     return source_problems(d)
 
@@ -41,10 +49,11 @@ def store_problems(d) -> list[str]:
     out = []
     if d.get("num_proc") is not None and d.num_proc < 1:
         out.append(f"data.num_proc={d.num_proc}: must be at least 1 (or null for the available cores)")
-    if d.get("prepare_parts", 1) < 1 or not 0 <= d.get("prepare_part", 0) < d.get("prepare_parts", 1):
-        out.append(
-            f"data.prepare_part={d.prepare_part}: expected 0 to data.prepare_parts - 1 ({d.prepare_parts} parts)"
-        )
+    parts = d.get("prepare_parts", 1)
+    if parts < 1:
+        out.append(f"data.prepare_parts={parts}: expected 1 (one job) or the number of jobs that share the store")
+    elif not 0 <= d.get("prepare_part", 0) < parts:
+        out.append(f"data.prepare_part={d.prepare_part}: expected 0 to data.prepare_parts - 1 ({parts} parts)")
     if d.get("shard_bytes") is not None and d.shard_bytes < 1 << 12:
         out.append(f"data.shard_bytes={d.shard_bytes}: must be at least 4096")
     if d.tokenizer.get("train_sample_bytes", 1) < 1:

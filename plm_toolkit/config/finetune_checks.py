@@ -32,6 +32,12 @@ def finetune_problems(cfg: DictConfig) -> list[str]:
             out.append(f"{zero} evaluates without training: give data.validation_file")
     elif not d.train_file:
         out.append("data.train_file is not set: give the task's training file (or evaluate only: trainer.epochs=0)")
+    elif cfg.trainer.get("early_stopping_patience", 0) > 0 and not d.validation_file:
+        out.append(
+            f"trainer.early_stopping_patience={cfg.trainer.early_stopping_patience}: early stopping compares "
+            "evaluations, and there is no data.validation_file to evaluate on, so the run would train its whole "
+            "length; give data.validation_file, or trainer.early_stopping_patience=0"
+        )
     out += task_class(cfg.task.name).file_problems(cfg.task, d)
     if d.max_seq_len < 8:
         out.append(f"data.max_seq_len={d.max_seq_len}: needs at least 8 tokens")

@@ -12,12 +12,15 @@ removes once that process is gone.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from plm_toolkit.core.errors import WriteError
 
 TMP_PREFIX = ".tmp-"
 
@@ -92,9 +95,53 @@ def atomic_folder(final: str | Path) -> Iterator[Path]:
         yield tmp
         sync_folder(tmp)
         swap_in(tmp, final, final.with_name(f"{TMP_PREFIX}old-{final.name}-{os.getpid()}"))
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        raise_no_room(err, final, written=True)
         raise
+
+
+@contextmanager
+def atomic_file(final: str | Path) -> Iterator[Path]:
+    """A temporary path beside the file ``final`` to write; renamed to ``final`` when the block ends normally,
+    removed when it raises (a write that found no room: WriteError naming ``final``)."""
+    final = Path(final)
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        raise_no_room(err, final, written=False)
+        raise
+
+
+def raise_no_room(err: BaseException, final: Path, written: bool) -> None:
+    """WriteError naming the output ``final`` (and the file, where known) when ``err`` is a write that found no room;
+    the temporary path, the only one the error may hold, is gone by then. Returns otherwise."""
+    room = no_room(err)
+    if room is None:
+        return
+    file = f" writing {Path(room.filename).name}" if room.filename and written else ""
+    raise WriteError(
+        f"{final}: could not be written ({room.strerror}{file}); the partial copy is removed and {final} is as it "
+        "was: free space on its file system (or raise the quota or file-size limit) and run the command again"
+    ) from None
+
+
+# Write failures for want of room: a full disk, a quota, a file-size limit (RLIMIT_FSIZE).
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def no_room(err: BaseException) -> OSError | None:
+    """The OSError of a write that found no room: Python's own, or one a Rust library (safetensors, tokenizers) gave
+    as text ("No space left on device (os error 28)")."""
+    if isinstance(err, OSError):
+        return err if err.errno in NO_ROOM else None
+    code = re.search(r"os error (\d+)", str(err))
+    if code is not None and int(code.group(1)) in NO_ROOM:
+        return OSError(int(code.group(1)), os.strerror(int(code.group(1))))
+    return None
 
 
 def save_safetensors(tensors: dict, path: str | Path, metadata: dict[str, str] | None = None) -> None:

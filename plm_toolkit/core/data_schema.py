@@ -23,10 +23,12 @@ class NewRowsInit(str, Enum):
 @dataclass
 class VocabularyExtensionConfig:
     # A UTF-8 file of tokens to add, one a line (blank lines and tokens the vocabulary holds are skipped); each
-    # becomes one id (an added token, matched as a whole word, after the tokenizer's normalizer).
+    # becomes one id (an added token, matched as a whole word, after the tokenizer's normalizer), added as the
+    # normalizer writes it: lines it makes one token (Qwzxyq, qwzxyq over an uncased vocabulary) add one id.
     tokens_file: str | None = None
     # Add the N words of the training corpus (a sample of data.tokenizer.train_sample_bytes) that the checkpoint's
-    # vocabulary splits most: ranked by occurrences x (pieces - 1), the pieces they would save. 0: none.
+    # vocabulary splits most: ranked by occurrences x (pieces - 1), the pieces they would save. 0: none. With
+    # tokens_file: N words besides the file's tokens.
     top_words: int = 0
     # How the new embedding rows (and a tied or untied output row and its bias) start: mean_covariance, sampled
     # around the old rows' mean with 1e-9 x their covariance (transformers' resize_token_embeddings, PR #33325; the
@@ -68,11 +70,12 @@ class SourceConfig:
 
     # Names the source in logs and metrics (eval_loss/<name>, blend_share/<name>): letters, digits, _ . -
     name: str = ""
-    # Files or glob patterns, in the formats data.train_files takes; prepared into a token store of its own.
+    # Files or glob patterns, in the formats data.train_files takes; prepared into a token store of its own. A file
+    # is named once in a blend (twice, by one source or two, it would be read twice: refused).
     files: list[str] = field(default_factory=list)
     # Share of the training examples drawn from this source, normalized over the sources (Megatron-LM's
     # --data-path 0.7 wiki 0.3 code): a source smaller than its share is repeated (more epochs), a larger one is
-    # read in part.
+    # read in part. 0 or more, their sum finite.
     weight: float = 1.0
     # Held-out files of this source, scored alone (eval_loss/<name>) and within the overall eval_loss.
     validation_files: list[str] = field(default_factory=list)
@@ -138,6 +141,7 @@ class DataConfig:
     num_proc: int | None = None
     # plm-prepare across nodes (docs/data-store.md): the store's shards are dealt out to prepare_parts jobs sharing
     # its folder, one per node (plm-prepare -m ... data.prepare_part=0,1,2,3); the last to finish writes the manifest.
+    # Every job of one store takes the same number (a job with another is refused).
     prepare_parts: int = 1
     # Which of the prepare_parts shares this job tokenizes: 0 to prepare_parts - 1. plm-train ignores both keys.
     prepare_part: int = 0

@@ -21,5 +21,10 @@ class CheckpointError(PlmError):
     """A missing, corrupt or incompatible checkpoint; the message names the path."""
 
 
+class WriteError(PlmError):
+    """An output that could not be written for want of room (a full disk, a quota, a file-size limit); the message
+    names the output and the file."""
+
+
 class TrainingError(PlmError):
     """Training cannot go on (a non-finite loss, repeated fp16 overflow); the message says what to try."""

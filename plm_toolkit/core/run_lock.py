@@ -57,6 +57,28 @@ def lock_run_directory(run_dir: Path) -> None:
     _held[run_dir] = fd
 
 
+def live_holder(run_dir: Path) -> str | None:
+    """Who holds the lock of ``run_dir`` (``pid 123 on node7``), where another live process does; None where no
+    process does (or this one)."""
+    run_dir = Path(run_dir).resolve()
+    path = run_dir / LOCK_FILE
+    if run_dir in _held or not path.is_file():
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+    except OSError:  # a file system without locks: no holder can be told
+        return None
+    finally:
+        os.close(fd)  # releases the shared lock taken here, if any
+    return None
+
+
 def release(run_dir: Path) -> None:
     fd = _held.pop(Path(run_dir).resolve(), None)
     if fd is not None:

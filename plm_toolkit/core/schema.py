@@ -183,9 +183,11 @@ class TrainerConfig:
     # true for the others.
     greater_is_better: bool | None = None
     # Stop training after this many evaluations in a row without an improvement of the metric by more than
-    # trainer.early_stopping_threshold (0: never stop early), as transformers' EarlyStoppingCallback.
+    # trainer.early_stopping_threshold (0: never stop early), as transformers' EarlyStoppingCallback; needs
+    # validation data (refused without: the run would train its whole length).
     early_stopping_patience: int = 0
-    # The smallest change of trainer.metric_for_best_model that counts as an improvement for early stopping.
+    # The smallest change of trainer.metric_for_best_model that counts as an improvement for early stopping: 0 or
+    # more (0: any improvement).
     early_stopping_threshold: float = 0.0
     # Evaluation micro-batches per evaluation (0 = the whole validation set): a fixed random sample of the
     # validation rows, spread over the whole set and the same at every evaluation (the whole set when it fills no
@@ -225,10 +227,12 @@ class TrainerConfig:
     # Write TensorBoard scalars under <run dir>/tensorboard (false takes tensorboard out of trainer.loggers).
     tensorboard: bool = True
     # Where metrics go, any subset of: tensorboard (<run dir>/tensorboard), jsonl (<run dir>/metrics.jsonl), mlflow
-    # (MLFLOW_TRACKING_URI, else ./mlruns; pip install 'plm_toolkit[mlflow]'), wandb (Weights & Biases;
-    # WANDB_MODE=offline writes ./wandb only; pip install 'plm_toolkit[wandb]'). Trackers get the resolved config, every
-    # metric (evaluations included) and the run directory, from rank 0; one that is missing or fails to start stops
-    # the command before any work (docs/pretraining-and-data.md#experiment-trackers).
+    # (MLFLOW_TRACKING_URI: a sqlite:/// database, a file store or an http(s):// server; else ./mlflow.db; pip install
+    # 'plm_toolkit[mlflow]'), wandb (Weights & Biases; WANDB_MODE=offline writes ./wandb only; pip install
+    # 'plm_toolkit[wandb]'). Trackers get the resolved config, every metric (evaluations included) and the run
+    # directory, from rank 0, on a thread of their own (one that fails mid-run is dropped with a warning); one that is
+    # missing or does not start within seconds stops the command before any work
+    # (docs/pretraining-and-data.md#experiment-trackers).
     loggers: list[str] = field(default_factory=lambda: ["tensorboard", "jsonl"])
     # Show a tqdm progress bar (rank 0 only, on a terminal). Every trainer.log_every steps the log (console and
     # <run dir>/train.log) gets a line with step, loss, lr, tokens/s and MFU either way.

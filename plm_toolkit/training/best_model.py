@@ -21,6 +21,15 @@ class BestModel:
     def __init__(self, trainer):
         self.trainer = trainer
         if trainer.selection is not None and trainer.eval_examples is None:
+            # Asked to stop early, a run without evaluations would train its whole length (transformers' Trainer
+            # refuses EarlyStoppingCallback without evaluations too); keeping the best model merely keeps the last.
+            if trainer.selection.patience and trainer.max_steps:
+                raise ConfigError(
+                    f"trainer.early_stopping_patience={trainer.selection.patience}: early stopping compares "
+                    "evaluations, and this run has no validation data, so it would train its whole length; give "
+                    "validation files (data.validation_files; plm-finetune: data.validation_file), or "
+                    "trainer.early_stopping_patience=0"
+                )
             if trainer.process.is_main and trainer.max_steps:
                 log.info("no validation data: the run's model is its last step's (trainer.load_best_model_at_end)")
             trainer.selection = None

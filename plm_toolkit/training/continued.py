@@ -29,10 +29,11 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from torch import nn
 
+from plm_toolkit.config.data_checks import extension_problems
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core import registry
 from plm_toolkit.core.catalog import load_all
-from plm_toolkit.core.errors import CheckpointError, ConfigError
+from plm_toolkit.core.errors import CheckpointError, ConfigError, PlmError
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer
 from plm_toolkit.interop.pretrained import (
     FORMATS,
@@ -150,6 +151,8 @@ def adopt_checkpoint(cfg: DictConfig, run_dir: Path, overrides: list[str] | None
     path = cfg.model.get("checkpoint")
     extend = cfg.data.tokenizer.get("extend")
     recipe = cfg.get("recipe")
+    for problem in extension_problems(extend):
+        raise ConfigError(problem)
     if not path:
         if recipe is not None and recipe.get("continues_checkpoint"):
             raise ConfigError(
@@ -161,9 +164,15 @@ def adopt_checkpoint(cfg: DictConfig, run_dir: Path, overrides: list[str] | None
         return None
     keys = override_values(explicit_overrides() if overrides is None else overrides)
     generator = cfg.objective.get("generator_checkpoint")
-    start = read_starting_point(path, generator)
+    own = None if Path(path).expanduser().exists() else own_checkpoint(cfg, run_dir, path)
+    start = read_starting_point(own or path, generator)
     refuse_contradictions(cfg, keys, start.model_config, path)
-    if extend is not None and (extend.tokens_file or extend.top_words):
+    if own is not None:  # its tokenizer is the run's, extended already where the run extended it
+        log.info(
+            "model.checkpoint=%s is no longer there; the run resumes from its own checkpoint %s, which holds every "
+            "weight, the tokenizer and the objective's heads", path, own,
+        )  # fmt: skip
+    elif extend is not None and (extend.tokens_file or extend.top_words):
         extend_vocabulary(start, extend, cfg.data, int(cfg.trainer.seed))
         start.tokenizer_file = None  # the extended one is written into the run directory
     changes = {k.removeprefix("model."): cfg.model[k.removeprefix("model.")] for k in keys if k.startswith("model.")}
@@ -192,6 +201,23 @@ def adopt_checkpoint(cfg: DictConfig, run_dir: Path, overrides: list[str] | None
             ):
                 cfg.objective[key] = value
     return start
+
+
+def own_checkpoint(cfg: DictConfig, run_dir: Path, source: str) -> Path | None:
+    """The run's own checkpoint that ``trainer.resume`` continues, where it was started from ``source`` (its
+    config.yaml names that model.checkpoint): it holds all a resume reads of the source, which may have moved since.
+    None where the run starts afresh or was started from another checkpoint."""
+    resume = str(cfg.trainer.resume)
+    if cfg.trainer.get("overwrite") or resume in ("none", "", "null"):
+        return None
+    try:
+        found = ckpt.find_checkpoint(resume, Path(run_dir))
+        saved = read_config_yaml(found.path / ckpt.CONFIG_FILE) if found is not None else None
+    except PlmError:
+        return None
+    if saved is None or str(saved.get("model", {}).get("checkpoint")) != str(source):
+        return None
+    return found.path
 
 
 # A continued run's optimizer where neither the command line nor a recipe sets it: TAPT's peak learning rate and

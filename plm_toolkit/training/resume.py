@@ -14,6 +14,7 @@ unless ``trainer.overwrite=true``, which deletes the earlier run's checkpoints a
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 from pathlib import Path
 
@@ -36,6 +37,7 @@ MAY_CHANGE = {
     *(f"trainer.{key}" for key in ("load_best_model_at_end", "metric_for_best_model", "greater_is_better")),
     *(f"trainer.{key}" for key in ("early_stopping_patience", "early_stopping_threshold")),
     *(f"data.{key}" for key in ("validation_files", "validation_file", "max_eval_samples", "cache_dir", "num_workers")),
+    "data.sources.validation_files",
 }
 MAY_CHANGE_SECTIONS = ("hardware.",)
 # May change while the global batch (their product with the number of processes) stays the same.
@@ -88,13 +90,26 @@ def clear_run(run_dir: Path) -> None:
 
 
 def flatten(tree, prefix: str = "") -> dict:
-    """A nested config as {dotted key: value}; lists are values."""
+    """A nested config as {dotted key: value}; a list of sections is keyed by position (``data.sources[1].weight``,
+    so that a change names the key that changed); other lists are values."""
     if not isinstance(tree, dict):
         return {prefix.rstrip("."): tree}
     out = {}
     for key, value in tree.items():
-        out.update(flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        elif isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+            out[f"{prefix}{key}"] = len(value)  # a section added or removed: the count differs
+            for number, item in enumerate(value):
+                out.update(flatten(item, f"{prefix}{key}[{number}]."))
+        else:
+            out[f"{prefix}{key}"] = value
     return out
+
+
+def base_key(key: str) -> str:
+    """``data.sources[1].validation_files`` -> ``data.sources.validation_files``: the key MAY_CHANGE names."""
+    return re.sub(r"\[\d+\]", "", key)
 
 
 def derived(key: str, value) -> bool:
@@ -111,9 +126,24 @@ def describe(config: dict) -> str:
     return f"plm-train model={model.get('name')} objective={objective.get('name')}"
 
 
-def short(value) -> str:
-    text = (",".join(map(str, value)) or "[]") if isinstance(value, list) else str(value)
-    return text if len(text) <= 60 else text[:28] + "..." + text[-28:]
+def shown(value) -> str:
+    return (",".join(map(str, value)) or "[]") if isinstance(value, list) else str(value)
+
+
+def contrast(old, new) -> str:
+    """``old -> new``, each cut to about 60 characters around where the two first differ, so that what changed
+    shows (two long paths that differ in the middle are not cut to the same ends)."""
+    old, new = shown(old), shown(new)
+    if len(old) <= 60 and len(new) <= 60:
+        return f"{old} -> {new}"
+    start = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
+    start = max(start - 20, 0)
+
+    def cut(text: str) -> str:
+        piece = text[start : start + 56]
+        return ("..." if start else "") + piece + ("..." if start + 56 < len(text) else "")
+
+    return f"{cut(old)} -> {cut(new)}"
 
 
 def changes(run: dict, saved: dict, world_sizes: tuple[int, int]) -> tuple[list[str], list[str]]:
@@ -125,9 +155,9 @@ def changes(run: dict, saved: dict, world_sizes: tuple[int, int]) -> tuple[list[
         old, new = theirs[key], ours[key]
         if old == new or derived(key, new):
             continue
-        line = f"{key} {short(old)} -> {short(new)}"
+        line = f"{key} {contrast(old, new)}"
         batch_kept = key in BATCH_KEYS and global_batch(run, world_sizes[1]) == global_batch(saved, world_sizes[0])
-        may = key in MAY_CHANGE or key.startswith(MAY_CHANGE_SECTIONS) or batch_kept
+        may = base_key(key) in MAY_CHANGE or key.startswith(MAY_CHANGE_SECTIONS) or batch_kept
         (allowed if may else refused).append(line)
     return allowed, refused
 
@@ -157,6 +187,11 @@ def check_changes(cfg: DictConfig, checkpoint: ckpt.Checkpoint, is_main: bool) -
         check_length(cfg.trainer, int(cfg.trainer.max_steps), int(state["step"]), checkpoint)
     world_sizes = (int(state.get("world_size", 1)), launched_world_size())
     allowed, refused = changes(run, saved, world_sizes)
+    if any(line.startswith("data.tokenizer.path ") for line in refused) and holds_checkpoint_tokenizer(run, checkpoint):
+        # A resume reads the checkpoint's own tokenizer; a path to the same tokenizer elsewhere (the checkpoint's
+        # copy, where the model.checkpoint it started from has moved) changes nothing.
+        moved = [line for line in refused if line.startswith("data.tokenizer.path ")]
+        allowed, refused = allowed + moved, [line for line in refused if line not in moved]
     if evaluation_only(cfg.trainer):  # nothing is trained: what changed decides nothing (plm-finetune trainer.epochs=0)
         allowed, refused = allowed + refused, []
     accept = getattr(cfg.trainer.resume_changes, "value", cfg.trainer.resume_changes) == "accept"
@@ -170,6 +205,16 @@ def check_changes(cfg: DictConfig, checkpoint: ckpt.Checkpoint, is_main: bool) -
         log.info("resuming with changed settings: %s", "; ".join(allowed))
     if is_main and refused:
         log.warning("trainer.resume_changes=accept: resuming with a changed recipe: %s", "; ".join(refused))
+
+
+def holds_checkpoint_tokenizer(run: dict, checkpoint: ckpt.Checkpoint) -> bool:
+    """Whether the run's data.tokenizer.path holds the very tokenizer the checkpoint saved."""
+    given = ((run.get("data") or {}).get("tokenizer") or {}).get("path")
+    own = checkpoint.path / ckpt.TOKENIZER_FILE
+    try:
+        return bool(given) and Path(given).read_bytes() == own.read_bytes()
+    except OSError:
+        return False
 
 
 def finish_resumed(trainer) -> dict:

@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import re
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -32,33 +33,82 @@ log = logging.getLogger("plm_toolkit")
 WORD = re.compile(r"[^\W\d_]\w*")  # a letter, then letters, digits or underscores
 # transformers' factor on the old rows' covariance (PR #33325).
 COVARIANCE_SCALE = 1e-9
+# How many of the tokens the normalizer changed the log names.
+MERGES_SHOWN = 8
 
 
-def wanted_tokens(extend: Any, tokenizer: Tokenizer, data_cfg: Any) -> list[str]:
-    """The tokens to add: ``extend.tokens_file``'s lines, or the ``extend.top_words`` words of the training corpus
-    the vocabulary splits most; tokens it already holds are skipped."""
-    vocabulary = tokenizer.get_vocab(with_added_tokens=True)
-    if extend.tokens_file:
-        lines = read_text(extend.tokens_file).splitlines()
-        return list(dict.fromkeys(t.strip() for t in lines if t.strip() and t.strip() not in vocabulary))
+def normalizer_of(tokenizer: Tokenizer) -> Callable[[str], str]:
+    return tokenizer.normalizer.normalize_str if tokenizer.normalizer is not None else (lambda text: text)
+
+
+def file_tokens(path: str, tokenizer: Tokenizer, vocabulary: dict[str, int]) -> list[str]:
+    """``extend.tokens_file``'s tokens as the tokenizer's normalizer makes them (what an added token matches: an
+    uncased vocabulary would match ``Qwzxyq``, ``QWZXYQ`` and ``qwzxyq`` alike and reach one id of three), each once,
+    without those the vocabulary holds; the log says which lines the normalizer changed or merged."""
+    normalize = normalizer_of(tokenizer)
+    spellings: dict[str, list[str]] = {}
+    for line in read_text(path).splitlines():
+        if line.strip():
+            token = normalize(line.strip()).strip()
+            spellings.setdefault(token, [])
+            if line.strip() not in spellings[token]:
+                spellings[token].append(line.strip())
+    changed = [(token, lines) for token, lines in spellings.items() if lines != [token]]
+    if changed:
+        shown = "; ".join(
+            f"{', '.join(lines)} -> {token or '(nothing)'}"
+            + (" (in the vocabulary already)" if token in vocabulary else "")
+            + (f" ({len(lines)} lines, one token)" if len(lines) > 1 else "")
+            for token, lines in changed[:MERGES_SHOWN]
+        )
+        more = f"; and {len(changed) - MERGES_SHOWN} more" if len(changed) > MERGES_SHOWN else ""
+        log.info(
+            "data.tokenizer.extend.tokens_file: the tokenizer's normalizer, which an added token is matched after, "
+            "changes or merges %d line(s): %s%s",
+            sum(len(lines) for _, lines in changed), shown, more,
+        )  # fmt: skip
+    return [token for token in spellings if token and token not in vocabulary]
+
+
+def corpus_words(tokenizer: Tokenizer, data_cfg: Any, vocabulary: dict[str, int]) -> list[str]:
+    """The training corpus's words (a sample of data.tokenizer.train_sample_bytes, normalized as the tokenizer
+    normalizes) seen twice and split by the vocabulary, the most pieces saved first: occurrences x (pieces - 1)."""
     counts: Counter[str] = Counter()
-    normalize = tokenizer.normalizer.normalize_str if tokenizer.normalizer is not None else (lambda text: text)
+    normalize = normalizer_of(tokenizer)
     sources = resolve_sources(data_cfg, "train")
     budget = int(data_cfg.tokenizer.train_sample_bytes)
     for text in sample_texts(sources, budget, document_boundary(data_cfg), str(data_cfg.text_column)):
         counts.update(WORD.findall(normalize(text)))
-    pieces = {}
     words = [w for w, n in counts.items() if n >= 2 and w not in vocabulary]
-    for word, encoding in zip(words, tokenizer.encode_batch(words, add_special_tokens=False), strict=True):
-        pieces[word] = len(encoding.ids)
-    saved = sorted((-(counts[w] * (pieces[w] - 1)), w) for w in words if pieces[w] > 1)
-    return [w for _, w in saved[: int(extend.top_words)]]
+    encodings = tokenizer.encode_batch(words, add_special_tokens=False)
+    pieces = {word: len(encoding.ids) for word, encoding in zip(words, encodings, strict=True)}
+    return [w for _, w in sorted((-(counts[w] * (pieces[w] - 1)), w) for w in words if pieces[w] > 1)]
+
+
+def wanted_tokens(extend: Any, tokenizer: Tokenizer, data_cfg: Any) -> tuple[list[str], str]:
+    """The tokens to add: ``extend.tokens_file``'s, then the ``extend.top_words`` corpus words the vocabulary splits
+    most besides them (both, when both are given); tokens the vocabulary holds are skipped. Also: where they came
+    from, in words."""
+    vocabulary = tokenizer.get_vocab(with_added_tokens=True)
+    tokens = file_tokens(extend.tokens_file, tokenizer, vocabulary) if extend.tokens_file else []
+    if extend.top_words:
+        listed = set(tokens)
+        found = [word for word in corpus_words(tokenizer, data_cfg, vocabulary) if word not in listed]
+        if len(found) < int(extend.top_words):
+            log.info(
+                "data.tokenizer.extend.top_words=%d: %d corpus word(s) are split by the vocabulary and seen twice in "
+                "the sample (data.tokenizer.train_sample_bytes); adding those", extend.top_words, len(found),
+            )  # fmt: skip
+        words = found[: int(extend.top_words)]
+        origin = f"{len(tokens)} of tokens_file, {len(words)} corpus words of top_words={extend.top_words}"
+        return tokens + words, origin if extend.tokens_file else f"corpus words of top_words={extend.top_words}"
+    return tokens, "of tokens_file"
 
 
 def extend_vocabulary(start: Any, extend: Any, data_cfg: Any, seed: int) -> None:
     """Add ``extend``'s tokens to ``start``'s tokenizer and grow its weights (in place: a ``StartingPoint``)."""
     old = Tokenizer.from_str(start.tokenizer.to_str())
-    tokens = wanted_tokens(extend, start.tokenizer, data_cfg)
+    tokens, origin = wanted_tokens(extend, start.tokenizer, data_cfg)
     if not tokens:
         raise ConfigError(
             "data.tokenizer.extend: no token to add (every one of the file's is in the vocabulary, or no corpus word "
@@ -87,14 +137,9 @@ def extend_vocabulary(start: Any, extend: Any, data_cfg: Any, seed: int) -> None
             if vocabulary_sized(key, value):
                 state[key] = grow(value, grown, before, new_ids, pieces, init, generator)
     log.info(
-        "data.tokenizer.extend: %d token(s) added (ids %d-%d, %s), e.g. %s; the vocabulary now holds %d ids",
-        len(tokens),
-        before,
-        after - 1,
-        init,
-        ", ".join(tokens[:8]),
-        grown,
-    )
+        "data.tokenizer.extend: %d token(s) added (%s; ids %d-%d, %s), e.g. %s; the vocabulary now holds %d ids",
+        len(tokens), origin, before, after - 1, init, ", ".join(tokens[:8]), grown,
+    )  # fmt: skip
 
 
 def grow(

@@ -107,6 +107,28 @@ def test_what_a_resume_may_change():
     ]
 
 
+def test_a_changed_blend_names_the_source_key_and_both_values():
+    """A list of sections (data.sources, trainer.phases) is compared key by key: a changed weight is named with its
+    source's index and both values, not as two lists cut before the weight; a source's validation files may change
+    as data.validation_files may. Two long values that differ in the middle show where."""
+    from plm_toolkit.training.resume import contrast
+
+    folder = "/data/corpora/pretraining/2026-11/english/wikipedia/shards"
+    source = {"name": "wiki", "files": [f"{folder}/wiki-*.txt"], "weight": 0.7, "validation_files": []}
+    saved = {"data": {"sources": [source, {**source, "name": "code", "weight": 0.3}]}}
+    changed = [{**source, "validation_files": ["v.txt"]}, {**source, "name": "code", "weight": 0.5}]
+    run_cfg = {"data": {"sources": changed}}
+    assert changes(run_cfg, saved, (1, 1)) == (
+        ["data.sources[0].validation_files [] -> v.txt"],
+        ["data.sources[1].weight 0.3 -> 0.5"],
+    )
+    added = {"data": {"sources": [*run_cfg["data"]["sources"], {**source, "name": "news"}]}}
+    assert "data.sources 2 -> 3" in changes(added, saved, (1, 1))[1]
+    assert contrast(f"{folder}/wiki-0001.txt", f"{folder}/wiki-0002.txt").endswith(
+        "...edia/shards/wiki-0001.txt -> ...edia/shards/wiki-0002.txt"
+    )
+
+
 def lrs(run_dir) -> dict[int, float]:
     return {r["step"]: r["lr"] for r in read_strictly(run_dir) if "lr" in r}
 

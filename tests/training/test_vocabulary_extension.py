@@ -48,6 +48,45 @@ def test_most_split_words_start_around_the_old_mean(make_config, tmp_path, relea
     assert not torch.equal(added[0], added[1])  # sampled, not all the mean
 
 
+def test_spellings_an_uncased_normalizer_merges_are_one_token(make_config, tmp_path, release, caplog):
+    """Qwzxyq, QWZXYQ and qwzxyq reach one id of an uncased vocabulary: one token is added, as the normalizer writes
+    it, and every spelling encodes to it; a line that normalizes to a known token (The) is skipped; the log says so."""
+    (tmp_path / "tokens.txt").write_text("Qwzxyq\nQWZXYQ\nqwzxyq\nValkyria\nThe\n")
+    extend = [f"data.tokenizer.extend.tokens_file={tmp_path / 'tokens.txt'}"]
+    with caplog.at_level("INFO", logger="plm_toolkit"):
+        _, _, model, _ = first_batch(make_config, release, tmp_path / "run", "objective=mlm", *extend)
+    old = Tokenizer.from_file(str(release / "tokenizer.json"))
+    new = Tokenizer.from_file(str(tmp_path / "run" / "checkpoint_tokenizer.json"))
+    assert new.get_vocab_size() == old.get_vocab_size() + 2 == model.input_embeddings.num_embeddings
+    added = {token: new.token_to_id(token) for token in ("qwzxyq", "valkyria")}
+    assert sorted(added.values()) == [old.get_vocab_size(), old.get_vocab_size() + 1]
+    for text in ("Qwzxyq", "QWZXYQ", "qwzxyq"):
+        assert new.encode(text, add_special_tokens=False).ids == [added["qwzxyq"]]
+    assert (
+        "data.tokenizer.extend.tokens_file: the tokenizer's normalizer, which an added token is matched after, "
+        "changes or merges 5 line(s): Qwzxyq, QWZXYQ, qwzxyq -> qwzxyq (3 lines, one token); Valkyria -> valkyria; "
+        "The -> the (in the vocabulary already)"
+    ) in caplog.text
+    assert "2 token(s) added (of tokens_file; ids 301-302" in caplog.text
+
+
+def test_a_tokens_file_and_top_words_are_both_obeyed(make_config, tmp_path, release, caplog):
+    """Both given: the file's tokens, then the 5 corpus words the vocabulary splits most besides them."""
+    from plm_toolkit.training.vocabulary_extension import corpus_words
+
+    (tmp_path / "tokens.txt").write_text("\n".join(WORDS) + "\n")
+    extend = [f"data.tokenizer.extend.tokens_file={tmp_path / 'tokens.txt'}", "data.tokenizer.extend.top_words=5"]
+    with caplog.at_level("INFO", logger="plm_toolkit"):
+        first_batch(make_config, release, tmp_path / "run", "objective=mlm", *extend)
+    old = Tokenizer.from_file(str(release / "tokenizer.json"))
+    new = Tokenizer.from_file(str(tmp_path / "run" / "checkpoint_tokenizer.json"))
+    cfg = make_config(f"model.checkpoint={release}", tiny=False)
+    ranked = corpus_words(old, cfg.data, old.get_vocab(with_added_tokens=True))
+    expected = [*WORDS, *[word for word in ranked if word not in WORDS][:5]]
+    assert [new.id_to_token(i) for i in range(old.get_vocab_size(), new.get_vocab_size())] == expected
+    assert "8 token(s) added (3 of tokens_file, 5 corpus words of top_words=5; ids 301-308" in caplog.text
+
+
 @pytest.mark.slow
 def test_an_extended_run_exports_its_vocabulary(make_config, tmp_path, release):
     (tmp_path / "tokens.txt").write_text("\n".join(WORDS) + "\n")

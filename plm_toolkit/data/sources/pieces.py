@@ -98,6 +98,18 @@ def source_problems(data_cfg: DataConfig) -> list[str]:
     return out
 
 
+def listed_files(entries, key: str) -> list[tuple[str, str]]:
+    """(file, the entry that names it) for every file ``entries`` name, in order; an entry that names no file is
+    ``source_problems``' to report."""
+    out = []
+    for entry in entries:
+        try:
+            out += [(path, str(entry)) for path in _expand(str(entry), key)]
+        except DataError:
+            continue
+    return out
+
+
 def _expand(entry: str, key: str) -> list[str]:
     path = os.path.expanduser(entry)
     if glob.has_magic(path):

@@ -18,6 +18,7 @@ finds every shard finished and only writes the manifest.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -28,6 +29,7 @@ from plm_toolkit.data.sources.corpus import SPLITS
 from plm_toolkit.data.sources.pieces import resolve_sources
 from plm_toolkit.data.store.lock import run_once
 from plm_toolkit.data.store.preparation import (
+    PARTS,
     PLAN,
     TOKENIZER,
     _prepare,
@@ -64,6 +66,28 @@ def shards_left(folder: Path, plan: dict, pieces=None) -> int:
     return sum(not _stem(folder, split, number).with_suffix(".idx").is_file() for split, number in pieces)
 
 
+def claim_parts(folder: Path, parts: int) -> None:
+    """Record how many parts ``folder`` is prepared in (the first job to get here does), or refuse a job launched
+    with another number: its deal of the shards would differ, and no job would ever see them all finished."""
+    path = folder / PARTS
+    if not path.is_file():
+        temporary = folder / f".{PARTS}.{os.getpid()}.tmp"
+        temporary.write_text(json.dumps({"prepare_parts": parts}) + "\n", encoding="utf-8")
+        try:
+            os.link(temporary, path)  # fails where another job's record is there already: the first one stands
+        except FileExistsError:
+            pass
+        finally:
+            temporary.unlink()
+    recorded = json.loads(path.read_text(encoding="utf-8"))["prepare_parts"]
+    if recorded != parts:
+        raise ConfigError(
+            f"data.prepare_parts={parts}: the token store {folder} is being prepared in data.prepare_parts="
+            f"{recorded} parts (recorded by the job that began it, {path}); launch every part with "
+            f"data.prepare_parts={recorded} (or, to begin again in {parts} parts, stop those jobs and remove {folder})"
+        )
+
+
 def prepare_part(data_cfg: Any, unit: str, spellings: bool, units: Any, part: int, parts: int) -> tuple[Path, bool]:
     """Tokenize part ``part`` of ``parts`` of the store of ``data_cfg``; returns its folder and whether the store is
     finished (this job found every shard done and wrote the manifest, or another job had)."""
@@ -90,6 +114,7 @@ def prepare_part(data_cfg: Any, unit: str, spellings: bool, units: Any, part: in
     if (folder / MANIFEST).is_file():
         return finished_store(folder, lambda: None, settings), True
     plan, _ = plan_and_tokenizer(folder, data_cfg, settings, splits, explicit)
+    claim_parts(folder, parts)
     mine = deal_pieces(plan, parts)[part]
     owned = {str(_stem(folder, split, number)) for split, number in mine}
     keep = lambda _, jobs: [job for job in jobs if job["stem"] in owned]  # noqa: E731

@@ -40,7 +40,7 @@ from plm_toolkit.data.store.check import damaged, file_sha256, verify_store
 from plm_toolkit.data.store.given import check_store_sources
 from plm_toolkit.data.store.lock import run_once
 from plm_toolkit.data.store.processes import CONTEXT, available_cores, worker_pool
-from plm_toolkit.data.store.settings import channel_of, check_settings, store_settings
+from plm_toolkit.data.store.settings import channel_of, check_settings, setting_difference, store_settings
 from plm_toolkit.data.store.shard_worker import maybe_kill, start_worker, tokenize_piece
 from plm_toolkit.data.store.stop_signals import signals_stop_preparation
 from plm_toolkit.data.store.token_store import MANIFEST, Shard, id_dtype, read_manifest, write_json
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("plm_toolkit")
 
 PLAN = "plan.json"
+# The number of parts an unfinished store is being prepared in across nodes (data/store/parts.py).
+PARTS = "prepare_parts.json"
 TOKENIZER = "tokenizer.json"
 
 
@@ -198,6 +200,7 @@ def _finish(folder, data_cfg, settings, plan, tokenizer, started, processes, cpu
     manifest["prepared"] = {"seconds": round(seconds, 3), "processes": processes, "worker_cpu_seconds": round(cpu, 3)}
     write_json(folder / MANIFEST, manifest)
     (folder / PLAN).unlink(missing_ok=True)
+    (folder / PARTS).unlink(missing_ok=True)
     log.info(store_report(folder, manifest, characters, seconds, processes))
 
 
@@ -224,19 +227,34 @@ def read_plan(folder: Path, settings: dict, records: dict, explicit: bool) -> di
     if plan is not None and plan["settings"] == settings and plan["sources"] == records:
         return plan
     if folder.is_dir() and any(folder.iterdir()):
-        if explicit and plan is not None and plan["settings"] == settings:
-            planned = {r["path"]: r for rows in plan["sources"].values() for r in rows}
-            changed = [r["path"] for rows in records.values() for r in rows if planned.get(r["path"]) != r]
-            raise DataError(
-                f"corpus file {(changed or ['?'])[0]} changed since the preparation of data.store={folder} began "
-                "(size or modification time differ, or the file list); the store is refused: remove the folder to "
-                "prepare it again"
-            )
+        if explicit and plan is not None:
+            raise DataError(unlike(folder, plan, settings, records))
         if explicit:
-            what = "an unfinished preparation with other settings" if plan else "other files"
-            raise DataError(f"data.store={folder} holds {what}; remove it or give another folder")
+            raise DataError(f"data.store={folder} holds other files; remove it or give another folder")
         shutil.rmtree(folder)  # the cache's own folder, keyed on settings and files: an older format
     return None
+
+
+def unlike(folder: Path, plan: dict, settings: dict, records: dict) -> str:
+    """How an unfinished preparation's plan differs from this run's, and what to do: a corpus file that changed
+    since (prepare again), else the setting or the file list that differs (another job of a preparation across
+    nodes launched otherwise, whose shards removing the folder would throw away)."""
+    same = "it was begun with (every part of a preparation across nodes needs the same), or another folder (removing "
+    kept = "the folder throws away the shards prepared so far)"
+    begun = f"data.store={folder} holds an unfinished preparation"
+    if plan["settings"] != settings:
+        return f"{begun} with {setting_difference(plan['settings'], settings)}: give the settings {same}{kept}"
+    planned = {r["path"]: r for rows in plan["sources"].values() for r in rows}
+    wanted = {r["path"]: r for rows in records.values() for r in rows}
+    changed = [path for path in wanted if path in planned and planned[path] != wanted[path]]
+    if changed:
+        return (
+            f"corpus file {changed[0]} changed since the preparation of data.store={folder} began (size or "
+            "modification time differ); the store is refused: remove the folder to prepare it again"
+        )
+    added, missing = [p for p in wanted if p not in planned], [p for p in planned if p not in wanted]
+    files = f"{added[0]} is not among them" if added else f"this run does not name {missing[0]}"
+    return f"{begun} of other corpus files ({files}): give the files {same}{kept}"
 
 
 def _tokenizer(folder: Path, data_cfg: DataConfig) -> Tokenizer:

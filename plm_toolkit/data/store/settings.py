@@ -132,3 +132,22 @@ def check_settings(stored: dict, wanted: dict, folder: Path) -> None:
                 f"data.store={folder} holds {_described(key, have)}; this run needs {_described(key, value)}: prepare "
                 "a store for it (plm-prepare with the same overrides)"
             )
+
+
+def setting_difference(have: dict, wanted: dict) -> str:
+    """The first setting of a store's ``have`` that differs from ``wanted``, with both values, in the run's keys:
+    ``data.tokenizer.vocab_size=300, where this run asks for 320``."""
+    for key in sorted(set(have) | set(wanted), key=lambda item: item != "unit"):  # what it holds, first
+        old, new = have.get(key), wanted.get(key)
+        if old == new:
+            continue
+        if key == "tokenizer" and isinstance(old, dict) and isinstance(new, dict):
+            if set(old) != set(new):
+                kind = lambda tokenizer: "trained" if "kind" in tokenizer else "given"  # noqa: E731
+                return f"a {kind(old)} tokenizer, where this run asks for a {kind(new)} one (data.tokenizer.path)"
+            name = next(name for name in new if old.get(name) != new[name])
+            if name == "contents":
+                return f"another tokenizer file than this run's data.tokenizer.path={new.get('path')}"
+            return f"data.tokenizer.{name}={old.get(name)}, where this run asks for {new[name]}"
+        return f"{_described(key, old)}, where this run needs {_described(key, new)}"
+    return "the same settings"

@@ -52,8 +52,14 @@ def test_two_parts_make_the_store_one_process_makes(tmp_path):
         < len(list((folder / "train").glob("*.idx")))
         < json.loads((folder / "plan.json").read_text()).get("pieces")["train"].__len__()
     )
+    with pytest.raises(ConfigError) as other:  # its deal of the shards would differ: no part would see them all
+        prepare_part(data_config(tmp_path, "parts"), "documents", False, None, 1, 3)
+    assert str(other.value).startswith(
+        f"data.prepare_parts=3: the token store {folder} is being prepared in data.prepare_parts=2 parts"
+    )
     folder, finished = prepare_part(data_config(tmp_path, "parts"), "documents", False, None, 1, 2)
     assert finished and (folder / "manifest.json").exists() and not (folder / "plan.json").exists()
+    assert not (folder / "prepare_parts.json").exists()
     tokenizer = str(folder / "tokenizer.json")
     single = prepare_store(data_config(tmp_path, "single", tokenizer={"path": tokenizer}), "documents")
     parts, one = TokenStore(folder).manifest["splits"]["train"], TokenStore(single).manifest["splits"]["train"]
