@@ -83,7 +83,7 @@ def window_gradients(cfg, tmp_path):
         trainer.objective.batch_transform(),
         t.seed,
     )
-    stats = trainer.accumulate_gradients([micro[k] for k in range(t.grad_accum_steps)])
+    stats = trainer.stepper.gradients([micro[k] for k in range(t.grad_accum_steps)], step=1)
     return {n: p.grad.clone() for n, p in trainer.module.named_parameters() if p.grad is not None}, stats
 
 
@@ -127,17 +127,17 @@ def test_resume_continues_bit_exactly(make_config, tmp_path):
 
 
 def test_nan_loss_stops_and_keeps_the_last_checkpoint(make_config, tmp_path, monkeypatch):
-    from plm_toolkit.training import loop
+    from plm_toolkit.training import step
 
-    original = loop.Trainer.accumulate_gradients
+    original = step.OptimizerStep.gradients
 
-    def poisoned(self, micro):
-        stats = original(self, micro)
-        if self.step == 4:
+    def poisoned(self, micro, number):
+        stats = original(self, micro, number)
+        if number == 5:
             stats.loss_sums["mlm"] = float("nan")
         return stats
 
-    monkeypatch.setattr(loop.Trainer, "accumulate_gradients", poisoned)
+    monkeypatch.setattr(step.OptimizerStep, "gradients", poisoned)
     with pytest.raises(TrainingError, match="loss is nan at step 5; the last good checkpoint is .*step_4"):
         run(make_config("trainer.max_steps=10", "trainer.save_every=2"), tmp_path)
     assert (tmp_path / "checkpoints" / "last").resolve().name == "step_4"
