@@ -22,6 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import datasets  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from plm_toolkit.core.cache import cache_root  # noqa: E402
 from plm_toolkit.core.errors import ConfigError, DataError  # noqa: E402
 from plm_toolkit.data.sources.documents import (  # noqa: E402
     iter_split,
@@ -29,7 +30,6 @@ from plm_toolkit.data.sources.documents import (  # noqa: E402
 )
 from plm_toolkit.data.sources.pieces import scan_text  # noqa: E402
 from plm_toolkit.data.sources.saved_datasets import open_saved_split  # noqa: E402
-from plm_toolkit.data.store.cache import cache_root  # noqa: E402
 
 if TYPE_CHECKING:
     from plm_toolkit.core.data_schema import DataConfig

@@ -22,6 +22,7 @@ import numpy as np
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 
+from plm_toolkit.core.cache import cache_root
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.data.layouts.windows import ExampleView
 from plm_toolkit.data.sources.corpus import SPLITS, check_text_file, stable_hash
@@ -34,7 +35,6 @@ from plm_toolkit.data.sources.parallel_text import (
     resolve,
 )
 from plm_toolkit.data.sources.pieces import Source
-from plm_toolkit.data.store.cache import cache_root
 from plm_toolkit.data.store.check import file_sha256
 from plm_toolkit.data.store.pair_worker import start_pairs, tokenize_pairs_piece
 from plm_toolkit.data.store.preparation import (
