@@ -13,9 +13,9 @@ def setup() -> None:
     from plm_toolkit.config.help import register_help_resolver
     from plm_toolkit.core.cache import register_cache_resolver
     from plm_toolkit.core.catalog import load_all
+    from plm_toolkit.core.resources import register_resolvers
     from plm_toolkit.core.run_lock import launch_tag
     from plm_toolkit.data.sources.bundled import register_bundled_resolver
-    from plm_toolkit.data.sources.corpus import register_resolvers
 
     register_schemas()
     register_glue_schema()

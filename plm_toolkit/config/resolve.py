@@ -13,9 +13,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from plm_toolkit.core.choices import choice
 from plm_toolkit.core.registry import MODELS, OBJECTIVES, TASKS
 from plm_toolkit.data.layouts.plan import DataPlan
-from plm_toolkit.data.sources.corpus import choice
 
 # The model config's vocabulary facts that the tokenizer decides when the preset leaves them null.
 VOCABULARY_KEYS = ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id")

@@ -22,11 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm_toolkit.core.choices import choices
+from plm_toolkit.core.choices import choice, choices
 from plm_toolkit.core.data_schema import TokenizerKind
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import MODELS
-from plm_toolkit.data.sources.corpus import choice
 from plm_toolkit.models.base import ENCODER_DECODER, Backbone, Representations, check_vocab_size
 from plm_toolkit.nn.attention import MultiHeadAttention, causal_mask
 from plm_toolkit.nn.feed_forward import FeedForward

@@ -32,8 +32,8 @@ from hydra import compose, initialize_config_module
 
 from plm_toolkit.commands.train import run as train_run
 from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core.resources import resource_path
 from plm_toolkit.core.weights import read_weights
-from plm_toolkit.data.sources.corpus import resource_path
 from plm_toolkit.interop.hf import export_hf
 from plm_toolkit.interop.pretrained import load_backbone
 from tests.conftest import save_finetuned, save_untrained, tiny_transformer, tree_digest

@@ -12,9 +12,9 @@ import torch
 from omegaconf import OmegaConf
 
 from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.resources import resource_path
 from plm_toolkit.data.batching.collate import collate
 from plm_toolkit.data.layouts.pretraining import build_pretraining_examples
-from plm_toolkit.data.sources.corpus import resource_path
 from plm_toolkit.data.sources.documents import split_sentences
 from plm_toolkit.data.tokenization.chinese import is_chinese_char
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from plm_toolkit.core.cache import stable_hash
 from plm_toolkit.data.batching.loader import EpochPermutations, mix_seed, take_rows
 from plm_toolkit.data.layouts.windows import ExampleView
-from plm_toolkit.data.sources.corpus import stable_hash
 
 # Positions of one pass of the greedy table; the shares drift from the weights by at most about one example per
 # source per period (a relative error below 2e-5).

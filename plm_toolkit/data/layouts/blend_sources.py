@@ -13,11 +13,11 @@ from typing import Any
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 
-from plm_toolkit.core.cache import cache_root
+from plm_toolkit.core.cache import cache_root, stable_hash
 from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.layouts.blend import BlendedExamples, SourceValidation
 from plm_toolkit.data.layouts.examples import PretrainingData
-from plm_toolkit.data.sources.corpus import document_boundary, stable_hash
+from plm_toolkit.data.sources.corpus import document_boundary
 from plm_toolkit.data.sources.piece_reader import sample_texts
 from plm_toolkit.data.sources.pieces import resolve_sources
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, train_cached

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from tokenizers import Tokenizer
 
-from plm_toolkit.core.cache import cache_root
+from plm_toolkit.core.cache import cache_root, stable_hash
+from plm_toolkit.core.choices import choice
 from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.layouts.blend import ConcatenatedExamples
 from plm_toolkit.data.layouts.packed import PACKED_VERSION, FullSentenceBlocks, SentencePairs
 from plm_toolkit.data.layouts.plan import LAYOUTS, STREAM_LAYOUTS, Layout
 from plm_toolkit.data.layouts.windows import SentenceStreamWindows, StreamWindows
-from plm_toolkit.data.sources.corpus import choice, stable_hash
 from plm_toolkit.data.store.foreign import open_foreign_store
 from plm_toolkit.data.store.preparation import prepare_store
 from plm_toolkit.data.store.processes import available_cores

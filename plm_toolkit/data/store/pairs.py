@@ -22,10 +22,10 @@ import numpy as np
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 
-from plm_toolkit.core.cache import cache_root
+from plm_toolkit.core.cache import cache_root, stable_hash
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.data.layouts.windows import ExampleView
-from plm_toolkit.data.sources.corpus import SPLITS, check_text_file, stable_hash
+from plm_toolkit.data.sources.corpus import SPLITS, check_text_file
 from plm_toolkit.data.sources.parallel_text import (
     PAIRS,
     ParallelSource,

@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from plm_toolkit.core.cache import cache_root
+from plm_toolkit.core.cache import cache_root, stable_hash
+from plm_toolkit.core.choices import choice
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.data.sources.corpus import SPLITS, choice, document_boundary, stable_hash
+from plm_toolkit.data.sources.corpus import SPLITS, document_boundary
 from plm_toolkit.data.sources.pieces import Source, plan_pieces, resolve_sources
 from plm_toolkit.data.store.check import damaged, file_sha256, verify_store
 from plm_toolkit.data.store.given import check_store_sources

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import tokenizers
 
+from plm_toolkit.core.cache import stable_hash
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.data.sources.corpus import document_boundary, stable_hash
+from plm_toolkit.data.sources.corpus import document_boundary
 from plm_toolkit.data.store.side_channels import SideChannel, side_channel
 from plm_toolkit.data.tokenization.tokenizer import TRAINING_VERSION, load_tokenizer, lowercase_setting, tokenizer_kind
 

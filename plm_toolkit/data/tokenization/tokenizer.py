@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 import tokenizers
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from plm_toolkit.core.cache import cache_root
+from plm_toolkit.core.cache import cache_root, stable_hash
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.data.sources.corpus import document_boundary, stable_hash
+from plm_toolkit.data.sources.corpus import document_boundary
 from plm_toolkit.data.sources.piece_reader import sample_texts
 from plm_toolkit.data.sources.pieces import resolve_sources
 from plm_toolkit.data.sources.user_files import not_a_file, read_text

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from plm_toolkit.core.choices import choice
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.data.sources.corpus import choice
 from plm_toolkit.data.tokenization.pipelines import (
     BPE_SPECIAL_TOKENS,
     GPT2_SPECIAL_TOKENS,

@@ -25,8 +25,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from plm_toolkit.core.choices import choice
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.data.sources.corpus import choice
 from plm_toolkit.data.store.processes import worker_pool
 from plm_toolkit.data.units import collocations
 from plm_toolkit.data.units.collocations import Pair, merge_counts, phrases_of

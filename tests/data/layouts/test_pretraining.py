@@ -215,7 +215,7 @@ def test_unknown_layout(tmp_path):
 def test_bundled_corpus_builds_quickly(tmp_path):
     from omegaconf import OmegaConf
 
-    from plm_toolkit.data.sources.corpus import register_resolvers
+    from plm_toolkit.core.resources import register_resolvers
 
     register_resolvers()
     cfg = OmegaConf.merge(
