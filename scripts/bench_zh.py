@@ -64,7 +64,7 @@ def train_wordpiece(lines: list[str], vocab_size: int):
 
 
 def tokens_per_character(tokenizer, lines: list[str]) -> dict:
-    from plm_toolkit.data.tokenization.chinese import is_chinese_char
+    from plm_toolkit.data.sources.chinese import is_chinese_char
 
     tokens = chinese_tokens = unknown = characters = chinese = 0
     for line, encoding in zip(lines, tokenizer.encode_batch(lines, add_special_tokens=False), strict=True):
@@ -89,7 +89,7 @@ def tokens_per_character(tokenizer, lines: list[str]) -> dict:
 
 def masking_counts(batch, out, tokenizer, vocab) -> dict:
     """Shares of characters masked, of chosen words masked whole, of targets in multi-character words."""
-    from plm_toolkit.data.tokenization.chinese import is_chinese_char
+    from plm_toolkit.data.sources.chinese import is_chinese_char
     from plm_toolkit.objectives.masking import IGNORE_INDEX, word_spans
 
     chosen = out["mlm_labels"] != IGNORE_INDEX

@@ -15,8 +15,8 @@ from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.resources import resource_path
 from plm_toolkit.data.batching.collate import collate
 from plm_toolkit.data.layouts.pretraining import build_pretraining_examples
+from plm_toolkit.data.sources.chinese import is_chinese_char
 from plm_toolkit.data.sources.documents import split_sentences
-from plm_toolkit.data.tokenization.chinese import is_chinese_char
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.units.knowledge import NONE, WORD, SentenceUnits, split_words
 from plm_toolkit.data.units.words import WordSources

@@ -67,7 +67,7 @@ def store_settings(data_cfg: DataConfig, unit: str, spellings: bool, units: Any 
         "text_column": str(data_cfg.text_column),
         "tokenizer": tokenizer_settings(data_cfg),
     }
-    # Where sentences end (data/tokenization/chinese.py); a side channel codes sentences one by one.
+    # Where sentences end (data/sources/chinese.py); a side channel codes sentences one by one.
     if unit in ("document_sentences", "sentences") or channel is not None:
         settings["sentence_rules"] = SENTENCE_RULES
     if channel is not None:

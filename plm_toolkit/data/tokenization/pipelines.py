@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from plm_toolkit.data.tokenization.chinese import chinese_split
+from plm_toolkit.data.sources.chinese import chinese_split
 
 # The special tokens of a trained vocabulary, in id order: [PAD] is 0 so that zero-filled tensors are padding.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")

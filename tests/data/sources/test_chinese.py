@@ -15,8 +15,8 @@ from tokenizers import Tokenizer, normalizers, pre_tokenizers
 from plm_toolkit.core.resources import resource_path
 from plm_toolkit.data.batching.collate import collate
 from plm_toolkit.data.layouts.pretraining import build_pretraining_examples
+from plm_toolkit.data.sources.chinese import BERT_CJK_RANGES, chinese_sentence_ends, is_chinese_char
 from plm_toolkit.data.sources.documents import split_sentences
-from plm_toolkit.data.tokenization.chinese import BERT_CJK_RANGES, chinese_sentence_ends, is_chinese_char
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, vocab_from_tokenizer
 from plm_toolkit.data.units.knowledge import ENTITY, NONE, PHRASE, WORD, split_words
 from plm_toolkit.objectives.knowledge_masking import KnowledgeMaskingConfig, StagedMasking
