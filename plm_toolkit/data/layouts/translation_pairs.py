@@ -17,14 +17,15 @@ from tokenizers import Tokenizer
 
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.data.layouts.token_batches import TokenBatches, token_batches
+from plm_toolkit.data.layouts.windows import ExampleView
 from plm_toolkit.data.sources.parallel_text import (
     ReadCounts,
     iter_pairs,
     report_counts,
     resolve,
 )
-from plm_toolkit.data.store.pairs import ParallelPairs, prepare_parallel_store
-from plm_toolkit.data.store.token_store import TokenStore
+from plm_toolkit.data.store.pairs import prepare_parallel_store
+from plm_toolkit.data.store.token_store import StoreSplit, TokenStore
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.tokenization.vocab import Vocab
 
@@ -47,6 +48,38 @@ class ParallelData:
     references: list[str]
     # The token store the pairs are read from.
     store: TokenStore | None = None
+
+
+class ParallelPairs(ExampleView):
+    """Pair k of a split of a store of pairs: ``index`` k and both sides' ids, each cut to ``limit`` tokens."""
+
+    column_names = ["index", "source_ids", "target_ids"]
+
+    def __init__(self, split: StoreSplit, limit: int):
+        self.split, self.limit = split, limit
+        self.offsets = np.concatenate([[0], np.cumsum([s.num_documents for s in split.shards])]).astype(np.int64)
+        self.skipped_empty = int(split.info.get("skipped_empty", 0))
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def row(self, index: int) -> dict:
+        number = int(np.searchsorted(self.offsets, index, side="right")) - 1
+        shard, pair = self.split.shards[number], index - int(self.offsets[number])
+        ends = shard.array("sentence_ends")
+        start, middle, end = (int(ends[2 * pair - 1]) if pair else 0), int(ends[2 * pair]), int(ends[2 * pair + 1])
+        return {"index": index, "source_ids": shard.ids[start:middle][: self.limit].tolist(),
+                "target_ids": shard.ids[middle:end][: self.limit].tolist()}  # fmt: skip
+
+    def full_lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """Both sides' lengths in tokens before the cut, pair by pair (int32: 8 bytes a pair)."""
+        sides: list[list[np.ndarray]] = [[], []]
+        for shard in self.split.shards:
+            ends = np.asarray(shard.array("sentence_ends"), np.int64)
+            lengths = np.diff(np.concatenate([[0], ends])).astype(np.int32)
+            sides[0].append(lengths[0::2])
+            sides[1].append(lengths[1::2])
+        return tuple(np.concatenate(s) if s else np.zeros(0, np.int32) for s in sides)  # type: ignore[return-value]
 
 
 def batches_of(pairs: ParallelPairs, data_cfg: DataConfig, seed: int, split: str) -> TokenBatches:
