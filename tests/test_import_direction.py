@@ -49,10 +49,6 @@ ALLOWED = {
         "a blend orders each source's examples with the loader's seeded epochs (mix_seed, EpochPermutations); they "
         "move below layouts/ with the rewrite of the loader"
     ),
-    ("plm_toolkit.config.reference", "plm_toolkit.commands.generate"): (
-        "reference.py writes docs/configuration.md and runs as a command (python -m plm_toolkit.config.reference); "
-        "plm-generate's top-level keys are a dataclass that extends decoding's options and lives with its command"
-    ),
 }
 
 

@@ -29,8 +29,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from plm_toolkit.core.command_schema import FinetuneModeConfig
 from plm_toolkit.core.errors import CheckpointError
-from plm_toolkit.core.schema import FinetuneModeConfig
 from plm_toolkit.core.weights import check_values
 from plm_toolkit.data.tokenization.tokenizer import BYTE_STAND_INS
 from plm_toolkit.data.tokenization.vocab import Vocab

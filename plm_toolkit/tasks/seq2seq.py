@@ -23,9 +23,9 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
+from plm_toolkit.core.command_schema import FinetuneMode
 from plm_toolkit.core.errors import ConfigError, DataError, PlmError
 from plm_toolkit.core.registry import TASKS
-from plm_toolkit.core.schema import FinetuneMode
 from plm_toolkit.data.batching.collate import Seq2SeqCollator
 from plm_toolkit.data.sources.parallel_text import ReadCounts, iter_pairs, report_counts, resolve
 from plm_toolkit.data.tokenization.vocab import Vocab

@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import save_file
 
 from plm_toolkit.core import checkpoint as ckpt
-from plm_toolkit.core.schema import FinetuneMode, FinetuneModeConfig
+from plm_toolkit.core.command_schema import FinetuneMode, FinetuneModeConfig
 from plm_toolkit.core.weights import read_weights
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.interop.pretrained import load_backbone

@@ -18,7 +18,7 @@ from hydra import compose, initialize_config_module
 from tokenizers import Tokenizer
 
 from plm_toolkit.commands.finetune import run
-from plm_toolkit.core.schema import FinetuneMode, FinetuneModeConfig
+from plm_toolkit.core.command_schema import FinetuneMode, FinetuneModeConfig
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.base import TaskData
