@@ -19,13 +19,15 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from plm_toolkit.config.resolve import task_class
+from plm_toolkit.core.catalog import load_all
+from plm_toolkit.core.registry import TASKS
+from plm_toolkit.training.selection import LOWER_IS_BETTER
+
 log = logging.getLogger("plm_toolkit")
 
 SUMMARY_JSON = "sweep_summary.json"
 SUMMARY_MD = "sweep_summary.md"
-LOWER_IS_BETTER = ("loss", "perplexity")
-# The tasks without task.metrics: their main metric (the task classes' main_metric).
-MAIN_METRICS = {"squad1": "f1", "squad2": "f1", "ner": "f1", "pos": "accuracy", "kbqa": "answer_accuracy"}
 
 
 def job_figures(folder: Path) -> dict[str, float]:
@@ -60,10 +62,16 @@ def ranking_metric(config: dict) -> tuple[str, bool]:
     name = trainer.get("metric_for_best_model") or ""
     if not name and task:
         metrics = task.get("metrics") or []
-        name = metrics[0] if metrics else MAIN_METRICS.get(str(task.get("name", "")), "loss")
+        name = metrics[0] if metrics else main_metric(str(task.get("name", ""))) or "loss"
     key = name if name.startswith("eval_") else f"eval_{name or 'loss'}"
     greater = trainer.get("greater_is_better")
     return key, (not key.endswith(LOWER_IS_BETTER)) if greater is None else bool(greater)
+
+
+def main_metric(task: str) -> str | None:
+    """The main metric of the task registered as ``task`` (its class's ``main_metric``), None where it has none."""
+    load_all()
+    return getattr(task_class(task), "main_metric", None) if task in TASKS else None
 
 
 def summarize(sweep_dir: Path) -> dict:
