@@ -80,6 +80,13 @@ class Backbone(nn.Module):
     # Where the sequence-summary token sits, for fine-tuning heads when there is no pooled vector: "first"
     # ([CLS], the BERT family) or "last" (XLNet puts <cls> at the end, a causal model sees everything only there).
     summary_position: ClassVar[str] = "first"
+    # What a checkpoint's tokenizer must do for these weights (interop/tokenizer_roles.py checks its template of one
+    # text): put the special token the family reads a text's summary from at summary_position (``summary_token``,
+    # its name for messages: "[CLS]"), or, for a family that reads a text from its first token, put no special token
+    # before the text but those of the family's own template of one text (``text_template``: "<s> A </s>", that of
+    # the tokenizer kind its config's ``tokenizer`` field defaults to). None of either: not checked.
+    summary_token: ClassVar[str | None] = None
+    text_template: ClassVar[str | None] = None
     # Whether the family's language-model output layer has a bias of its own (Transformer-XL's does; GPT's decoder
     # is the input embedding alone): the causal LM objective follows it, so its checkpoints export exactly.
     lm_head_bias: ClassVar[bool] = True

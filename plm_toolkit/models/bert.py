@@ -156,6 +156,8 @@ def build_projection(config: BertConfig) -> nn.Linear | None:
 @MODELS.register("bert", BertConfig)
 class Bert(Backbone):
     capabilities = frozenset({BIDIRECTIONAL, SEGMENTS, POOLER})
+    # RoBERTa is a BERT preset: its <s> stands where BERT's [CLS] does.
+    summary_token = "[CLS] (or <s>)"
     # ELECTRA's discriminator has no pooler: its fine-tuning heads read the [CLS] state themselves.
     has_pooler = True
 

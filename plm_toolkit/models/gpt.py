@@ -99,6 +99,7 @@ class GPT(Backbone):
     capabilities = frozenset({CAUSAL})
     # A causal model has seen the whole sequence only at its last token: sentence-level heads read it there.
     summary_position = "last"
+    text_template = "A <|endoftext|>"
     lm_head_bias = False
 
     def __init__(self, config: GPTConfig):

@@ -159,6 +159,7 @@ class T5Stack(nn.Module):
 @MODELS.register("t5", T5Config)
 class T5(Backbone):
     capabilities = frozenset({ENCODER_DECODER})
+    text_template = "A </s>"
     fields_at_least_one = frozenset(
         {"num_decoder_layers", "relative_attention_num_buckets", "relative_attention_max_distance"}
     )

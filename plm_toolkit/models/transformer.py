@@ -105,6 +105,7 @@ def layer_stack(config: TransformerConfig, count: int, cross_attention: bool) ->
 @MODELS.register("transformer", TransformerConfig)
 class Transformer(Backbone):
     capabilities = frozenset({ENCODER_DECODER})
+    text_template = "<s> A </s>"
     fields_at_least_one = frozenset({"num_decoder_layers"})
 
     def __init__(self, config: TransformerConfig):

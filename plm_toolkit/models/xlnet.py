@@ -126,6 +126,7 @@ class XLNet(Backbone):
     fields_at_least_zero = frozenset({"mem_len"})
     # XLNet's layout ends with <cls> (A <sep> B <sep> <cls>): sentence-level heads read the last real token.
     summary_position = "last"
+    summary_token = "<cls>"
 
     def __init__(self, config: XLNetConfig):
         super().__init__()
