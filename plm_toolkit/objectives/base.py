@@ -54,6 +54,12 @@ class Objective(nn.Module):
     perplexity_components: ClassVar[frozenset[str]] = frozenset()
     # Whether the loss reads packed rows (hardware.unpad, data/batching/collate.py's pack_rows): per-token losses only.
     reads_packed_rows: ClassVar[bool] = False
+    # The heads a continued run carries over from another objective's checkpoint (training/continued.py): heads of
+    # the same group fit each other's objectives (knowledge_masking's are MLM's); None: the objective's own name. An
+    # objective that combines others keeps each one's heads under its name (``mlm.head.*``, ``nsp.head.*``) and
+    # lists those groups in ``head_groups``.
+    head_group: ClassVar[str | None] = None
+    head_groups: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def check_config(cls, config) -> None:

@@ -82,6 +82,7 @@ class SegmentSwap:
 class SentenceOrderPrediction(Objective):
     """SOP over ``sop_label``; its metric sum ``sop_correct`` is logged as ``sop_accuracy``."""
 
+    head_group = "sop"
     required_capabilities = frozenset({BIDIRECTIONAL, POOLER, SEGMENTS})
     natural_layout = Layout.segment_pairs
     metric_denominators = {"sop_correct": "sop"}

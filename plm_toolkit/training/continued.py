@@ -17,7 +17,6 @@ import dataclasses
 import importlib.resources
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,10 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from torch import nn
 
+from plm_toolkit.config.resolve import objective_class
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core import registry
+from plm_toolkit.core.atomic import write_text
 from plm_toolkit.core.catalog import load_all
 from plm_toolkit.core.errors import CheckpointError, ConfigError
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer
@@ -49,10 +50,6 @@ log = logging.getLogger("plm_toolkit")
 # read, not what they are. The trainer fills the vocabulary size and token ids from the tokenizer.
 ADJUSTABLE = frozenset({"initializer_range", "initializer_factor", "mem_len", "eval_mem_len", "clamp_len", "bi_data"})
 FILLED = frozenset({"checkpoint", "vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "tokenizer"})
-# The objectives whose heads sit under one name (``head.*``), and the group each one's heads belong to; combined
-# objectives name their groups (``mlm.head.*``, ``nsp.head.*``).
-HEAD_GROUP = {"mlm": "mlm", "knowledge_masking": "mlm", "nsp": "nsp", "sop": "sop"}
-COMBINED = frozenset({"mlm_nsp", "mlm_sop"})
 CHECKPOINT_TOKENIZER = "checkpoint_tokenizer.json"
 
 
@@ -175,9 +172,7 @@ def adopt_checkpoint(cfg: DictConfig, run_dir: Path, overrides: list[str] | None
     else:  # an extended or a bilm-tf vocabulary: the store reads the tokenizer as it is, written into the run directory
         written = Path(run_dir) / CHECKPOINT_TOKENIZER
         written.parent.mkdir(parents=True, exist_ok=True)
-        temporary = written.with_name(f".{written.name}.{os.getpid()}.tmp")  # every process writes the same file
-        temporary.write_text(start.tokenizer.to_str(), encoding="utf-8")
-        temporary.replace(written)
+        write_text(written, start.tokenizer.to_str())  # every process writes the same file
         cfg.data.tokenizer.path = str(written)
     continued_defaults(cfg, keys)
     chosen = "objective" in keys or (recipe is not None and recipe.get("continues_checkpoint"))
@@ -278,11 +273,15 @@ def objective_node(name: str, values: dict[str, Any], cfg: DictConfig, keys: dic
 
 
 def head_key(objective: str | None, key: str) -> tuple[str, str]:
-    """(group, key within it) of an objective-state key: heads of the same group fit each other's objectives."""
+    """(group, key within it) of an objective-state key: heads of the same group fit each other's objectives
+    (``Objective.head_group``); a combined objective's keys are grouped by their first part (``head_groups``)."""
+    if not objective or objective not in registry.OBJECTIVES:
+        return objective or "", key
+    chosen = objective_class(objective)
     first, _, rest = key.partition(".")
-    if objective in COMBINED and first in ("mlm", "nsp", "sop"):
+    if first in chosen.head_groups:
         return first, rest
-    return HEAD_GROUP.get(objective or "", objective or ""), key
+    return chosen.head_group or objective, key
 
 
 def load_starting_weights(start: StartingPoint, model: nn.Module, objective: nn.Module, name: str) -> None:
