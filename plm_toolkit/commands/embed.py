@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 import hydra
@@ -34,7 +33,7 @@ from plm_toolkit.commands import run_harness
 from plm_toolkit.commands.run_harness import run_command
 from plm_toolkit.config.numbers import merge, number_problems
 from plm_toolkit.config.overrides import keep_typed_text
-from plm_toolkit.core.atomic import save_safetensors
+from plm_toolkit.core.atomic import atomic_file, save_safetensors
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.data.sources.user_files import iter_lines, output_file
 from plm_toolkit.data.tokenization.characters import BOS_TOKEN, EOS_TOKEN, character_ids
@@ -202,22 +201,18 @@ def embed_file(cfg: DictConfig) -> Path:
     loaded = load_backbone(cfg.checkpoint)
     loaded.model.to(device).eval()
     embedder = (ElmoEmbedder if character_width(loaded.model) else SubwordEmbedder)(loaded, device)
-    temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp")
     metadata = {"checkpoint": str(loaded.source), "layers": layers, "words": "first sub-word of each word"}
-    writer = Hdf5Writer(temporary) if output.suffix in HDF5_SUFFIXES else SafetensorsWriter(temporary, metadata)
     bar = tqdm(total=len(sentences), unit="line", disable=not cfg.progress_bar)
     try:
-        with torch.no_grad():
-            for start in range(0, len(sentences), cfg.batch_size):
-                batch = sentences[start : start + cfg.batch_size]
-                for offset, vectors in enumerate(embedder(batch)):
-                    writer.write(start + offset, batch[offset], select(vectors, layers))
-                bar.update(len(batch))
-        writer.close()
-        os.replace(temporary, output)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+        with atomic_file(output) as temporary:
+            writer = Hdf5Writer(temporary) if output.suffix in HDF5_SUFFIXES else SafetensorsWriter(temporary, metadata)
+            with torch.no_grad():
+                for start in range(0, len(sentences), cfg.batch_size):
+                    batch = sentences[start : start + cfg.batch_size]
+                    for offset, vectors in enumerate(embedder(batch)):
+                        writer.write(start + offset, batch[offset], select(vectors, layers))
+                    bar.update(len(batch))
+            writer.close()
     finally:
         bar.close()
     if getattr(embedder, "empty_words", 0):

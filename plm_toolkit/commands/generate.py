@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 from pathlib import Path
 
 import hydra
@@ -33,6 +32,7 @@ from plm_toolkit.commands import failures, run_harness
 from plm_toolkit.config.checks import decoding_problems
 from plm_toolkit.config.numbers import merge, number_problems
 from plm_toolkit.config.overrides import keep_typed_text
+from plm_toolkit.core.atomic import write_text
 from plm_toolkit.core.command_schema import DecodingOptions
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.data.sources.user_files import iter_lines, not_a_file, output_file
@@ -173,12 +173,7 @@ def run(cfg: DictConfig) -> list[dict]:
         for p, ids, new in zip(prompts, prompt_ids, generated, strict=True)
     ]
     if output is not None:
-        temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp")
-        try:
-            temporary.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
-            os.replace(temporary, output)
-        finally:
-            temporary.unlink(missing_ok=True)
+        write_text(output, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
         log.info("%d continuation(s) written to %s", len(rows), output)
     else:
         continuing = ENCODER_DECODER not in type(model).capabilities

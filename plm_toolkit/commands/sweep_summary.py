@@ -20,6 +20,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit.config.resolve import task_class
+from plm_toolkit.core.atomic import write_text
 from plm_toolkit.core.catalog import load_all
 from plm_toolkit.core.registry import TASKS
 from plm_toolkit.training.selection import LOWER_IS_BETTER
@@ -143,9 +144,7 @@ class SweepSummary(Callback):
         if not summary["jobs"]:
             return
         for name, text in ((SUMMARY_JSON, json.dumps(summary, indent=2) + "\n"), (SUMMARY_MD, markdown(summary))):
-            tmp = sweep_dir / f".{name}.tmp"
-            tmp.write_text(text)
-            tmp.replace(sweep_dir / name)
+            write_text(sweep_dir / name, text)
         best = summary["jobs"][0]
         value = best["figures"].get(summary["ranked_by"])
         shown = "no figure" if value is None else f"{summary['ranked_by']}={value:.4g}"

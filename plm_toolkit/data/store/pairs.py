@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 
+from plm_toolkit.core.atomic import write_text
 from plm_toolkit.core.cache import cache_root, stable_hash
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.data.sources.corpus import SPLITS, check_text_file
@@ -252,7 +253,5 @@ def _tokenizer(folder: Path, data_cfg: DataConfig, entries: list[ParallelSource]
 
         records = [f.record() for e in entries for f in _files(e)]
         tokenizer = train_cached(data_cfg, stable_hash("parallel", records, languages, budget), texts)
-    temporary = path.with_name(f".{TOKENIZER}.{os.getpid()}.tmp")
-    temporary.write_text(tokenizer.to_str(), encoding="utf-8")
-    os.replace(temporary, path)
+    write_text(path, tokenizer.to_str())
     return tokenizer

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
+from plm_toolkit.core.atomic import write_text
 from plm_toolkit.core.cache import cache_root, stable_hash
 from plm_toolkit.core.choices import choice
 from plm_toolkit.core.errors import DataError
@@ -246,9 +247,7 @@ def _tokenizer(folder: Path, data_cfg: DataConfig) -> Tokenizer:
     if path.is_file():
         return load_tokenizer(path)
     tokenizer = load_or_train_tokenizer(data_cfg)
-    temporary = path.with_name(f".{TOKENIZER}.{os.getpid()}.tmp")
-    temporary.write_text(tokenizer.to_str(), encoding="utf-8")
-    os.replace(temporary, path)
+    write_text(path, tokenizer.to_str())
     return tokenizer
 
 
