@@ -35,7 +35,7 @@ from plm_toolkit.core.atomic import write_text
 from plm_toolkit.core.catalog import load_all
 from plm_toolkit.core.errors import CheckpointError, ConfigError
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer
-from plm_toolkit.interop.pretrained import (
+from plm_toolkit.interop.checkpoint_reader import (
     FORMATS,
     check_vocabulary,
     import_hf_backbone,
