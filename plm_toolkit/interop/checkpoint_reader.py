@@ -1,5 +1,7 @@
 """Reading a checkpoint folder, whatever its kind: a ``plm-train`` checkpoint, a local Hugging Face folder, or another
-format a family registers (``register_format``: ELMo's bilm-tf folders).
+format a family registers (``register_format``: ELMo's bilm-tf folders). ``read_checkpoint`` is the one place that
+tells which a folder holds; every command that loads a model (``interop/pretrained.py``) and continued pretraining
+(``training/continued.py``) call it, and ask the ``Checkpoint`` it returns for the objective's heads.
 
 A ``plm-train`` checkpoint is rebuilt through the model registry from the ``model`` section of its ``config.yaml`` (a
 fine-tuned checkpoint keeps the backbone's under ``backbone``). A Hugging Face folder goes through ``interop/hf.py``'s
@@ -9,15 +11,19 @@ family. A tokenizer is checked against the weights it comes with (``check_vocabu
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from torch import nn
 
@@ -127,16 +133,125 @@ def read_config_yaml(path: Path) -> DictConfig:
     return saved
 
 
-def load_plm_checkpoint(checkpoint_dir: Path) -> tuple[nn.Module, Path]:
-    config = model_config_of(checkpoint_dir)
-    with _inconsistent(checkpoint_dir / ckpt.CONFIG_FILE):
+@dataclass
+class Checkpoint:
+    """What a checkpoint folder holds (``read_checkpoint``): the backbone with its weights, its tokenizer, and where
+    the objective's heads are."""
+
+    # The folder the weights came from (a plm-train run's step folder) and its kind: "plm_train",
+    # "hf:<model_type>" or a registered format's name.
+    source: Path
+    kind: str
+    model: nn.Module
+    # Checked against the model (``check_vocabulary``) where the folder keeps it as a file.
+    tokenizer: Tokenizer
+    # That file; None where a format builds the tokenizer (bilm-tf's vocabulary).
+    tokenizer_file: Path | None
+    # What else the kind holds: a plm-train checkpoint's config.yaml, a Hugging Face folder's import, the format.
+    saved: DictConfig | None = None
+    imported: HFImport | None = None
+    fmt: CheckpointFormat | None = None
+
+    @cached_property
+    def _format_heads(self) -> tuple[str | None, dict[str, torch.Tensor]]:
+        return self.fmt.heads(self.source) if self.fmt is not None and self.fmt.heads is not None else (None, {})
+
+    @property
+    def objective(self) -> str | None:
+        """The objective whose layout the folder's heads follow (a plm-train run's, the one a Hugging Face
+        architecture implies, a format's), or None."""
+        if self.saved is not None:
+            section = self.saved.get("objective")
+            return section.name if section is not None and "name" in section else None
+        if self.imported is not None:
+            return self.imported.objective
+        return self._format_heads[0]
+
+    def objective_values(self) -> dict[str, Any]:
+        """The objective's config as the folder gives it: a plm-train run's section, the values a Hugging Face
+        config implies (ELECTRA's generator sizes)."""
+        if self.saved is not None:
+            return OmegaConf.to_container(self.saved.objective, resolve=True) if self.objective else {}
+        return dict(self.imported.objective_overrides) if self.imported is not None else {}
+
+    def objective_config(self) -> Any:
+        """The objective's typed config, or None where the folder names no registered objective."""
+        name = self.objective
+        if name not in registry.OBJECTIVES:
+            return None
+        if self.saved is not None:
+            return typed_objective_config(name, self.saved.objective)
+        return registry.OBJECTIVES.get(name).config_cls(**self.objective_values())
+
+    def objective_state(self) -> dict[str, torch.Tensor]:
+        """The heads' weights as the folder stores them, in the layout of ``objective``."""
+        if self.saved is not None:
+            path = self.source / ckpt.OBJECTIVE_FILE
+            return load_file(str(path)) if self.objective is not None and path.is_file() else {}
+        if self.imported is not None:
+            return dict(self.imported.objective_state)
+        return self._format_heads[1]
+
+    def load_objective(self, objective: nn.Module) -> None:
+        """The heads into ``objective`` (built for ``self.objective``): a plm-train checkpoint's objective.safetensors
+        checked as the model's weights are (``load_objective_file``), another kind's as they come."""
+        if self.saved is not None:
+            load_objective_file(self.source / ckpt.OBJECTIVE_FILE, objective)
+        elif state := self.objective_state():
+            objective.load_state_dict(state)
+
+
+def read_checkpoint(path: str | Path, key: str = "model.checkpoint", **options: Any) -> Checkpoint:
+    """The checkpoint at ``path``: a plm-train checkpoint or run directory, a local Hugging Face folder (``options``
+    go to its import: ELECTRA's ``generator_folder``), or a registered format; CheckpointError naming ``key`` (the
+    setting that gave the path) when it is none of them."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise CheckpointError(f"{key}={path}: no such file or directory")
+    load_all()  # the families' adapters register their formats
+    step_dir = ckpt.plm_checkpoint_dir(path)
+    if step_dir is not None:
+        return _plm_checkpoint(step_dir)
+    if (path / "config.json").is_file():
+        model, tokenizer_file, imported = import_hf_backbone(path, **options)
+        kind = f"hf:{json.loads((path / 'config.json').read_text()).get('model_type')}"
+        tokenizer = _checked_tokenizer(model, tokenizer_file)
+        return Checkpoint(path, kind, model, tokenizer, tokenizer_file, imported=imported)
+    fmt = next((fmt for fmt in FORMATS if fmt.detect(path)), None)
+    if fmt is None:
+        kinds = [
+            f"a plm-train checkpoint ({ckpt.MODEL_FILE} + {ckpt.CONFIG_FILE})",
+            "a Hugging Face folder (config.json)",
+        ]
+        kinds += [known.description for known in FORMATS]
+        raise CheckpointError(f"{key}={path}: not {', '.join(kinds[:-1])} or {kinds[-1]}")
+    model, tokenizer = fmt.load(path)
+    return Checkpoint(path, fmt.name, model, tokenizer, None, fmt=fmt)
+
+
+def _plm_checkpoint(step_dir: Path) -> Checkpoint:
+    config = model_config_of(step_dir)
+    with _inconsistent(step_dir / ckpt.CONFIG_FILE):
         model = registry.MODELS.get(config.name).builder(config)
-    load_weights(model, checkpoint_dir / ckpt.MODEL_FILE)
-    tokenizer = checkpoint_dir / ckpt.TOKENIZER_FILE
-    if not tokenizer.is_file():
-        raise CheckpointError(f"{checkpoint_dir}: no {ckpt.TOKENIZER_FILE}; the checkpoint needs its tokenizer")
-    check_vocabulary(model, load_tokenizer(tokenizer), tokenizer)
-    return model, tokenizer
+    load_weights(model, step_dir / ckpt.MODEL_FILE)
+    tokenizer_file = step_dir / ckpt.TOKENIZER_FILE
+    if not tokenizer_file.is_file():
+        raise CheckpointError(f"{step_dir}: no {ckpt.TOKENIZER_FILE}; the checkpoint needs its tokenizer")
+    tokenizer = _checked_tokenizer(model, tokenizer_file)
+    saved = read_config_yaml(step_dir / ckpt.CONFIG_FILE)
+    return Checkpoint(step_dir, "plm_train", model, tokenizer, tokenizer_file, saved=saved)
+
+
+def _checked_tokenizer(model: nn.Module, tokenizer_file: Path) -> Tokenizer:
+    tokenizer = load_tokenizer(tokenizer_file)
+    check_vocabulary(model, tokenizer, tokenizer_file)
+    return tokenizer
+
+
+def load_plm_checkpoint(checkpoint_dir: Path) -> tuple[nn.Module, Path]:
+    """A plm-train checkpoint's backbone with its weights, and its tokenizer's file (checked against them)."""
+    found = _plm_checkpoint(checkpoint_dir)
+    return found.model, found.tokenizer_file
 
 
 def check_vocabulary(model: nn.Module, tokenizer: Tokenizer, tokenizer_file: Path) -> None:

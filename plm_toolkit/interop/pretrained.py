@@ -5,39 +5,30 @@ registers (``register_format``: ELMo's bilm-tf folders).
     loaded = load_backbone("/models/all-MiniLM-L6-v2")           # Hugging Face: config.json + weights
     lm = load_language_model("runs/gpt2/checkpoints/last")       # + the LM head, for generation
 
-A ``plm-train`` checkpoint is rebuilt through the model registry from the ``model`` section of its
-``config.yaml`` (a fine-tuned checkpoint keeps the backbone's under ``backbone``). A Hugging Face folder goes
-through ``interop/hf.py``'s ``import_hf``, which dispatches on ``config.json``'s ``model_type`` to the family's
-adapter; nothing here names a family.
+The folder is read by ``interop/checkpoint_reader.py``'s ``read_checkpoint``, whatever its kind; this module
+takes from it what a command needs: the backbone and its tokenizer (with a fine-tuned checkpoint's task head), or a
+model that generates with its objective's LM head.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
 from torch import nn
 
-from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core import registry
-from plm_toolkit.core.catalog import load_all
 from plm_toolkit.core.errors import CheckpointError, ConfigError
-from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, vocab_from_tokenizer
+from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.interop.checkpoint_reader import (
-    FORMATS,
-    check_vocabulary,
-    import_hf_backbone,
-    load_objective_file,
-    load_plm_checkpoint,
-    read_config_yaml,
-    typed_objective_config,
+    Checkpoint,
+    read_checkpoint,
+    read_config_yaml,  # noqa: F401 - training/resume.py imports it here
 )
 from plm_toolkit.interop.finetuned_head import read_finetuned_head
 from plm_toolkit.interop.hf_heads import TaskHead
@@ -79,38 +70,16 @@ def load_backbone(path: str | Path, dropout: float | None = None, with_task_head
     (``interop/finetuned_head.py``), comes along ``with_task_head`` (the task decides on it:
     ``tasks/checkpoint_head.py``); otherwise a Hugging Face folder's gets one warning line that it goes unused, and a
     plm-finetune run's objective.safetensors is not read."""
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise CheckpointError(f"model.checkpoint={path}: no such file or directory")
-    load_all()  # the families' adapters register their formats
-    step_dir = ckpt.plm_checkpoint_dir(path)
-    tokenizer, imported = None, None
-    other = next((fmt for fmt in FORMATS if fmt.detect(path)), None)
-    if step_dir is not None:
-        model, tokenizer_file, source, kind = *load_plm_checkpoint(step_dir), step_dir, "plm_train"
-    elif (path / "config.json").is_file():
-        model, tokenizer_file, imported = import_hf_backbone(path)
-        source, kind = path, f"hf:{json.loads((path / 'config.json').read_text()).get('model_type')}"
-    elif other is not None:
-        (model, tokenizer), source, kind = other.load(path), path, other.name
-    else:
-        kinds = [
-            f"a plm-train checkpoint ({ckpt.MODEL_FILE} + {ckpt.CONFIG_FILE})",
-            "a Hugging Face folder (config.json)",
-        ]
-        kinds += [fmt.description for fmt in FORMATS]
-        raise CheckpointError(f"model.checkpoint={path}: not {', '.join(kinds[:-1])} or {kinds[-1]}")
+    found = read_checkpoint(path)
+    model, tokenizer, imported = found.model, found.tokenizer, found.imported
     if dropout is not None:
         with_dropout(model, dropout)
-    if tokenizer is None:
-        tokenizer = load_tokenizer(tokenizer_file)
-        check_vocabulary(model, tokenizer, tokenizer_file)
     # A tokenizer.json may carry the truncation and padding its creator used; tasks build their own windows.
     tokenizer.no_truncation()
     tokenizer.no_padding()
-    loaded = LoadedBackbone(model, tokenizer, source, kind)
-    if step_dir is not None and with_task_head:
-        loaded.task_head = read_finetuned_head(step_dir, read_config_yaml(step_dir / ckpt.CONFIG_FILE), model)
+    loaded = LoadedBackbone(model, tokenizer, found.source, found.kind)
+    if found.saved is not None and with_task_head:
+        loaded.task_head = read_finetuned_head(found.source, found.saved, model)
     if imported is not None:
         loaded.initialized_keys = list(imported.initialized_keys)
         loaded.task_head = imported.task_head if with_task_head else None
@@ -133,51 +102,29 @@ class LoadedLanguageModel:
 def load_language_model(path: str | Path) -> LoadedLanguageModel:
     """A backbone that can generate, with the LM head of its objective, from a plm-train checkpoint or a Hugging
     Face folder. A bidirectional family is refused in one line (BERT cannot generate)."""
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise CheckpointError(f"checkpoint={path}: no such file or directory")
-    step_dir = ckpt.plm_checkpoint_dir(path)
-    if step_dir is not None:
-        model, tokenizer_file = load_plm_checkpoint(step_dir)
-        saved = read_config_yaml(step_dir / ckpt.CONFIG_FILE)
-        section = saved.get("objective")
-        name = section.name if section is not None and "name" in section else None
-        load_state = partial(load_objective_file, step_dir / ckpt.OBJECTIVE_FILE)
-        objective_config = typed_objective_config(name, section) if name in registry.OBJECTIVES else None
-        source, kind = step_dir, "plm_train"
-    elif (path / "config.json").is_file():
-        model, tokenizer_file, imported = import_hf_backbone(path)
-        name, state = imported.objective, imported.objective_state
-        load_state = (lambda objective: objective.load_state_dict(state)) if state else (lambda objective: None)
-        objective_config = registry.OBJECTIVES.get(name).config_cls(**imported.objective_overrides)
-        source, kind = path, f"hf:{json.loads((path / 'config.json').read_text()).get('model_type')}"
-    else:
-        raise CheckpointError(
-            f"checkpoint={path}: neither a plm-train checkpoint ({ckpt.MODEL_FILE} + {ckpt.CONFIG_FILE}) nor a "
-            "Hugging Face folder (config.json)"
-        )
+    found = read_checkpoint(path, key="checkpoint")
+    model, tokenizer = found.model, found.tokenizer
     if not type(model).capabilities & GENERATIVE:
         able = [n for n in registry.MODELS.names() if registry.MODELS.get(n).builder.capabilities & GENERATIVE]
         raise ConfigError(
             f"model={model.config.name} is bidirectional: it cannot generate text; plm-generate needs a causal or "
             f"encoder-decoder model ({', '.join(able)})"
         )
-    tokenizer = load_tokenizer(tokenizer_file)
-    check_vocabulary(model, tokenizer, tokenizer_file)
     tokenizer.no_truncation()
     tokenizer.no_padding()
-    head = _lm_head(model, name, objective_config, load_state, vocab_from_tokenizer(tokenizer), source)
-    return LoadedLanguageModel(model.eval(), head, tokenizer, source, kind)
+    head = _lm_head(model, found, vocab_from_tokenizer(tokenizer))
+    return LoadedLanguageModel(model.eval(), head, tokenizer, found.source, found.kind)
 
 
-def _lm_head(model: nn.Module, name: str | None, objective_config, load_state, vocab, source: Path):
-    """The next-token scorer: the objective's (``next_token_logits``), else an encoder-decoder's own output layer
-    (``logits``: a translation run, a fine-tuned seq2seq checkpoint), else, for a family whose LM head is the tied
-    embedding alone (GPT), that embedding."""
-    if name in registry.OBJECTIVES and objective_config is not None:
+def _lm_head(model: nn.Module, found: Checkpoint, vocab):
+    """The next-token scorer: the checkpoint's objective's (``next_token_logits``), else an encoder-decoder's own
+    output layer (``logits``: a translation run, a fine-tuned seq2seq checkpoint), else, for a family whose LM head is
+    the tied embedding alone (GPT), that embedding."""
+    name, objective_config = found.objective, found.objective_config()
+    if objective_config is not None:
         objective = registry.OBJECTIVES.get(name).builder(objective_config, model, vocab)
         if hasattr(objective, "next_token_logits"):
-            load_state(objective)
+            found.load_objective(objective)
             objective.eval()
             return lambda hidden: objective.next_token_logits(model, hidden)
     if ENCODER_DECODER in type(model).capabilities:
@@ -185,6 +132,6 @@ def _lm_head(model: nn.Module, name: str | None, objective_config, load_state, v
     if not getattr(type(model), "lm_head_bias", True):
         return lambda hidden: torch.nn.functional.linear(hidden, model.input_embeddings.weight)
     raise CheckpointError(
-        f"{source}: no language-model head (objective {name or 'none'}); generate from a checkpoint trained with "
+        f"{found.source}: no language-model head (objective {name or 'none'}); generate from a checkpoint trained with "
         "objective=clm"
     )

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.resources
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,24 +23,14 @@ from typing import Any
 import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
-from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from torch import nn
 
 from plm_toolkit.config.resolve import objective_class
-from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core import registry
 from plm_toolkit.core.atomic import write_text
-from plm_toolkit.core.catalog import load_all
 from plm_toolkit.core.errors import CheckpointError, ConfigError
-from plm_toolkit.data.tokenization.tokenizer import load_tokenizer
-from plm_toolkit.interop.checkpoint_reader import (
-    FORMATS,
-    check_vocabulary,
-    import_hf_backbone,
-    load_plm_checkpoint,
-    read_config_yaml,
-)
+from plm_toolkit.interop.checkpoint_reader import read_checkpoint
 from plm_toolkit.training.vocabulary_extension import extend_vocabulary
 
 log = logging.getLogger("plm_toolkit")
@@ -78,50 +67,22 @@ class StartingPoint:
 def read_starting_point(path: str | Path, generator: str | None = None) -> StartingPoint:
     """The weights, config, tokenizer and objective heads of ``model.checkpoint``; ``generator``: ELECTRA's
     generator folder (objective.generator_checkpoint)."""
-    load_all()
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise CheckpointError(f"model.checkpoint={path}: no such file or directory")
-    step_dir = ckpt.plm_checkpoint_dir(path)
-    if step_dir is not None:
-        model, tokenizer_file = load_plm_checkpoint(step_dir)
-        saved = read_config_yaml(step_dir / ckpt.CONFIG_FILE)
-        section = saved.get("objective")
-        objective = section.name if section is not None and "name" in section else None
-        state = {}
-        if objective is not None and (step_dir / ckpt.OBJECTIVE_FILE).is_file():
-            state = load_file(str(step_dir / ckpt.OBJECTIVE_FILE))
-        values = OmegaConf.to_container(section, resolve=True) if objective else {}
-        start = StartingPoint(step_dir, "plm_train", model.config, model.state_dict(), None, tokenizer_file)
-        start.objective, start.objective_values, start.objective_state = objective, values, state
-    elif (path / "config.json").is_file():
-        options = {"generator_folder": generator} if generator else {}
-        model, tokenizer_file, imported = import_hf_backbone(path, **options)
-        kind = f"hf:{json.loads((path / 'config.json').read_text()).get('model_type')}"
-        start = StartingPoint(path, kind, model.config, model.state_dict(), None, tokenizer_file)
-        start.objective, start.objective_values = imported.objective, dict(imported.objective_overrides)
-        start.objective_state = dict(imported.objective_state)
-        if imported.task_head is not None:
-            log.info(
-                "model.checkpoint=%s: its %s head is a task's, not read here", path, imported.task_head.architecture
-            )
-    else:
-        other = next((fmt for fmt in FORMATS if fmt.detect(path)), None)
-        if other is None:
-            kinds = [
-                f"a plm-train checkpoint ({ckpt.MODEL_FILE} + {ckpt.CONFIG_FILE})",
-                "a Hugging Face folder (config.json)",
-            ]
-            kinds += [fmt.description for fmt in FORMATS]
-            raise CheckpointError(f"model.checkpoint={path}: not {', '.join(kinds[:-1])} or {kinds[-1]}")
-        model, tokenizer = other.load(path)
-        start = StartingPoint(path, other.name, model.config, model.state_dict(), tokenizer, None)
-        if other.heads is not None:
-            start.objective, start.objective_state = other.heads(path)
-    if start.tokenizer is None:
-        start.tokenizer = load_tokenizer(start.tokenizer_file)
-        check_vocabulary(model, start.tokenizer, start.tokenizer_file)
-    return start
+    found = read_checkpoint(path, **({"generator_folder": generator} if generator else {}))
+    head = found.imported.task_head if found.imported is not None else None
+    if head is not None:
+        log.info("model.checkpoint=%s: its %s head is a task's, not read here", found.source, head.architecture)
+    model = found.model
+    return StartingPoint(
+        found.source,
+        found.kind,
+        model.config,
+        model.state_dict(),
+        found.tokenizer,
+        found.tokenizer_file,
+        found.objective,
+        found.objective_values(),
+        found.objective_state(),
+    )
 
 
 # --- the run's config -------------------------------------------------------------------------------------------
