@@ -23,12 +23,14 @@ from plm_toolkit.config.resolve import task_class
 from plm_toolkit.core.atomic import write_text
 from plm_toolkit.core.catalog import load_all
 from plm_toolkit.core.registry import TASKS
-from plm_toolkit.training.selection import LOWER_IS_BETTER
 
 log = logging.getLogger("plm_toolkit")
 
 SUMMARY_JSON = "sweep_summary.json"
 SUMMARY_MD = "sweep_summary.md"
+# Metric names (their endings) where lower is better, as training/selection.py ranks them (not imported: plm-prepare's
+# sweeps load this callback without the training package).
+LOWER_IS_BETTER = ("loss", "perplexity")
 
 
 def job_figures(folder: Path) -> dict[str, float]:
