@@ -9,13 +9,13 @@ position is left for the end-of-sentence token the collator adds).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
-from tokenizers import Tokenizer
 
 from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.data.layouts.examples import PretrainingData
 from plm_toolkit.data.layouts.token_batches import TokenBatches, token_batches
 from plm_toolkit.data.layouts.windows import ExampleView
 from plm_toolkit.data.sources.parallel_text import (
@@ -27,7 +27,6 @@ from plm_toolkit.data.sources.parallel_text import (
 from plm_toolkit.data.store.pairs import prepare_parallel_store
 from plm_toolkit.data.store.token_store import StoreSplit, TokenStore
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
-from plm_toolkit.data.tokenization.vocab import Vocab
 
 if TYPE_CHECKING:
     from plm_toolkit.core.data_schema import DataConfig
@@ -36,18 +35,11 @@ log = logging.getLogger("plm_toolkit")
 
 
 @dataclass
-class ParallelData:
-    tokenizer: Tokenizer
-    vocab: Vocab
-    # Token batches of training pairs (rows: index, source_ids, target_ids).
-    train: TokenBatches
-    # Token batches of validation pairs, or None without validation files.
-    validation: TokenBatches | None
-    # The validation pairs' text as read (stripped), by row index: decoding is scored against ``references``.
-    sources: list[str]
-    references: list[str]
-    # The token store the pairs are read from.
-    store: TokenStore | None = None
+class ParallelData(PretrainingData):
+    """Token batches of training and validation pairs (rows: index, source_ids, target_ids), the validation pairs'
+    text as read (stripped) by row index: decoding is scored against ``references``."""
+
+    sources: list[str] = field(default_factory=list)
 
 
 class ParallelPairs(ExampleView):
@@ -133,4 +125,4 @@ def prepare_parallel_data(data_cfg: DataConfig, seed: int) -> ParallelData:
         len(references),
     )
     vocab = vocab_from_tokenizer(tokenizer)
-    return ParallelData(tokenizer, vocab, splits["train"], validation, sources, references, store=store)
+    return ParallelData(tokenizer, vocab, splits["train"], validation, store, references, sources)

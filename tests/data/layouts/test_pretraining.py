@@ -18,7 +18,8 @@ from plm_toolkit.data.batching.collate import Collator, collate
 from plm_toolkit.data.build import prepare_pretraining_data
 from plm_toolkit.data.layouts import packed as packed_module
 from plm_toolkit.data.layouts import sentence_pairs
-from plm_toolkit.data.layouts.pretraining import build_pretraining_examples, pack_full_sentences
+from plm_toolkit.data.layouts.pretraining import pack_full_sentences
+from plm_toolkit.data.layouts.registry import build_pretraining_examples
 from plm_toolkit.data.store import preparation as preparation_module
 from plm_toolkit.data.tokenization.vocab import Vocab
 
