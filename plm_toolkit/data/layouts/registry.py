@@ -30,9 +30,9 @@ from plm_toolkit.data.layouts.pretraining import (
 )
 from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data
 from plm_toolkit.data.sources.corpus import SPLITS, split_files
-from plm_toolkit.data.store.pairs import resumed_parallel_store
 from plm_toolkit.data.store.preparation import resumed_store
 from plm_toolkit.data.store.token_store import TokenStore
+from plm_toolkit.data.store.translation_pairs import resumed_parallel_store
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.data.units.store import log_units

@@ -1,6 +1,6 @@
 """Parallel text for translation: the sentence pairs of data.train_files / data.validation_files (read and checked by
-``data/sources/parallel_text.py``) tokenized into a token store (``data/store/pairs.py``) and grouped into token
-batches.
+``data/sources/parallel_text.py``) tokenized into a token store (``data/store/translation_pairs.py``) and grouped
+into token batches.
 
 Sentences longer than ``data.max_seq_len - 1`` tokens are cut to it when they are read and counted in a warning (one
 position is left for the end-of-sentence token the collator adds).
@@ -24,8 +24,8 @@ from plm_toolkit.data.sources.parallel_text import (
     report_counts,
     resolve,
 )
-from plm_toolkit.data.store.pairs import prepare_parallel_store
 from plm_toolkit.data.store.token_store import StoreSplit, TokenStore
+from plm_toolkit.data.store.translation_pairs import prepare_parallel_store
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 
 if TYPE_CHECKING:

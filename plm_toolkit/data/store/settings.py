@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 STORE_VERSION = 1
 # Bump when data/sources/documents.py splits sentences differently: stores of sentences are prepared again.
 SENTENCE_RULES = 2
-# The units the store tokenizes itself (data/store/shard_worker.py, data/store/pairs.py); any other is a side
-# channel's (data/store/side_channels.py).
+# The units the store tokenizes itself (data/store/shard_worker.py, data/store/translation_pairs.py); any other is a
+# side channel's (data/store/side_channels.py).
 OWN_UNITS = ("documents", "document_sentences", "sentences", "pairs")
 
 

@@ -213,8 +213,8 @@ def test_plm_prepare_of_parallel_text_killed_halfway_resumes_to_the_same_store(t
     import subprocess
     import sys
 
-    from plm_toolkit.data.store.pairs import prepare_parallel_store
     from plm_toolkit.data.store.shard_worker import KILL_AFTER
+    from plm_toolkit.data.store.translation_pairs import prepare_parallel_store
     from tests.data.store.test_store import shard_digests
 
     rng = random.Random(1)

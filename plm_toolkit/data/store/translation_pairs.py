@@ -35,7 +35,6 @@ from plm_toolkit.data.sources.parallel_text import (
 )
 from plm_toolkit.data.sources.pieces import Source
 from plm_toolkit.data.store.check import file_sha256
-from plm_toolkit.data.store.pair_worker import start_pairs, tokenize_pairs_piece
 from plm_toolkit.data.store.preparation import (
     PLAN,
     TOKENIZER,
@@ -53,6 +52,7 @@ from plm_toolkit.data.store.token_store import (
     id_dtype,
     write_json,
 )
+from plm_toolkit.data.store.translation_pair_worker import start_pairs, tokenize_pairs_piece
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, train_cached
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("plm_toolkit")
 
-# Bump when a change here or in data/store/pair_worker.py changes what a store of pairs holds.
+# Bump when a change here or in data/store/translation_pair_worker.py changes what a store of pairs holds.
 PAIRS_VERSION = 1
 
 
