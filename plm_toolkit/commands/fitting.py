@@ -81,7 +81,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def fit(
+def run_training(
     cfg: DictConfig,
     run_dir: Path,
     runtime: Runtime,

@@ -15,7 +15,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit.commands import run_harness
-from plm_toolkit.commands.fitting import fit, in_run_directory, seed_everything, start_run
+from plm_toolkit.commands.fitting import in_run_directory, run_training, seed_everything, start_run
 from plm_toolkit.commands.run_harness import run_command, write_results
 from plm_toolkit.config.resolve import saved_config
 from plm_toolkit.core import checkpoint as ckpt
@@ -83,7 +83,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> d
         process.world_size,
         len(data.train),
     )
-    _, final = fit(
+    _, final = run_training(
         cfg,
         run_dir,
         runtime,

@@ -146,10 +146,10 @@ class FullSentenceBlocks(ExampleView):
         return row
 
 
-# --- BERT's sentence pairs ---------------------------------------------------------------------------------
+# --- BERT's sentence pairs and ALBERT's segment pairs: segment A and B ----------------------------------------
 
 
-class SentencePairs(ExampleView):
+class SegmentPairExamples(ExampleView):
     """``[CLS] A [SEP] B [SEP]`` with token types 0 / 1 and ``next_sentence_label``, the pairs BERT's
     create_pretraining_data.py draws from each document (``data/layouts/sentence_pairs.py``), in document order; with
     ``contiguous``, ALBERT's two consecutive segments of one document (SOP swaps them per batch)."""

@@ -23,7 +23,7 @@ from tokenizers import Tokenizer
 
 from plm_toolkit.core.cache import cache_root, stable_hash
 from plm_toolkit.data.layouts.blend import ConcatenatedExamples
-from plm_toolkit.data.layouts.packed import PACKED_VERSION, FullSentenceBlocks, SentencePairs
+from plm_toolkit.data.layouts.packed import PACKED_VERSION, FullSentenceBlocks, SegmentPairExamples
 from plm_toolkit.data.layouts.plan import DataPlan
 from plm_toolkit.data.layouts.windows import SentenceStreamWindows, StreamWindows
 from plm_toolkit.data.store.foreign import open_foreign_store
@@ -127,7 +127,7 @@ def _pairs(cut: Cut, contiguous: bool):
     for k in range(draws):
         draw_seed = cut.seed if k == 0 else f"{cut.seed}/{k}"  # the first draw is the pairs a run of one draw trains on
         name = f"pairs-{cut.split}-{stable_hash(settings, draw_seed, PACKED_VERSION)}"
-        views.append(SentencePairs(part, cls_id, sep_id, settings, draw_seed, folder / name, processes))
+        views.append(SegmentPairExamples(part, cls_id, sep_id, settings, draw_seed, folder / name, processes))
     return views[0] if draws == 1 else ConcatenatedExamples([f"draw{k}" for k in range(draws)], views)
 
 
