@@ -42,7 +42,7 @@ from plm_toolkit.objectives.translation import (
     unflatten_outputs,
 )
 from plm_toolkit.tasks.base import Task, TaskData, limit
-from plm_toolkit.tasks.glue.classification import ClassificationConfig, SequenceClassification, read_columns, read_rows
+from plm_toolkit.tasks.classification import ClassificationConfig, SequenceClassification, read_columns, read_rows
 from plm_toolkit.tasks.metrics import METRICS
 
 log = logging.getLogger("plm_toolkit")

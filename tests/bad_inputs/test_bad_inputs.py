@@ -271,7 +271,7 @@ def prepare_finetuned(prepared: Path, checkpoint: Path) -> None:
     from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
     from plm_toolkit.models.electra import Electra, ElectraConfig
     from plm_toolkit.tasks.base import TaskData
-    from plm_toolkit.tasks.glue.classification import ClassificationConfig, SequenceClassification
+    from plm_toolkit.tasks.classification import ClassificationConfig, SequenceClassification
 
     tokenizer = Tokenizer.from_file(str(checkpoint / ckpt.TOKENIZER_FILE))
     config = ElectraConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=36, num_layers=1, num_heads=3,
