@@ -19,10 +19,11 @@ FIELD = re.compile(r"^\s+(\w+):\s")
 
 
 def field_comments(cls: type) -> dict[str, str]:
-    """Field name -> the comment lines directly above it in the class body (inherited fields included)."""
+    """Field name -> the comment lines directly above it in the class body (inherited fields included, and those of a
+    base that is no dataclass, as the families' ``FamilyConfig``)."""
     out: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
-        if not dataclasses.is_dataclass(klass):
+        if klass is object:
             continue
         pending: list[str] = []
         for line in inspect.getsource(klass).splitlines()[1:]:

@@ -60,6 +60,30 @@ def check_vocab_size(config: Any) -> None:
         raise ConfigError("model.vocab_size is null; set it or let the trainer take it from the tokenizer")
 
 
+class FamilyConfig:
+    """Base of every family's config dataclass (``@dataclass class BertConfig(FamilyConfig)``): the fields every family
+    has, with their meaning written once. They come after the family's own fields (a dataclass base's would come
+    first), so that a family's keys keep their order in its presets, its checkpoints' config.yaml and
+    docs/configuration.md."""
+
+    # plm-train: continue pretraining from these weights (a local Hugging Face folder, a plm-train checkpoint or
+    # run directory, a bilm-tf folder); the family and every architecture field come from it, and its tokenizer is
+    # used as is (docs/pretraining-and-data.md). null: fresh weights. The families ignore it.
+    checkpoint: str | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # The family declares the shared fields as its own last ones (unless a dataclass it extends has them), so
+        # that @dataclass, which runs after this, puts them after the family's fields.
+        super().__init_subclass__(**kwargs)
+        inherited = {name for base in cls.__mro__[1:] for name in getattr(base, "__dataclass_fields__", {})}
+        own = dict(cls.__dict__.get("__annotations__", {}))
+        for name, kind in FamilyConfig.__annotations__.items():
+            if name not in inherited and name not in own:
+                own[name] = kind
+                setattr(cls, name, getattr(FamilyConfig, name))
+        cls.__annotations__ = own
+
+
 class Backbone(nn.Module):
     """Base class of every model family.
 
