@@ -1,6 +1,6 @@
 """A run's data, from one entry point: ``build_run_data`` (plan + data config + seed + the checkpoint's tokenizer ->
-the tokenizer, the examples of each split in the objective's layout, each phase's examples), which plm-train and
-plm-prepare both call. ``prepare_pretraining_data`` builds one length's examples as the plan's layout prepares them
+the tokenizer, the examples of each split in the objective's layout, each phase's examples), which both plm-train
+and plm-prepare call. ``prepare_pretraining_data`` builds one length's examples as the plan's layout prepares them
 (``data/layouts/registry.py``)."""
 
 from __future__ import annotations
