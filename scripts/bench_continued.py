@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 
 QUIET = ["trainer.progress_bar=false", "trainer.tensorboard=false", "hardware=cpu", "trainer.log_every=10"]
 

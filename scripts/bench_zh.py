@@ -64,7 +64,7 @@ def train_wordpiece(lines: list[str], vocab_size: int):
 
 
 def tokens_per_character(tokenizer, lines: list[str]) -> dict:
-    from plm_toolkit.data.tokenization.chinese import is_chinese_char
+    from plm_toolkit.data.sources.chinese import is_chinese_char
 
     tokens = chinese_tokens = unknown = characters = chinese = 0
     for line, encoding in zip(lines, tokenizer.encode_batch(lines, add_special_tokens=False), strict=True):
@@ -89,7 +89,7 @@ def tokens_per_character(tokenizer, lines: list[str]) -> dict:
 
 def masking_counts(batch, out, tokenizer, vocab) -> dict:
     """Shares of characters masked, of chosen words masked whole, of targets in multi-character words."""
-    from plm_toolkit.data.tokenization.chinese import is_chinese_char
+    from plm_toolkit.data.sources.chinese import is_chinese_char
     from plm_toolkit.objectives.masking import IGNORE_INDEX, word_spans
 
     chosen = out["mlm_labels"] != IGNORE_INDEX
@@ -135,7 +135,8 @@ def masking_counts(batch, out, tokenizer, vocab) -> dict:
 
 def whole_word(args, tokenizer, cache: Path) -> dict:
     from plm_toolkit.data.batching.collate import collate
-    from plm_toolkit.data.layouts.pretraining import build_pretraining_examples
+    from plm_toolkit.data.layouts.plan import DataPlan
+    from plm_toolkit.data.layouts.registry import build_pretraining_examples
     from plm_toolkit.data.store.preparation import prepare_store
     from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
     from plm_toolkit.data.units.words import WordSources
@@ -151,7 +152,8 @@ def whole_word(args, tokenizer, cache: Path) -> dict:
     units_seconds = time.perf_counter() - started
     result = {"preparation_seconds": {"sentences": round(plain_seconds, 2), "jieba_units": round(units_seconds, 2)}}
     for layout in ("full_sentences", "sentence_pairs"):
-        data = build_pretraining_examples(cfg, tokenizer, vocab, layout, "train", 1, None, WordSources("jieba"))
+        plan = DataPlan(layout, units=WordSources("jieba"))
+        data = build_pretraining_examples(cfg, tokenizer, vocab, plan, "train", 1)
         batch = collate([data[i] for i in range(len(data))], vocab)
         seeds = range(batch["input_ids"].shape[0])
         row = {}

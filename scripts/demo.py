@@ -30,8 +30,8 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core.resources import resource_path
 from plm_toolkit.data.build import prepare_pretraining_data
-from plm_toolkit.data.sources.corpus import resource_path
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.training.logging import read_metrics
 from plm_toolkit.training.phases import phase_bounds

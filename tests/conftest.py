@@ -10,7 +10,7 @@ from torch import nn
 
 from plm_toolkit.config import setup
 from plm_toolkit.core import checkpoint as ckpt
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 from plm_toolkit.data.tokenization.pipelines import (
     BPE_SPECIAL_TOKENS,
     _add_bpe_specials,

@@ -14,8 +14,8 @@ from hydra import compose, initialize_config_module
 import plm_toolkit.commands.train  # noqa: F401  (registers schemas and resolvers)
 from plm_toolkit.commands.sweep_summary import SUMMARY_JSON, SUMMARY_MD
 from plm_toolkit.config import setup as config_setup
+from plm_toolkit.core.resources import resource_path
 from plm_toolkit.data.sources.bundled import validation_note
-from plm_toolkit.data.sources.corpus import resource_path
 from plm_toolkit.data.store.preparation import store_report
 from tests.tasks.conftest import SST2_DEV, SST2_TRAIN, save_tiny_checkpoint, tiny_tokenizer
 from tests.training.conftest import TINY

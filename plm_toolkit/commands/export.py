@@ -54,15 +54,15 @@ from plm_toolkit.core.errors import CheckpointError, ConfigError
 from plm_toolkit.core.weights import read_weights
 from plm_toolkit.data.store.export import STORE_FORMATS, write_token_files
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, vocab_from_tokenizer
-from plm_toolkit.interop.elmo_bilm_tf import export_bilm_tf
-from plm_toolkit.interop.hf import ADAPTERS, export_hf, some
-from plm_toolkit.interop.hf_heads import TaskHead
-from plm_toolkit.interop.pretrained import (
+from plm_toolkit.interop.checkpoint_reader import (
     load_plm_checkpoint,
     model_config_of,
     read_config_yaml,
     typed_objective_config,
 )
+from plm_toolkit.interop.elmo_bilm_tf import export_bilm_tf
+from plm_toolkit.interop.hf import ADAPTERS, export_hf, some
+from plm_toolkit.interop.hf_heads import TaskHead
 from plm_toolkit.tasks.checkpoint_head import finetuned_head
 
 log = logging.getLogger("plm_toolkit")

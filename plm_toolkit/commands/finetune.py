@@ -23,7 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit.commands import run_harness
-from plm_toolkit.commands.fitting import fit, in_run_directory, seed_everything, start_run
+from plm_toolkit.commands.fitting import in_run_directory, run_training, seed_everything, start_run
 from plm_toolkit.commands.run_harness import run_command, write_results
 from plm_toolkit.config.lengths import steps_over_epochs
 from plm_toolkit.config.resolve import saved_finetune_config, task_class
@@ -86,7 +86,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         len(data.train),
         "none" if data.validation is None else len(data.validation),
     )
-    _, final = fit(
+    _, final = run_training(
         cfg,
         run_dir,
         runtime,

@@ -105,7 +105,7 @@ def training_length(trainer: Trainer) -> str:
     )
 
 
-def fit(
+def run_training(
     cfg: DictConfig,
     run_dir: Path,
     runtime: Runtime,

@@ -22,52 +22,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
 import hydra
 import torch
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig
+from omegaconf import DictConfig
 
 from plm_toolkit.commands import failures, run_harness
 from plm_toolkit.config.checks import decoding_problems
 from plm_toolkit.config.numbers import merge, number_problems
 from plm_toolkit.config.overrides import keep_typed_text
-from plm_toolkit.core.atomic import atomic_file
+from plm_toolkit.core.atomic import write_text
+from plm_toolkit.core.command_schema import DecodingOptions
 from plm_toolkit.core.errors import ConfigError, DataError
-from plm_toolkit.core.schema import Device
 from plm_toolkit.data.sources.user_files import iter_lines, not_a_file, output_file
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
-from plm_toolkit.generation.decoding import DecodingOptions, SearchConfig, generate
+from plm_toolkit.generation.decoding import SearchConfig, generate
 from plm_toolkit.interop.pretrained import LoadedLanguageModel, load_language_model
 from plm_toolkit.models.base import ENCODER_DECODER
 
 log = logging.getLogger("plm_toolkit")
-
-
-@dataclass
-class GenerateConfig(DecodingOptions):
-    # A plm-train checkpoint (checkpoints/step_N, checkpoints/last or a run directory) or a local Hugging Face
-    # folder (config.json, weights, tokenizer) of a causal family.
-    checkpoint: str = MISSING
-    # The text to continue; or prompts_file.
-    prompt: str | None = None
-    # A UTF-8 file with one prompt per line (a line ends at \n; blank lines are skipped); or prompt.
-    prompts_file: str | None = None
-    # Seeds sampling: the same seed and settings give the same texts.
-    seed: int = 0
-    # Stop a continuation at the end-of-text token (kept in token_ids, not in text).
-    stop_at_eos: bool = True
-    # Prompts decoded together (left-padded; families without padding support batch prompts of equal length).
-    batch_size: int = 8
-    # Write JSONL rows (prompt, prompt_ids, text, token_ids) here instead of printing the texts.
-    output_file: str | None = None
-    # Where to run: auto picks cuda when a GPU is visible.
-    device: Device = Device.auto
-
-
-ConfigStore.instance().store(name="generate_schema", node=GenerateConfig)
 
 
 def check(cfg) -> None:
@@ -199,8 +173,7 @@ def run(cfg: DictConfig) -> list[dict]:
         for p, ids, new in zip(prompts, prompt_ids, generated, strict=True)
     ]
     if output is not None:
-        with atomic_file(output) as temporary:
-            temporary.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+        write_text(output, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
         log.info("%d continuation(s) written to %s", len(rows), output)
     else:
         continuing = ENCODER_DECODER not in type(model).capabilities

@@ -19,8 +19,7 @@ from plm_toolkit.config.validate import validate
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.data.build import build_run_data
 from plm_toolkit.data.layouts.blend_sources import blend_summary
-from plm_toolkit.data.layouts.plan import LAYOUT_BUILDERS
-from plm_toolkit.data.layouts.pretraining import store_unit
+from plm_toolkit.data.layouts.registry import layout_of, store_unit
 from plm_toolkit.data.store.parts import prepare_part
 
 log = logging.getLogger("plm_toolkit")
@@ -32,7 +31,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     JSON on stdout."""
     resolved = validate(cfg)
     plan = resolved.plan
-    if plan.layout in LAYOUT_BUILDERS:  # a layout an objective module builds itself, without a store
+    if not layout_of(plan.layout).stored:  # a layout that prepares its data without a token store
         raise ConfigError(
             f"plm-prepare writes token stores; objective={cfg.objective.name}'s data is prepared by plm-train"
         )
@@ -42,7 +41,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         print(json.dumps({"sources": blend_summary(data), "examples": {"layout": plan.layout}}), flush=True)
         return {}
     if data_cfg.get("prepare_parts", 1) > 1:  # one job of several across nodes (data/store/parts.py)
-        unit, part, parts = store_unit(plan.layout, plan.units), data_cfg.prepare_part, data_cfg.prepare_parts
+        unit, part, parts = store_unit(plan), data_cfg.prepare_part, data_cfg.prepare_parts
         folder, finished = prepare_part(data_cfg, unit, plan.spellings, plan.units, part, parts)
         if not finished:  # the part that finishes last writes the manifest and the layout's files
             print(json.dumps({"store": str(folder), "part": part, "parts": parts, "finished": False}), flush=True)

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from plm_toolkit.commands import failures
 from plm_toolkit.config import setup
+from plm_toolkit.core.atomic import write_text
 from plm_toolkit.core.errors import ConfigError
 
 log = logging.getLogger("plm_toolkit")
@@ -40,9 +41,7 @@ EVAL_RESULTS = "eval_results.json"
 
 
 def write_json(path: Path, value) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
-    tmp.replace(path)
+    write_text(path, json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
 def write_results(run_dir: Path, objective) -> None:

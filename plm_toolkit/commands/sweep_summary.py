@@ -19,13 +19,18 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from plm_toolkit.config.resolve import task_class
+from plm_toolkit.core.atomic import write_text
+from plm_toolkit.core.catalog import load_all
+from plm_toolkit.core.registry import TASKS
+
 log = logging.getLogger("plm_toolkit")
 
 SUMMARY_JSON = "sweep_summary.json"
 SUMMARY_MD = "sweep_summary.md"
+# Metric names (their endings) where lower is better, as training/selection.py ranks them (not imported: plm-prepare's
+# sweeps load this callback without the training package).
 LOWER_IS_BETTER = ("loss", "perplexity")
-# The tasks without task.metrics: their main metric (the task classes' main_metric).
-MAIN_METRICS = {"squad1": "f1", "squad2": "f1", "ner": "f1", "pos": "accuracy", "kbqa": "answer_accuracy"}
 
 
 def job_figures(folder: Path) -> dict[str, float]:
@@ -60,10 +65,16 @@ def ranking_metric(config: dict) -> tuple[str, bool]:
     name = trainer.get("metric_for_best_model") or ""
     if not name and task:
         metrics = task.get("metrics") or []
-        name = metrics[0] if metrics else MAIN_METRICS.get(str(task.get("name", "")), "loss")
+        name = metrics[0] if metrics else main_metric(str(task.get("name", ""))) or "loss"
     key = name if name.startswith("eval_") else f"eval_{name or 'loss'}"
     greater = trainer.get("greater_is_better")
     return key, (not key.endswith(LOWER_IS_BETTER)) if greater is None else bool(greater)
+
+
+def main_metric(task: str) -> str | None:
+    """The main metric of the task registered as ``task`` (its class's ``main_metric``), None where it has none."""
+    load_all()
+    return getattr(task_class(task), "main_metric", None) if task in TASKS else None
 
 
 def summarize(sweep_dir: Path) -> dict:
@@ -135,9 +146,7 @@ class SweepSummary(Callback):
         if not summary["jobs"]:
             return
         for name, text in ((SUMMARY_JSON, json.dumps(summary, indent=2) + "\n"), (SUMMARY_MD, markdown(summary))):
-            tmp = sweep_dir / f".{name}.tmp"
-            tmp.write_text(text)
-            tmp.replace(sweep_dir / name)
+            write_text(sweep_dir / name, text)
         best = summary["jobs"][0]
         value = best["figures"].get(summary["ranked_by"])
         shown = "no figure" if value is None else f"{summary['ranked_by']}={value:.4g}"

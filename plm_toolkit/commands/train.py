@@ -15,15 +15,13 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit.commands import run_harness
-from plm_toolkit.commands.fitting import fit, in_run_directory, seed_everything, start_run
+from plm_toolkit.commands.fitting import in_run_directory, run_training, seed_everything, start_run
 from plm_toolkit.commands.run_harness import run_command, write_results
 from plm_toolkit.config.resolve import saved_config
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core import registry
 from plm_toolkit.core.errors import PlmError
-from plm_toolkit.data.batching.collate import Collator, Seq2SeqCollator
 from plm_toolkit.data.build import build_run_data
-from plm_toolkit.data.layouts.plan import Layout
 from plm_toolkit.data.sources.bundled import validation_note
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.training.continued import adopt_checkpoint, load_starting_weights
@@ -65,11 +63,6 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> d
         resolved.data, plan, cfg.trainer.seed, tokenizer_file=tokenizer_file, phase_plans=resolved.phase_plans
     )
     phases = training_phases(cfg.trainer, data.phases) if data.phases else None
-    collate = (
-        Seq2SeqCollator(data.vocab.padding_id, data.vocab.require("eos_id", "translation"))
-        if plan.layout == Layout.parallel
-        else Collator(data.vocab)
-    )
 
     seed_everything(cfg.trainer.seed)
     model, model_config = build_model(cfg.model, data.vocab.size, vocab=data.vocab)
@@ -79,8 +72,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     if start is not None and checkpoint is None:  # a resumed run restores its own checkpoint instead
         load_starting_weights(start, model, objective, cfg.objective.name)
     plan = plan.with_transform(objective.batch_transform())
-    if plan.layout == Layout.parallel:
-        objective.attach_references(data.tokenizer, data.references)
+    objective.attach_references(data.tokenizer, data.references)
     log.info(
         "model=%s (%.2fM parameters) objective=%s device=%s precision=%s processes=%d train examples=%d",
         cfg.model.name,
@@ -91,7 +83,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> d
         process.world_size,
         len(data.train),
     )
-    _, final = fit(
+    _, final = run_training(
         cfg,
         run_dir,
         runtime,
@@ -102,7 +94,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> d
         objective=objective,
         train_examples=data.train,
         eval_examples=data.validation,
-        collate=collate,
+        collate=objective.collator(data.vocab),
         plan=plan,
         phases=phases,
     )

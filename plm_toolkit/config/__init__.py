@@ -2,23 +2,21 @@
 
 from omegaconf import OmegaConf
 
-from plm_toolkit.core.schema import register_schemas
+from plm_toolkit.core.command_schema import register_schemas
 
 
 def setup() -> None:
     """What Hydra needs before it composes a plm-train or plm-finetune config, done once by the entry points (and by
     anything else that composes, such as tests): the schemas, every registered model, objective and task in the
     ConfigStore, and the resolvers the presets use. Calling it again is harmless."""
-    from plm_toolkit.config.glue import register_glue_schema
     from plm_toolkit.config.help import register_help_resolver
+    from plm_toolkit.core.cache import register_cache_resolver
     from plm_toolkit.core.catalog import load_all
+    from plm_toolkit.core.resources import register_resolvers
     from plm_toolkit.core.run_lock import launch_tag
     from plm_toolkit.data.sources.bundled import register_bundled_resolver
-    from plm_toolkit.data.sources.corpus import register_resolvers
-    from plm_toolkit.data.store.cache import register_cache_resolver
 
     register_schemas()
-    register_glue_schema()
     load_all()
     register_resolvers()
     register_cache_resolver()

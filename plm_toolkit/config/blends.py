@@ -7,11 +7,9 @@ import os
 import re
 from types import SimpleNamespace
 
-from plm_toolkit.data.layouts.plan import STREAM_LAYOUTS
+from plm_toolkit.data.layouts.registry import LAYOUTS
 from plm_toolkit.data.sources.pieces import listed_files, source_problems
 
-# Layouts whose examples stand alone, so that examples of several corpora can be interleaved.
-BLENDED_LAYOUTS = ("streams", "full_sentences", "sentence_pairs", "segment_pairs")
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
@@ -48,9 +46,10 @@ def _layout_problems(cfg, plan) -> list[str]:
     if plan is None:
         return []
     objective = f"objective={cfg.objective.name}"
-    if plan.layout not in BLENDED_LAYOUTS or plan.layout in STREAM_LAYOUTS and plan.layout != "streams":
+    if plan.layout not in LAYOUTS or not LAYOUTS[plan.layout].blends:
+        blended = ", ".join(name for name, spec in LAYOUTS.items() if spec.blends)
         return [f"data.sources: {objective} reads {plan.layout} examples, which a blend does not interleave; blends "
-                f"serve {', '.join(BLENDED_LAYOUTS)}"]  # fmt: skip
+                f"serve {blended}"]  # fmt: skip
     if plan.streams:
         return [f"data.sources: {objective} reads one contiguous stream per batch row (a carried memory), which a "
                 "blend of sources would cut at every example; train it on data.train_files"]  # fmt: skip

@@ -10,7 +10,7 @@ from hydra.core.hydra_config import HydraConfig
 from plm_toolkit.config.resolve import model_class
 from plm_toolkit.core.registry import MODELS
 from plm_toolkit.core.schema import OptimizerConfig
-from plm_toolkit.data.layouts.plan import Layout
+from plm_toolkit.data.layouts.registry import LAYOUTS
 
 DEFAULTS = OptimizerConfig()
 
@@ -137,7 +137,7 @@ def phase_problems(t, layout: str, streams: bool, longest: int | None) -> list[s
     out: list[str] = []
     if t.max_steps is None:
         out.append("trainer.phases are shares of trainer.max_steps: give trainer.max_steps, not trainer.epochs")
-    if streams or layout == Layout.parallel:
+    if streams or (layout in LAYOUTS and not LAYOUTS[layout].phases):
         out.append(f"trainer.phases: the {layout} layout cannot change its sequence length within a run")
     for i, phase in enumerate(phases):
         key = f"trainer.phases[{i}]"

@@ -12,18 +12,18 @@ import inspect
 import re
 from enum import Enum
 
-from plm_toolkit.config import glue as glue_schema
-from plm_toolkit.core import data_schema, registry, schema
+from plm_toolkit.core import command_schema, data_schema, registry, schema
 from plm_toolkit.core.catalog import load_all
 
 FIELD = re.compile(r"^\s+(\w+):\s")
 
 
 def field_comments(cls: type) -> dict[str, str]:
-    """Field name -> the comment lines directly above it in the class body (inherited fields included)."""
+    """Field name -> the comment lines directly above it in the class body (inherited fields included, and those of a
+    base that is no dataclass, as the families' ``FamilyConfig``)."""
     out: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
-        if not dataclasses.is_dataclass(klass):
+        if klass is object:
             continue
         pending: list[str] = []
         for line in inspect.getsource(klass).splitlines()[1:]:
@@ -55,7 +55,7 @@ def _default(f: dataclasses.Field) -> str:
 
 def _type(f: dataclasses.Field) -> str:
     t = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-    enum = getattr(schema, t, None) or getattr(data_schema, t, None) or getattr(glue_schema, t, None)
+    enum = getattr(schema, t, None) or getattr(data_schema, t, None) or getattr(command_schema, t, None)
     if isinstance(enum, type) and issubclass(enum, Enum):
         return " \\| ".join(m.value for m in enum)
     return t.replace("|", "\\|")
@@ -102,24 +102,25 @@ def render() -> str:
             groups.append((f"{kind} ({name})", reg.get(name).config_cls))
     # plm-finetune: its own model and data groups, and one table per task config (GLUE tasks share one).
     groups += [
-        ("model (plm-finetune)", schema.BackboneSourceConfig),
-        ("data (plm-finetune)", schema.TaskDataConfig),
-        ("finetune (plm-finetune)", schema.FinetuneModeConfig),
+        ("model (plm-finetune)", command_schema.BackboneSourceConfig),
+        ("data (plm-finetune)", command_schema.TaskDataConfig),
+        ("finetune (plm-finetune)", command_schema.FinetuneModeConfig),
     ]
     tasks: dict[type, list[str]] = {}
     for name in registry.TASKS.names():
         tasks.setdefault(registry.TASKS.get(name).config_cls, []).append(name)
     groups += [(f"task ({', '.join(names)})", cls) for cls, names in tasks.items()]
     # plm-glue: its own data key and the suite's protocol (its other sections are plm-finetune's).
-    groups += [("data (plm-glue)", glue_schema.GlueDataConfig), ("glue (plm-glue)", glue_schema.GlueSuiteConfig)]
+    groups += [
+        ("data (plm-glue)", command_schema.GlueDataConfig),
+        ("glue (plm-glue)", command_schema.GlueSuiteConfig),
+    ]
     # plm-generate: top-level keys (checkpoint=PATH prompt=TEXT ...).
-    from plm_toolkit.commands.generate import GenerateConfig
-
-    groups.append(("plm-generate (top-level keys)", GenerateConfig))
-    groups.append(("plm-embed (top-level keys)", schema.EmbedConfig))
+    groups.append(("plm-generate (top-level keys)", command_schema.GenerateConfig))
+    groups.append(("plm-embed (top-level keys)", command_schema.EmbedConfig))
     for title, cls in groups:
         prefix = "" if title.startswith(("plm-generate", "plm-embed")) else title.split(" ")[0]
-        base = schema.TaskDataConfig if cls is glue_schema.GlueDataConfig else None
+        base = command_schema.TaskDataConfig if cls is command_schema.GlueDataConfig else None
         lines += [f"## {title}", "", *table(prefix, cls, base), ""]
         if cls is data_schema.DataConfig:
             lines += [

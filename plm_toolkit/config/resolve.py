@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from plm_toolkit.core.registry import MODELS, OBJECTIVES, TASKS
 from plm_toolkit.data.layouts.plan import DataPlan
-from plm_toolkit.data.sources.corpus import choice
+from plm_toolkit.data.tokenization.vocabulary_training import tokenizer_kind
 
 # The model config's vocabulary facts that the tokenizer decides when the preset leaves them null.
 VOCABULARY_KEYS = ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id")
@@ -37,12 +37,6 @@ def task_class(name: str) -> type:
     return entry.info.get("cls", entry.builder)
 
 
-def tokenizer_kind(cfg: DictConfig) -> str:
-    """data.tokenizer.kind with auto resolved to the model preset's vocabulary (model.tokenizer, else wordpiece)."""
-    kind = choice(cfg.data.tokenizer.kind)
-    return choice(cfg.model.get("tokenizer", "wordpiece")) if kind == "auto" else kind
-
-
 @dataclass(frozen=True)
 class ResolvedRun:
     # The data group with data.tokenizer.kind resolved.
@@ -57,7 +51,7 @@ def resolve_run(cfg: DictConfig) -> ResolvedRun:
     """The data group and the objective's data plan of a plm-train config, each phase's plan too; ConfigError when
     the objective cannot read the data as configured (validation reports it with the other problems). Validation
     resolves the config and hands the result to the run (``validate`` returns it), so this runs once."""
-    data = OmegaConf.merge(cfg.data, {"tokenizer": {"kind": tokenizer_kind(cfg)}})
+    data = OmegaConf.merge(cfg.data, {"tokenizer": {"kind": tokenizer_kind(cfg.data, cfg.model)}})
     objective = objective_class(cfg.objective.name)
     plan = objective.data_plan(cfg.objective, cfg.data, cfg.model)
     phase_plans = []
@@ -74,7 +68,7 @@ def saved_config(cfg: DictConfig, model_config: Any) -> dict:
     for key in VOCABULARY_KEYS:
         if key in saved["model"]:
             saved["model"][key] = getattr(model_config, key)
-    saved["data"]["tokenizer"]["kind"] = tokenizer_kind(cfg)
+    saved["data"]["tokenizer"]["kind"] = tokenizer_kind(cfg.data, cfg.model)
     return saved
 
 

@@ -30,7 +30,7 @@ from plm_toolkit.core.capabilities import CHARACTERS, SEGMENTS
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.names import did_you_mean, key_names
 from plm_toolkit.core.registry import MODELS, OBJECTIVES
-from plm_toolkit.data.layouts.plan import Layout
+from plm_toolkit.data.layouts.registry import layout_of
 from plm_toolkit.data.sources.user_files import not_a_file
 from plm_toolkit.data.store.given import KEYS, given_entries
 
@@ -105,11 +105,11 @@ def layout_problems(cfg: DictConfig, resolved: ResolvedRun | None) -> list[str]:
     """The objective's layout against the data preset, the length against the position table, and the phases."""
     m, o, d, t = cfg.model, cfg.objective, cfg.data, cfg.trainer
     out: list[str] = []
-    wanted = objective_class(o.name).natural_layout
+    reads_pairs = layout_of(objective_class(o.name).natural_layout).parallel_text
     parallel = "source_lang" in d
-    if wanted == Layout.parallel and not parallel:
+    if reads_pairs and not parallel:
         out.append(f"objective={o.name} trains on sentence pairs: set data=parallel (data.train_files=[corpus/train])")
-    elif parallel and wanted != Layout.parallel:
+    elif parallel and not reads_pairs:
         out.append(
             f"data=parallel holds sentence pairs, which objective={o.name} does not read; pick "
             "objective=translation or another data preset"

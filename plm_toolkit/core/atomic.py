@@ -1,4 +1,5 @@
-"""Folders written whole or not at all: checkpoints, plm-export's folders, plm-average's.
+"""Files and folders written whole or not at all: checkpoints, plm-export's folders, plm-average's, and every file a
+command or the data cache writes (``atomic_file``, ``write_text``).
 
 A folder is written under a temporary name beside its final place (``.tmp-<name>-<pid>``: the same file system, so
 the rename is atomic), its files are synced to disk, and only then is it renamed into place. A failure or an
@@ -8,6 +9,9 @@ removes once that process is gone.
 
     with atomic_folder(out) as tmp:      # out: absent, empty, or a folder this writer may replace
         write_everything_into(tmp)
+
+A file is written the same way, under ``.<name>.<pid>.tmp`` beside it: processes writing the same file (the ranks of
+a data-parallel run filling one cache) never share a temporary name, and a reader never sees half a file.
 """
 
 from __future__ import annotations
@@ -101,21 +105,6 @@ def atomic_folder(final: str | Path) -> Iterator[Path]:
         raise
 
 
-@contextmanager
-def atomic_file(final: str | Path) -> Iterator[Path]:
-    """A temporary path beside the file ``final`` to write; renamed to ``final`` when the block ends normally,
-    removed when it raises (a write that found no room: WriteError naming ``final``)."""
-    final = Path(final)
-    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-    try:
-        yield tmp
-        os.replace(tmp, final)
-    except BaseException as err:
-        tmp.unlink(missing_ok=True)
-        raise_no_room(err, final, written=False)
-        raise
-
-
 def raise_no_room(err: BaseException, final: Path, written: bool) -> None:
     """WriteError naming the output ``final`` (and the file, where known) when ``err`` is a write that found no room;
     the temporary path, the only one the error may hold, is gone by then. Returns otherwise."""
@@ -164,15 +153,32 @@ def save_safetensors(tensors: dict, path: str | Path, metadata: dict[str, str] |
     os.chmod(path, 0o666 & ~mask)
 
 
-def write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all: into a temporary file beside it, then one rename."""
-    path = Path(path)
-    tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
+@contextmanager
+def atomic_file(final: str | Path, sync: bool = False) -> Iterator[Path]:
+    """A temporary path beside ``final`` to write into; when the block ends normally it is renamed to ``final`` in one
+    step (``sync``: flushed to disk first, and the folder's entry after), when it raises it is removed and ``final``
+    is untouched (a write that found no room: WriteError naming ``final``)."""
+    final = Path(final)
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        yield tmp
+        if sync:
+            fsync(tmp)
+        os.replace(tmp, final)
+        if sync:
+            fsync(final.parent)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        raise_no_room(err, final, written=False)
+        raise
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_text(path: str | Path, text: str, sync: bool = False) -> None:
+    """Write ``text`` to ``path`` whole or not at all (``atomic_file``), as UTF-8."""
+    with atomic_file(path, sync) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 class _WriteRecorder:

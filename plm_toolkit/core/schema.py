@@ -7,13 +7,8 @@ words. Hydra rejects unknown keys and wrong types against these classes before `
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
 
 from plm_toolkit.core.choices import choices
-from plm_toolkit.core.data_schema import DataConfig, ParallelDataConfig
 
 OptimizerName = choices("OptimizerName", "adamw", "adam", "sgd", "lamb", "adafactor", "adagrad")
 Schedule = choices("Schedule", "linear", "cosine", "constant", "noam", "inverse_sqrt", "constant_then_inverse_sqrt")
@@ -23,8 +18,6 @@ Distributed = choices("Distributed", "auto", "none", "ddp", "fsdp")
 CompileMode = choices("CompileMode", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 OptimizerImplementation = choices("OptimizerImplementation", "auto", "fused", "foreach", "for_loop")
 Backend = choices("Backend", "auto", "nccl", "gloo")
-FinetuneMode = choices("FinetuneMode", "full", "features")
-EmbedLayers = choices("EmbedLayers", "all", "top", "average")
 ResumeChanges = choices("ResumeChanges", "refuse", "accept")
 EvalStrategy = choices("EvalStrategy", "steps", "epoch")
 
@@ -253,97 +246,3 @@ class RecipeConfig:
     # A continued-pretraining recipe (experiment=dapt, experiment=tapt): model.checkpoint is required, and the
     # recipe's objective is trained over the checkpoint's own, as objective= on the command line would be.
     continues_checkpoint: bool = False
-
-
-@dataclass
-class TrainConfig:
-    model: Any = MISSING
-    objective: Any = MISSING
-    data: DataConfig = MISSING
-    optimizer: OptimizerConfig = MISSING
-    hardware: HardwareConfig = MISSING
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    recipe: RecipeConfig = field(default_factory=RecipeConfig)
-
-
-@dataclass
-class BackboneSourceConfig:
-    # The pretrained backbone: a plm-train checkpoint (checkpoints/step_N, checkpoints/last or a run directory)
-    # or a local Hugging Face folder (config.json, weights, tokenizer); a fine-tuned one's task head (a Hugging Face
-    # folder's, or a plm-finetune run's whole task module) starts the task's where it computes the same thing
-    # (docs/fine-tuning.md).
-    checkpoint: str = MISSING
-    # Dropout of the backbone while fine-tuning (every dropout module); null keeps the checkpoint's.
-    dropout: float | None = None
-
-
-@dataclass
-class TaskDataConfig:
-    # Training file in the task's official format (SQuAD JSON, GLUE TSV, CoNLL columns, ...; a classification or
-    # seq2seq table may also be CSV, JSONL or Parquet); not needed to evaluate only (trainer.epochs=0).
-    train_file: str | None = None
-    # Evaluation file in the same format; null trains without evaluating.
-    validation_file: str | None = None
-    # Tokens per sequence, special tokens included (SQuAD: 384 in the BERT paper).
-    max_seq_len: int = 128
-    # Use only the first N training examples (rows, questions or sentences); null uses all.
-    max_train_samples: int | None = None
-    # Use only the first N evaluation examples; null uses all.
-    max_eval_samples: int | None = None
-    # Data-loader worker processes (0 loads in the training process).
-    num_workers: int = 0
-
-
-@dataclass
-class FinetuneModeConfig:
-    # full: train the whole backbone with the task's head (BERT's fine-tuning); features: freeze the backbone and
-    # train a scalar mix of its layers, a biLSTM task encoder and the head (ELMo's use, BERT section 5.3).
-    mode: FinetuneMode = FinetuneMode.full
-    # features only: width of each direction of the task biLSTM (BERT section 5.3: 768, two layers).
-    encoder_hidden_size: int = 256
-    # features only: layers of the task biLSTM.
-    encoder_layers: int = 2
-    # features only: dropout on the mixed features and between the biLSTM's layers (allennlp's ELMo: 0.5).
-    dropout: float = 0.5
-
-
-@dataclass
-class FinetuneConfig:
-    model: BackboneSourceConfig = field(default_factory=BackboneSourceConfig)
-    task: Any = MISSING
-    # How much of the model trains: all of it, or a task encoder over the frozen backbone's layers.
-    finetune: FinetuneModeConfig = field(default_factory=FinetuneModeConfig)
-    data: TaskDataConfig = field(default_factory=TaskDataConfig)
-    optimizer: OptimizerConfig = MISSING
-    hardware: HardwareConfig = MISSING
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-
-
-@dataclass
-class EmbedConfig:
-    # The model: a plm-train checkpoint or run directory, a local Hugging Face folder, or a bilm-tf folder
-    # (*options.json + *weights*.hdf5, a released ELMo).
-    checkpoint: str = MISSING
-    # UTF-8 text, one whitespace-tokenized sentence per line (no blank lines).
-    input_file: str = MISSING
-    # Where to write: .hdf5 / .h5 (allennlp's elmo layout, written as it goes) or .safetensors (held in memory).
-    output_file: str = MISSING
-    # all: every layer, (layers, words, dim) per line; top: the last layer, (words, dim); average: their mean.
-    layers: EmbedLayers = EmbedLayers.all
-    # Sentences per forward pass (ELMo carries its LSTM states from one batch to the next, as the original does).
-    batch_size: int = 64
-    # Where to run: auto picks cuda when a GPU is visible, else cpu.
-    device: Device = Device.auto
-    # Show a tqdm progress bar over the lines.
-    progress_bar: bool = True
-
-
-def register_schemas() -> None:
-    cs = ConfigStore.instance()
-    cs.store(name="train_schema", node=TrainConfig)
-    cs.store(name="finetune_schema", node=FinetuneConfig)
-    cs.store(name="embed_schema", node=EmbedConfig)
-    cs.store(group="schema/data", name="data", node=DataConfig)
-    cs.store(group="schema/data", name="parallel", node=ParallelDataConfig)
-    cs.store(group="schema/optimizer", name="optimizer", node=OptimizerConfig)
-    cs.store(group="schema/hardware", name="hardware", node=HardwareConfig)

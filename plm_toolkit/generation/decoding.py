@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
+from plm_toolkit.core.command_schema import DecodingOptions
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.nn.positions import position_ids
 
@@ -38,28 +39,6 @@ class Decoder(Protocol):
     def step(self, tokens: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]: ...
 
     def reorder(self, state: Any, index: torch.Tensor) -> Any: ...
-
-
-@dataclass
-class DecodingOptions:
-    # Tokens to generate after each prompt, at most (fewer where a row produces the end-of-text token).
-    max_new_tokens: int = 32
-    # Makes the limit relative to each row's input: max_new_tokens + max_length_a x the row's input length
-    # (fairseq's max_len_a x source length + max_len_b; the Transformer decodes up to the source length + 50).
-    max_length_a: float = 0.0
-    # Sample the next token; false takes the most likely one (greedy search, or beam search with num_beams > 1).
-    do_sample: bool = False
-    # Divide the logits by this before sampling (below 1 sharper, above 1 flatter); must be positive.
-    temperature: float = 1.0
-    # Sample among the k most likely tokens only; 0 keeps all.
-    top_k: int = 0
-    # Sample from the smallest set of tokens whose probabilities reach top_p (nucleus sampling); in (0, 1].
-    top_p: float = 1.0
-    # Beams of beam search (1: greedy search or sampling).
-    num_beams: int = 1
-    # Beam search's GNMT length penalty alpha (Wu et al. 2016, eq. 14): hypotheses are ranked by
-    # log p / ((5 + length) / 6)^alpha; 0 ranks by log p alone.
-    length_penalty: float = 0.0
 
 
 @dataclass

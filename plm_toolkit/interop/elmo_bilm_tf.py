@@ -28,7 +28,7 @@ from tokenizers import Tokenizer
 from plm_toolkit.core.errors import CheckpointError, ConfigError
 from plm_toolkit.data.tokenization.characters import NUM_CHARACTER_IDS
 from plm_toolkit.data.tokenization.word_vocabulary import read_bilm_vocab, word_tokenizer, write_bilm_vocab
-from plm_toolkit.interop.pretrained import CheckpointFormat, register_format
+from plm_toolkit.interop.checkpoint_reader import CheckpointFormat, register_format
 from plm_toolkit.models.elmo import CnnActivation, Elmo, ElmoConfig
 
 OPTIONS_FILE, WEIGHTS_FILE, VOCAB_FILE = "options.json", "weights.hdf5", "vocab.txt"

@@ -43,11 +43,6 @@ ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "ge
 ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
 
 
-def choice(value: Any) -> str:
-    """The string of a str-valued Enum (config choices) or of a plain string."""
-    return getattr(value, "value", value)
-
-
 @dataclass
 class HFImport:
     # Our config, read from config.json.

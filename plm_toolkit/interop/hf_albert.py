@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
+from plm_toolkit.core.choices import choice
 from plm_toolkit.core.errors import CheckpointError
-from plm_toolkit.interop.hf import ADAPTERS, ExportPart, choice
+from plm_toolkit.interop.hf import ADAPTERS, ExportPart
 from plm_toolkit.interop.hf_bert import EncoderAdapter, encoder_task_heads, mlm_head
 from plm_toolkit.models.albert import AlbertConfig, Sharing
 

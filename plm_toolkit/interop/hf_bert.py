@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from plm_toolkit.core.choices import choice
 from plm_toolkit.core.data_schema import TokenizerKind
 from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.core.registry import MODELS
@@ -38,7 +39,6 @@ from plm_toolkit.interop.hf import (
     Adapter,
     ExportPart,
     HFImport,
-    choice,
     config_values,
     drop_tied,
     some,

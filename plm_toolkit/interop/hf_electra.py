@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from plm_toolkit.core.choices import choice
 from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.interop.hf import (
     ADAPTERS,
@@ -29,7 +30,6 @@ from plm_toolkit.interop.hf import (
     ExportPart,
     HFImport,
     check_shapes,
-    choice,
     objective_shapes,
     read_json,
     read_weights,

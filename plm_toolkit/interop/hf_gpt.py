@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from plm_toolkit.core.choices import choice
 from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.interop.hf import (
     ACT_FROM_HF,
@@ -43,7 +44,6 @@ from plm_toolkit.interop.hf import (
     ExportPart,
     HFImport,
     activation_from_hf,
-    choice,
     config_values,
     drop_tied,
     some,

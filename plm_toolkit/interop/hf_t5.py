@@ -33,8 +33,9 @@ from typing import Any
 
 import torch
 
+from plm_toolkit.core.choices import choice
 from plm_toolkit.core.errors import CheckpointError
-from plm_toolkit.interop.hf import ADAPTERS, Adapter, ExportPart, HFImport, choice, config_values, take
+from plm_toolkit.interop.hf import ADAPTERS, Adapter, ExportPart, HFImport, config_values, take
 from plm_toolkit.interop.hf_tokenizer import WITHOUT_TOKEN_TYPES, TokenizerLayout
 from plm_toolkit.models.t5 import T5Config
 

@@ -38,8 +38,9 @@ from typing import Any
 
 import torch
 
+from plm_toolkit.core.choices import choice
 from plm_toolkit.core.errors import CheckpointError
-from plm_toolkit.interop.hf import ADAPTERS, Adapter, ExportPart, HFImport, choice, some
+from plm_toolkit.interop.hf import ADAPTERS, Adapter, ExportPart, HFImport, some
 from plm_toolkit.interop.hf_heads import HeadLayout, linear_keys, unmapped
 from plm_toolkit.interop.hf_tokenizer import TokenizerLayout
 from plm_toolkit.models.xlnet import XLNetConfig

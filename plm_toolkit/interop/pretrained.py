@@ -5,42 +5,32 @@ registers (``register_format``: ELMo's bilm-tf folders).
     loaded = load_backbone("/models/all-MiniLM-L6-v2")           # Hugging Face: config.json + weights
     lm = load_language_model("runs/gpt2/checkpoints/last")       # + the LM head, for generation
 
-A ``plm-train`` checkpoint is rebuilt through the model registry from the ``model`` section of its
-``config.yaml`` (a fine-tuned checkpoint keeps the backbone's under ``backbone``). A Hugging Face folder goes
-through ``interop/hf.py``'s ``import_hf``, which dispatches on ``config.json``'s ``model_type`` to the family's
-adapter; nothing here names a family.
+The folder is read by ``interop/checkpoint_reader.py``'s ``read_checkpoint``, whatever its kind; this module
+takes from it what a command needs: the backbone and its tokenizer (with a fine-tuned checkpoint's task head), or a
+model that generates with its objective's LM head.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import torch
-import yaml
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 from tokenizers import Tokenizer
 from torch import nn
 
-from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core import registry
-from plm_toolkit.core.catalog import load_all
 from plm_toolkit.core.errors import CheckpointError, ConfigError
-from plm_toolkit.core.weights import check_values, load_weights
-from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, vocab_from_tokenizer
-from plm_toolkit.data.tokenization.vocabulary_files import vocabulary_size
-from plm_toolkit.interop.config_check import check_model_config
+from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
+from plm_toolkit.interop.checkpoint_reader import (
+    Checkpoint,
+    read_checkpoint,
+)
 from plm_toolkit.interop.finetuned_head import read_finetuned_head
-from plm_toolkit.interop.hf import SAFETENSORS_FILE, TORCH_FILE, HFImport, import_hf
 from plm_toolkit.interop.hf_heads import TaskHead
-from plm_toolkit.interop.tokenizer_roles import check_tokenizer_roles
 from plm_toolkit.models.base import ENCODER_DECODER, GENERATIVE
 
 log = logging.getLogger("plm_toolkit")
@@ -58,128 +48,6 @@ class LoadedBackbone:
     task_head: TaskHead | None = None
     # Backbone keys the checkpoint lacks, which hold a fresh init (the pooler of a token classifier's folder).
     initialized_keys: list[str] = dataclasses.field(default_factory=list)
-
-
-def import_hf_backbone(folder: Path, **options) -> tuple[nn.Module, Path, HFImport]:
-    """The backbone of a local Hugging Face folder with its weights, its tokenizer file and the import. Values that
-    do not make a model (heads that do not divide the width, a word where a number belongs) are reported against
-    config.json."""
-    with _inconsistent(folder / "config.json"):
-        imported = import_hf(folder, **options)
-        config = imported.model_config
-        OmegaConf.structured(config)  # checks every value against the config's types
-        model = registry.MODELS.get(config.name).builder(config)
-    if imported.tokenizer_file is None:
-        raise CheckpointError(
-            f"{folder}: no tokenizer.json (a released XLNet folder may hold only spiece.model); save one with "
-            "transformers' <Family>TokenizerFast(...).save_pretrained(folder)"
-        )
-    weights = folder / (SAFETENSORS_FILE if (folder / SAFETENSORS_FILE).is_file() else TORCH_FILE)
-    check_values(weights, imported.model_state, model, imported.source_keys)
-    model.load_state_dict(imported.model_state)
-    return model, imported.tokenizer_file, imported
-
-
-@contextmanager
-def _inconsistent(path: Path):
-    """Errors that building a model from a saved config raises, as one CheckpointError naming that file."""
-    try:
-        yield
-    except (ConfigError, ValueError, TypeError, OmegaConfBaseException) as err:
-        if isinstance(err, CheckpointError):
-            raise
-        detail = " ".join(str(err).split("\n")[0].split())
-        key = getattr(err, "full_key", None)
-        raise CheckpointError(f"{path}: inconsistent config ({f'{key}: ' if key else ''}{detail})") from None
-
-
-@dataclass(frozen=True)
-class CheckpointFormat:
-    """A checkpoint format other than plm-train's and Hugging Face's (bilm-tf's ELMo), registered by its family's
-    adapter module with ``register_format``."""
-
-    name: str
-    # What a folder of this format holds, for messages.
-    description: str
-    # Whether ``path`` holds this format.
-    detect: Callable[[Path], bool]
-    # The backbone with its weights, and its tokenizer.
-    load: Callable[[Path], tuple[nn.Module, Tokenizer]]
-    # The objective its heads belong to and their state where the folder has them (plm-train model.checkpoint).
-    heads: Callable[[Path], tuple[str, dict[str, torch.Tensor]]] | None = None
-
-
-FORMATS: list[CheckpointFormat] = []
-
-
-def register_format(fmt: CheckpointFormat) -> None:
-    FORMATS.append(fmt)
-
-
-def model_config_of(checkpoint_dir: Path):
-    """The typed backbone config saved in a checkpoint's config.yaml."""
-    load_all()
-    path = checkpoint_dir / ckpt.CONFIG_FILE
-    saved = read_config_yaml(path)
-    section = saved.get("backbone") or saved.get("model")
-    if section is None or "name" not in section:
-        raise CheckpointError(f"{path}: no model section with a family name; is this a plm-train checkpoint?")
-    if section.name not in registry.MODELS:
-        raise CheckpointError(
-            f"{path}: model.name={section.name} is not a known family; known: {', '.join(registry.MODELS.names())}"
-        )
-    schema = OmegaConf.structured(registry.MODELS.get(section.name).config_cls)
-    with _inconsistent(path):
-        config = OmegaConf.to_object(OmegaConf.merge(schema, section))
-    return check_model_config(config, path)
-
-
-def read_config_yaml(path: Path) -> DictConfig:
-    """A checkpoint's config.yaml; a file that is not a YAML mapping is named with its line and column."""
-    try:
-        saved = OmegaConf.load(path)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise CheckpointError(f"{path}{where}: not valid YAML ({problem})") from None
-    except UnicodeDecodeError as err:
-        raise CheckpointError(f"{path}: not UTF-8 text (byte {err.start}); expected a YAML mapping") from None
-    except OSError as err:
-        if err.strerror is None:  # OmegaConf's own refusal of a scalar document: "Invalid loaded object type: int"
-            raise CheckpointError(f"{path}: {err}; expected a mapping with a model section") from None
-        raise CheckpointError(f"{path}: unreadable ({err.strerror})") from None
-    if not isinstance(saved, DictConfig):
-        raise CheckpointError(f"{path}: expected a mapping with a model section; is this a plm-train checkpoint?")
-    return saved
-
-
-def load_plm_checkpoint(checkpoint_dir: Path) -> tuple[nn.Module, Path]:
-    config = model_config_of(checkpoint_dir)
-    with _inconsistent(checkpoint_dir / ckpt.CONFIG_FILE):
-        model = registry.MODELS.get(config.name).builder(config)
-    load_weights(model, checkpoint_dir / ckpt.MODEL_FILE)
-    tokenizer = checkpoint_dir / ckpt.TOKENIZER_FILE
-    if not tokenizer.is_file():
-        raise CheckpointError(f"{checkpoint_dir}: no {ckpt.TOKENIZER_FILE}; the checkpoint needs its tokenizer")
-    check_vocabulary(model, load_tokenizer(tokenizer), tokenizer)
-    return model, tokenizer
-
-
-def check_vocabulary(model: nn.Module, tokenizer: Tokenizer, tokenizer_file: Path) -> None:
-    """Refuse a tokenizer with more ids than the model has embedding rows: its higher ids would index outside them
-    (a tokenizer.json from another checkpoint). Fewer is fine: vocabularies are often padded to a round size."""
-    try:
-        rows = model.input_embeddings.num_embeddings
-    except (NotImplementedError, AttributeError):  # ELMo reads characters; adaptive embeddings have no one table
-        return
-    size = vocabulary_size(tokenizer)
-    if size > rows:
-        raise CheckpointError(
-            f"{tokenizer_file}: {size} tokens, but the model's word embeddings have {rows} rows; expected at most "
-            f"{rows} (the tokenizer of the checkpoint these weights came from)"
-        )
-    check_tokenizer_roles(getattr(getattr(model, "config", None), "name", ""), tokenizer, tokenizer_file)
 
 
 def with_dropout(model: nn.Module, dropout: float) -> nn.Module:
@@ -201,38 +69,16 @@ def load_backbone(path: str | Path, dropout: float | None = None, with_task_head
     (``interop/finetuned_head.py``), comes along ``with_task_head`` (the task decides on it:
     ``tasks/checkpoint_head.py``); otherwise a Hugging Face folder's gets one warning line that it goes unused, and a
     plm-finetune run's objective.safetensors is not read."""
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise CheckpointError(f"model.checkpoint={path}: no such file or directory")
-    load_all()  # the families' adapters register their formats
-    step_dir = ckpt.plm_checkpoint_dir(path)
-    tokenizer, imported = None, None
-    other = next((fmt for fmt in FORMATS if fmt.detect(path)), None)
-    if step_dir is not None:
-        model, tokenizer_file, source, kind = *load_plm_checkpoint(step_dir), step_dir, "plm_train"
-    elif (path / "config.json").is_file():
-        model, tokenizer_file, imported = import_hf_backbone(path)
-        source, kind = path, f"hf:{json.loads((path / 'config.json').read_text()).get('model_type')}"
-    elif other is not None:
-        (model, tokenizer), source, kind = other.load(path), path, other.name
-    else:
-        kinds = [
-            f"a plm-train checkpoint ({ckpt.MODEL_FILE} + {ckpt.CONFIG_FILE})",
-            "a Hugging Face folder (config.json)",
-        ]
-        kinds += [fmt.description for fmt in FORMATS]
-        raise CheckpointError(f"model.checkpoint={path}: not {', '.join(kinds[:-1])} or {kinds[-1]}")
+    found = read_checkpoint(path)
+    model, tokenizer, imported = found.model, found.tokenizer, found.imported
     if dropout is not None:
         with_dropout(model, dropout)
-    if tokenizer is None:
-        tokenizer = load_tokenizer(tokenizer_file)
-        check_vocabulary(model, tokenizer, tokenizer_file)
     # A tokenizer.json may carry the truncation and padding its creator used; tasks build their own windows.
     tokenizer.no_truncation()
     tokenizer.no_padding()
-    loaded = LoadedBackbone(model, tokenizer, source, kind)
-    if step_dir is not None and with_task_head:
-        loaded.task_head = read_finetuned_head(step_dir, read_config_yaml(step_dir / ckpt.CONFIG_FILE), model)
+    loaded = LoadedBackbone(model, tokenizer, found.source, found.kind)
+    if found.saved is not None and with_task_head:
+        loaded.task_head = read_finetuned_head(found.source, found.saved, model)
     if imported is not None:
         loaded.initialized_keys = list(imported.initialized_keys)
         loaded.task_head = imported.task_head if with_task_head else None
@@ -255,63 +101,29 @@ class LoadedLanguageModel:
 def load_language_model(path: str | Path) -> LoadedLanguageModel:
     """A backbone that can generate, with the LM head of its objective, from a plm-train checkpoint or a Hugging
     Face folder. A bidirectional family is refused in one line (BERT cannot generate)."""
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise CheckpointError(f"checkpoint={path}: no such file or directory")
-    step_dir = ckpt.plm_checkpoint_dir(path)
-    if step_dir is not None:
-        model, tokenizer_file = load_plm_checkpoint(step_dir)
-        saved = read_config_yaml(step_dir / ckpt.CONFIG_FILE)
-        section = saved.get("objective")
-        name = section.name if section is not None and "name" in section else None
-        load_state = partial(_load_objective_file, step_dir / ckpt.OBJECTIVE_FILE)
-        objective_config = typed_objective_config(name, section) if name in registry.OBJECTIVES else None
-        source, kind = step_dir, "plm_train"
-    elif (path / "config.json").is_file():
-        model, tokenizer_file, imported = import_hf_backbone(path)
-        name, state = imported.objective, imported.objective_state
-        load_state = (lambda objective: objective.load_state_dict(state)) if state else (lambda objective: None)
-        objective_config = registry.OBJECTIVES.get(name).config_cls(**imported.objective_overrides)
-        source, kind = path, f"hf:{json.loads((path / 'config.json').read_text()).get('model_type')}"
-    else:
-        raise CheckpointError(
-            f"checkpoint={path}: neither a plm-train checkpoint ({ckpt.MODEL_FILE} + {ckpt.CONFIG_FILE}) nor a "
-            "Hugging Face folder (config.json)"
-        )
+    found = read_checkpoint(path, key="checkpoint")
+    model, tokenizer = found.model, found.tokenizer
     if not type(model).capabilities & GENERATIVE:
         able = [n for n in registry.MODELS.names() if registry.MODELS.get(n).builder.capabilities & GENERATIVE]
         raise ConfigError(
             f"model={model.config.name} is bidirectional: it cannot generate text; plm-generate needs a causal or "
             f"encoder-decoder model ({', '.join(able)})"
         )
-    tokenizer = load_tokenizer(tokenizer_file)
-    check_vocabulary(model, tokenizer, tokenizer_file)
     tokenizer.no_truncation()
     tokenizer.no_padding()
-    head = _lm_head(model, name, objective_config, load_state, vocab_from_tokenizer(tokenizer), source)
-    return LoadedLanguageModel(model.eval(), head, tokenizer, source, kind)
+    head = _lm_head(model, found, vocab_from_tokenizer(tokenizer))
+    return LoadedLanguageModel(model.eval(), head, tokenizer, found.source, found.kind)
 
 
-def typed_objective_config(name: str, section):
-    schema = OmegaConf.structured(registry.OBJECTIVES.get(name).config_cls)
-    return OmegaConf.to_object(OmegaConf.merge(schema, section))
-
-
-def _load_objective_file(path: Path, objective: nn.Module) -> None:
-    """A plm-train checkpoint's objective.safetensors into ``objective``, checked as the model's weights are (every
-    tensor present, none extra, finite); an objective without parameters may come without the file."""
-    if path.is_file() or any(True for _ in objective.parameters()):
-        load_weights(objective, path)
-
-
-def _lm_head(model: nn.Module, name: str | None, objective_config, load_state, vocab, source: Path):
-    """The next-token scorer: the objective's (``next_token_logits``), else an encoder-decoder's own output layer
-    (``logits``: a translation run, a fine-tuned seq2seq checkpoint), else, for a family whose LM head is the tied
-    embedding alone (GPT), that embedding."""
-    if name in registry.OBJECTIVES and objective_config is not None:
+def _lm_head(model: nn.Module, found: Checkpoint, vocab):
+    """The next-token scorer: the checkpoint's objective's (``next_token_logits``), else an encoder-decoder's own
+    output layer (``logits``: a translation run, a fine-tuned seq2seq checkpoint), else, for a family whose LM head is
+    the tied embedding alone (GPT), that embedding."""
+    name, objective_config = found.objective, found.objective_config()
+    if objective_config is not None:
         objective = registry.OBJECTIVES.get(name).builder(objective_config, model, vocab)
         if hasattr(objective, "next_token_logits"):
-            load_state(objective)
+            found.load_objective(objective)
             objective.eval()
             return lambda hidden: objective.next_token_logits(model, hidden)
     if ENCODER_DECODER in type(model).capabilities:
@@ -319,6 +131,6 @@ def _lm_head(model: nn.Module, name: str | None, objective_config, load_state, v
     if not getattr(type(model), "lm_head_bias", True):
         return lambda hidden: torch.nn.functional.linear(hidden, model.input_embeddings.weight)
     raise CheckpointError(
-        f"{source}: no language-model head (objective {name or 'none'}); generate from a checkpoint trained with "
+        f"{found.source}: no language-model head (objective {name or 'none'}); generate from a checkpoint trained with "
         "objective=clm"
     )

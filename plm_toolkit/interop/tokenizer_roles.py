@@ -4,15 +4,11 @@ a BERT folder sends every text in without [CLS] or [SEP], BERT's WordPiece in a 
 [CLS] the weights never saw. Fine-tuned, embedded, exported or generated from, the model gives results that look
 like a model's and are not. The template of one text is checked against the family's.
 
-The families' own templates of one text (what plm-train trains with data.tokenizer.kind=auto, what interop reads
-from a Hugging Face folder):
-
-- encoders: BERT, ELECTRA, ALBERT, ERNIE ``[CLS] A [SEP]``, RoBERTa ``<s> A </s>``, XLNet ``A [SEP] [CLS]``;
-- GPT, GPT-2 ``A <|endoftext|>`` (gpt2_bpe; GPT-2's tokenizer.json and vocab.json, and a causal export, load with
-  it); openai-gpt's tokenizer.json ``A``; T5 ``A </s>`` (t5_unigram and released T5); the Transformer
-  ``<s> A </s>`` (bpe);
-- Transformer-XL ``[CLS] A [SEP]`` (auto is wordpiece) or ``<S> A </S>`` (word, the WikiText-103 recipe), ELMo
-  ``<S> A </S>``: either way a special token comes first, so neither is checked.
+Each family's class says what its tokenizer must do (``summary_token`` and ``summary_position`` for the encoders, which
+read a text's summary from a special token: BERT's ``[CLS] A [SEP]``, XLNet's ``A [SEP] [CLS]``; ``text_template`` for
+the causal and encoder-decoder families, which read a text from its first token: GPT-2's ``A <|endoftext|>``, the
+Transformer's ``<s> A </s>``). Transformer-XL and ELMo say neither: whichever their tokenizer, a special token comes
+first.
 
 A plm-train run may train a GPT, T5 or Transformer over any kind (a character-level GPT: ``[CLS] A [SEP]``), which
 no template tells from a swapped file: a checkpoint whose config.yaml says its run chose its tokenizer keeps it, and so
@@ -21,32 +17,19 @@ does a Hugging Face folder whose tokenizer_config.json names the token before th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import yaml
 from tokenizers import Tokenizer
 
+from plm_toolkit.config.resolve import model_class
+from plm_toolkit.core.catalog import load_all
+from plm_toolkit.core.choices import choice
 from plm_toolkit.core.errors import CheckpointError
+from plm_toolkit.core.registry import MODELS
 from plm_toolkit.data.tokenization.template import template_of
-
-# Family -> (where its summary token goes, what it is called): the encoders read a text's summary from a special
-# token before it ([CLS], RoBERTa's <s>); XLNet from one after it (<cls>).
-_SUMMARY = {
-    "bert": ("first", "[CLS] (or <s>)"),
-    "albert": ("first", "[CLS]"),
-    "electra": ("first", "[CLS]"),
-    "ernie": ("first", "[CLS]"),
-    "xlnet": ("last", "<cls>"),
-}
-# Family -> (the special tokens its own template may put before a text, that template, its data.tokenizer.kind=auto):
-# the causal and encoder-decoder families read a text from its first token.
-_TEXT_FIRST = {
-    "gpt": ((), "A <|endoftext|>", "gpt2_bpe"),
-    "gpt2": ((), "A <|endoftext|>", "gpt2_bpe"),
-    "t5": ((), "A </s>", "t5_unigram"),
-    "transformer": (("<s>",), "<s> A </s>", "bpe"),
-}
 
 
 def check_tokenizer_roles(family: str, tokenizer: Tokenizer, tokenizer_file: Path) -> None:
@@ -55,19 +38,22 @@ def check_tokenizer_roles(family: str, tokenizer: Tokenizer, tokenizer_file: Pat
     token, puts a special token before the text that the family's own tokenizer does not."""
     pieces = template_of(tokenizer, pair=False).pieces
     shown = " ".join(p if p in ("A", "B") else str(tokenizer.id_to_token(p)) for p, _ in pieces)
-    if family in _SUMMARY:
-        where, token = _SUMMARY[family]
+    load_all()
+    family_class = model_class(family) if family in MODELS else None
+    if family_class is not None and family_class.summary_token is not None:
+        where, token = family_class.summary_position, family_class.summary_token
         if pieces[0 if where == "first" else -1][0] not in ("A", "B"):
             return
         side = "before" if where == "first" else "after"
         problem = f"with no {token} {side} it where model={family} reads a text's summary"
-    elif family in _TEXT_FIRST:
-        allowed, own, kind = _TEXT_FIRST[family]
+    elif family_class is not None and family_class.text_template is not None:
+        own = family_class.text_template
         first = pieces[0][0]
         if first in ("A", "B"):
             return
         token = tokenizer.id_to_token(first)
-        if token in allowed or _chosen_by_its_run(tokenizer_file, kind, token):
+        before = own.split()[: own.split().index("A")]  # what the family's own template puts before a text
+        if token in before or _chosen_by_its_run(tokenizer_file, _auto_kind(family), token):
             return
         problem = (
             f"with {token} before it where model={family} reads a text from its first token "
@@ -79,6 +65,12 @@ def check_tokenizer_roles(family: str, tokenizer: Tokenizer, tokenizer_file: Pat
         f"{tokenizer_file}: wraps a text as '{shown}', {problem}; this tokenizer does not belong to these weights "
         "(give the tokenizer.json of the checkpoint they came from)"
     )
+
+
+def _auto_kind(family: str) -> str:
+    """The tokenizer kind ``data.tokenizer.kind=auto`` trains for ``family``: its config's ``tokenizer`` default."""
+    fields = {f.name: f for f in dataclasses.fields(MODELS.get(family).config_cls)}
+    return choice(fields["tokenizer"].default)
 
 
 def _chosen_by_its_run(tokenizer_file: Path, own_kind: str, first: str) -> bool:

@@ -69,5 +69,7 @@ def shared_encoder(config: AlbertConfig) -> BertEncoder:
 class Albert(Bert):
     """Bert's forward over a shared encoder; ``embeddings_project`` is HF's ``embedding_hidden_mapping_in``."""
 
+    summary_token = "[CLS]"
+
     def build_encoder(self, config: AlbertConfig) -> nn.Module:
         return shared_encoder(config)

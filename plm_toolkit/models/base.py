@@ -60,6 +60,30 @@ def check_vocab_size(config: Any) -> None:
         raise ConfigError("model.vocab_size is null; set it or let the trainer take it from the tokenizer")
 
 
+class FamilyConfig:
+    """Base of every family's config dataclass (``@dataclass class BertConfig(FamilyConfig)``): the fields every family
+    has, with their meaning written once. They come after the family's own fields (a dataclass base's would come
+    first), so that a family's keys keep their order in its presets, its checkpoints' config.yaml and
+    docs/configuration.md."""
+
+    # plm-train: continue pretraining from these weights (a local Hugging Face folder, a plm-train checkpoint or
+    # run directory, a bilm-tf folder); the family and every architecture field come from it, and its tokenizer is
+    # used as is (docs/pretraining-and-data.md). null: fresh weights. The families ignore it.
+    checkpoint: str | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # The family declares the shared fields as its own last ones (unless a dataclass it extends has them), so
+        # that @dataclass, which runs after this, puts them after the family's fields.
+        super().__init_subclass__(**kwargs)
+        inherited = {name for base in cls.__mro__[1:] for name in getattr(base, "__dataclass_fields__", {})}
+        own = dict(cls.__dict__.get("__annotations__", {}))
+        for name, kind in FamilyConfig.__annotations__.items():
+            if name not in inherited and name not in own:
+                own[name] = kind
+                setattr(cls, name, getattr(FamilyConfig, name))
+        cls.__annotations__ = own
+
+
 class Backbone(nn.Module):
     """Base class of every model family.
 
@@ -80,6 +104,13 @@ class Backbone(nn.Module):
     # Where the sequence-summary token sits, for fine-tuning heads when there is no pooled vector: "first"
     # ([CLS], the BERT family) or "last" (XLNet puts <cls> at the end, a causal model sees everything only there).
     summary_position: ClassVar[str] = "first"
+    # What a checkpoint's tokenizer must do for these weights (interop/tokenizer_roles.py checks its template of one
+    # text): put the special token the family reads a text's summary from at summary_position (``summary_token``,
+    # its name for messages: "[CLS]"), or, for a family that reads a text from its first token, put no special token
+    # before the text but those of the family's own template of one text (``text_template``: "<s> A </s>", that of
+    # the tokenizer kind its config's ``tokenizer`` field defaults to). None of either: not checked.
+    summary_token: ClassVar[str | None] = None
+    text_template: ClassVar[str | None] = None
     # Whether the family's language-model output layer has a bias of its own (Transformer-XL's does; GPT's decoder
     # is the input embedding alone): the causal LM objective follows it, so its checkpoints export exactly.
     lm_head_bias: ClassVar[bool] = True

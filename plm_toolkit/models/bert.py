@@ -26,6 +26,7 @@ from plm_toolkit.models.base import (
     POOLER,
     SEGMENTS,
     Backbone,
+    FamilyConfig,
     Representations,
     check_heads,
     check_vocab_size,
@@ -38,7 +39,7 @@ from plm_toolkit.nn.layers import TransformerLayer
 
 
 @dataclass
-class BertConfig:
+class BertConfig(FamilyConfig):
     # Registry name of the family.
     name: str = "bert"
     # Rows of the token embedding; null takes the tokenizer's size (the trainer fills it in before building).
@@ -79,10 +80,6 @@ class BertConfig:
     # Activation of the masked-LM head's transform; null = hidden_act (BERT's and ALBERT's heads). RoBERTa's and
     # ELECTRA's released heads use the exact gelu whatever hidden_act is, so their presets set gelu.
     head_act: HiddenAct | None = None
-    # plm-train: continue pretraining from these weights (a local Hugging Face folder, a plm-train checkpoint or
-    # run directory, a bilm-tf folder); the family and every architecture field come from it, and its tokenizer is
-    # used as is (docs/pretraining-and-data.md). null: fresh weights. The families ignore it.
-    checkpoint: str | None = None
 
 
 def encoder_layer(config: BertConfig) -> TransformerLayer:
@@ -156,6 +153,8 @@ def build_projection(config: BertConfig) -> nn.Linear | None:
 @MODELS.register("bert", BertConfig)
 class Bert(Backbone):
     capabilities = frozenset({BIDIRECTIONAL, SEGMENTS, POOLER})
+    # RoBERTa is a BERT preset: its <s> stands where BERT's [CLS] does.
+    summary_token = "[CLS] (or <s>)"
     # ELECTRA's discriminator has no pooler: its fine-tuning heads read the [CLS] state themselves.
     has_pooler = True
 

@@ -28,4 +28,5 @@ class Electra(Bert):
     """No pooler: ELECTRA's classification heads read the first position's hidden state themselves."""
 
     capabilities = frozenset({BIDIRECTIONAL, SEGMENTS})
+    summary_token = "[CLS]"
     has_pooler = False

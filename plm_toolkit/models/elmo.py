@@ -28,13 +28,13 @@ from plm_toolkit.core.data_schema import TokenizerKind
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import MODELS
 from plm_toolkit.data.tokenization.characters import MAX_CHARACTERS, NUM_CHARACTER_IDS
-from plm_toolkit.models.base import BIDIRECTIONAL, CHARACTERS, RECURRENT_MEMORY, Backbone, Representations
+from plm_toolkit.models.base import BIDIRECTIONAL, CHARACTERS, RECURRENT_MEMORY, Backbone, FamilyConfig, Representations
 
 CnnActivation = choices("CnnActivation", "relu", "tanh")
 
 
 @dataclass
-class ElmoConfig:
+class ElmoConfig(FamilyConfig):
     # Registry name of the family.
     name: str = "elmo"
     # Vocabulary that a trained tokenizer gets when data.tokenizer.kind=auto: whole words (the softmax's).
@@ -65,10 +65,6 @@ class ElmoConfig:
     residual: bool = True
     # Dropout on every LSTM layer's input while training (the bilm objective also drops the top output).
     dropout: float = 0.1
-    # plm-train: continue pretraining from these weights (a local Hugging Face folder, a plm-train checkpoint or
-    # run directory, a bilm-tf folder); the family and every architecture field come from it, and its tokenizer is
-    # used as is (docs/pretraining-and-data.md). null: fresh weights. The families ignore it.
-    checkpoint: str | None = None
 
 
 class Highway(nn.Module):

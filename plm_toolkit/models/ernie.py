@@ -61,6 +61,8 @@ class ErnieEmbeddings(TokenEmbeddings):
 class Ernie(Bert):
     """``forward(input_ids, attention_mask, token_type_ids, ..., task_type_ids=None)``: BERT's, with task types."""
 
+    summary_token = "[CLS]"
+
     fields_at_least_zero = frozenset({"task_type_vocab_size"})
 
     @classmethod

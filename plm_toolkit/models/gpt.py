@@ -28,7 +28,7 @@ from plm_toolkit.core.data_schema import TokenizerKind
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import MODELS
 from plm_toolkit.generation.decoding import CachedDecoder
-from plm_toolkit.models.base import CAUSAL, Backbone, Representations, check_vocab_size
+from plm_toolkit.models.base import CAUSAL, Backbone, FamilyConfig, Representations, check_vocab_size
 from plm_toolkit.nn.embeddings import TokenEmbeddings
 from plm_toolkit.nn.feed_forward import HiddenAct
 from plm_toolkit.nn.init import init_weights
@@ -37,7 +37,7 @@ from plm_toolkit.nn.positions import position_ids as positions_of
 
 
 @dataclass
-class GPTConfig:
+class GPTConfig(FamilyConfig):
     # Registry name of the family: gpt (GPT-1) or gpt2.
     name: str = "gpt"
     # Rows of the token embedding; null takes the tokenizer's size (the trainer fills it in before building).
@@ -73,10 +73,6 @@ class GPTConfig:
     # Vocabulary that a trained tokenizer gets when data.tokenizer.kind=auto: GPT-2's byte-level BPE with
     # <|endoftext|> (GPT-1 used a character-level BPE of 40,000 merges; the byte-level one needs no unknown token).
     tokenizer: TokenizerKind = TokenizerKind.gpt2_bpe
-    # plm-train: continue pretraining from these weights (a local Hugging Face folder, a plm-train checkpoint or
-    # run directory, a bilm-tf folder); the family and every architecture field come from it, and its tokenizer is
-    # used as is (docs/pretraining-and-data.md). null: fresh weights. The families ignore it.
-    checkpoint: str | None = None
 
 
 @dataclass
@@ -99,6 +95,7 @@ class GPT(Backbone):
     capabilities = frozenset({CAUSAL})
     # A causal model has seen the whole sequence only at its last token: sentence-level heads read it there.
     summary_position = "last"
+    text_template = "A <|endoftext|>"
     lm_head_bias = False
 
     def __init__(self, config: GPTConfig):

@@ -22,12 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plm_toolkit.core.choices import choices
+from plm_toolkit.core.choices import choice, choices
 from plm_toolkit.core.data_schema import TokenizerKind
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import MODELS
-from plm_toolkit.data.sources.corpus import choice
-from plm_toolkit.models.base import ENCODER_DECODER, Backbone, Representations, check_vocab_size
+from plm_toolkit.models.base import ENCODER_DECODER, Backbone, FamilyConfig, Representations, check_vocab_size
 from plm_toolkit.nn.attention import MultiHeadAttention, causal_mask
 from plm_toolkit.nn.feed_forward import FeedForward
 from plm_toolkit.nn.layers import LayerCache, TransformerLayer
@@ -38,7 +37,7 @@ T5FeedForwardKind = choices("T5FeedForwardKind", "relu", "gated_gelu")
 
 
 @dataclass
-class T5Config:
+class T5Config(FamilyConfig):
     # Registry name of the family.
     name: str = "t5"
     # Rows of the shared token embedding; null takes the tokenizer's size (the released checkpoints pad theirs to
@@ -77,10 +76,6 @@ class T5Config:
     initializer_factor: float = 1.0
     # Padding id; the trainer sets it to the tokenizer's. T5 also starts every decoder input with it.
     pad_token_id: int = 0
-    # plm-train: continue pretraining from these weights (a local Hugging Face folder, a plm-train checkpoint or
-    # run directory, a bilm-tf folder); the family and every architecture field come from it, and its tokenizer is
-    # used as is (docs/pretraining-and-data.md). null: fresh weights. The families ignore it.
-    checkpoint: str | None = None
 
 
 def t5_layer(config: T5Config, decoder: bool) -> TransformerLayer:
@@ -160,6 +155,7 @@ class T5Stack(nn.Module):
 @MODELS.register("t5", T5Config)
 class T5(Backbone):
     capabilities = frozenset({ENCODER_DECODER})
+    text_template = "A </s>"
     fields_at_least_one = frozenset(
         {"num_decoder_layers", "relative_attention_num_buckets", "relative_attention_max_distance"}
     )

@@ -30,14 +30,21 @@ from torch import nn
 from plm_toolkit.core.data_schema import TokenizerKind
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import MODELS
-from plm_toolkit.models.base import ENCODER_DECODER, Backbone, Representations, check_heads, check_vocab_size
+from plm_toolkit.models.base import (
+    ENCODER_DECODER,
+    Backbone,
+    FamilyConfig,
+    Representations,
+    check_heads,
+    check_vocab_size,
+)
 from plm_toolkit.nn.feed_forward import HiddenAct
 from plm_toolkit.nn.layers import LayerCache, TransformerLayer
 from plm_toolkit.nn.positions import sinusoid_embedding
 
 
 @dataclass
-class TransformerConfig:
+class TransformerConfig(FamilyConfig):
     # Registry name of the family.
     name: str = "transformer"
     # Rows of the joint source-target vocabulary; null takes the tokenizer's size (the trainer fills it in).
@@ -79,10 +86,6 @@ class TransformerConfig:
     eos_token_id: int = 2
     # Vocabulary a trained tokenizer gets with data.tokenizer.kind=auto: byte-level BPE over both languages.
     tokenizer: TokenizerKind = TokenizerKind.bpe
-    # plm-train: continue pretraining from these weights (a local Hugging Face folder, a plm-train checkpoint or
-    # run directory, a bilm-tf folder); the family and every architecture field come from it, and its tokenizer is
-    # used as is (docs/pretraining-and-data.md). null: fresh weights. The families ignore it.
-    checkpoint: str | None = None
 
 
 def layer_stack(config: TransformerConfig, count: int, cross_attention: bool) -> nn.ModuleList:
@@ -105,6 +108,7 @@ def layer_stack(config: TransformerConfig, count: int, cross_attention: bool) ->
 @MODELS.register("transformer", TransformerConfig)
 class Transformer(Backbone):
     capabilities = frozenset({ENCODER_DECODER})
+    text_template = "<s> A </s>"
     fields_at_least_one = frozenset({"num_decoder_layers"})
 
     def __init__(self, config: TransformerConfig):

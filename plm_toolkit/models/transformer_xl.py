@@ -17,7 +17,7 @@ from torch import nn
 
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import MODELS
-from plm_toolkit.models.base import CAUSAL, RECURRENT_MEMORY, Backbone, Representations, check_vocab_size
+from plm_toolkit.models.base import CAUSAL, RECURRENT_MEMORY, Backbone, FamilyConfig, Representations, check_vocab_size
 from plm_toolkit.nn.feed_forward import HiddenAct
 from plm_toolkit.nn.relative_attention import (
     PositionwiseFeedForward,
@@ -30,7 +30,7 @@ from plm_toolkit.nn.relative_attention import (
 
 
 @dataclass
-class TransformerXLConfig:
+class TransformerXLConfig(FamilyConfig):
     # Registry name of the family.
     name: str = "transformer_xl"
     # Rows of the token embedding; null takes the tokenizer's size (the trainer fills it in before building).
@@ -62,10 +62,6 @@ class TransformerXLConfig:
     layer_norm_eps: float = 1e-5
     # Standard deviation of the normal initialization of weights and embeddings.
     initializer_range: float = 0.02
-    # plm-train: continue pretraining from these weights (a local Hugging Face folder, a plm-train checkpoint or
-    # run directory, a bilm-tf folder); the family and every architecture field come from it, and its tokenizer is
-    # used as is (docs/pretraining-and-data.md). null: fresh weights. The families ignore it.
-    checkpoint: str | None = None
 
 
 class TransformerXLLayer(nn.Module):

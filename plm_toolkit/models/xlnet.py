@@ -29,6 +29,7 @@ from plm_toolkit.models.base import (
     SEGMENTS,
     TWO_STREAM,
     Backbone,
+    FamilyConfig,
     Representations,
     check_vocab_size,
 )
@@ -43,7 +44,7 @@ from plm_toolkit.nn.relative_attention import (
 
 
 @dataclass
-class XLNetConfig:
+class XLNetConfig(FamilyConfig):
     # Registry name of the family.
     name: str = "xlnet"
     # Rows of the token embedding; null takes the tokenizer's size (the trainer fills it in before building).
@@ -77,10 +78,6 @@ class XLNetConfig:
     layer_norm_eps: float = 1e-12
     # Standard deviation of the normal initialization of weights, embeddings and attention biases.
     initializer_range: float = 0.02
-    # plm-train: continue pretraining from these weights (a local Hugging Face folder, a plm-train checkpoint or
-    # run directory, a bilm-tf folder); the family and every architecture field come from it, and its tokenizer is
-    # used as is (docs/pretraining-and-data.md). null: fresh weights. The families ignore it.
-    checkpoint: str | None = None
 
 
 class XLNetLayer(nn.Module):
@@ -126,6 +123,7 @@ class XLNet(Backbone):
     fields_at_least_zero = frozenset({"mem_len"})
     # XLNet's layout ends with <cls> (A <sep> B <sep> <cls>): sentence-level heads read the last real token.
     summary_position = "last"
+    summary_token = "<cls>"
 
     def __init__(self, config: XLNetConfig):
         super().__init__()

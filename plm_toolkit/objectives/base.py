@@ -8,13 +8,18 @@ processes, so 8 micro-batches of 4 give the same gradient as one batch of 32.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
+from tokenizers import Tokenizer
 from torch import nn
 
-from plm_toolkit.data.layouts.plan import BatchTransform, DataPlan, Layout, choose_layout
+from plm_toolkit.data.batching.collate import Collator
+from plm_toolkit.data.layouts.plan import BatchTransform, DataPlan, Layout
+from plm_toolkit.data.layouts.registry import choose_layout
+from plm_toolkit.data.tokenization.vocab import Vocab
 
 __all__ = [
     "BatchTransform",
@@ -59,6 +64,12 @@ class Objective(nn.Module):
     compiles_by_default: ClassVar[frozenset[str]] = frozenset()
     # Why this objective's batches cannot come in a few fixed shapes (so hardware.compile is not offered), or None.
     compile_refusal: ClassVar[str | None] = None
+    # The heads a continued run carries over from another objective's checkpoint (training/continued.py): heads of
+    # the same group fit each other's objectives (knowledge_masking's are MLM's); None: the objective's own name. An
+    # objective that combines others keeps each one's heads under its name (``mlm.head.*``, ``nsp.head.*``) and
+    # lists those groups in ``head_groups``.
+    head_group: ClassVar[str | None] = None
+    head_groups: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def check_config(cls, config) -> None:
@@ -99,6 +110,14 @@ class Objective(nn.Module):
     def batch_transform(self) -> BatchTransform | None:
         """A picklable callable run in data-loader workers; None when the objective needs none."""
         return None
+
+    def collator(self, vocab: Vocab) -> Callable:
+        """What makes a batch of the layout's example rows (``data/batching/collate.py``): padded token rows."""
+        return Collator(vocab)
+
+    def attach_references(self, tokenizer: Tokenizer, references: list[str]) -> None:
+        """The texts evaluation scores decoded outputs against (the run's data: translation's validation targets)
+        and the tokenizer that detokenizes them; an objective that decodes nothing ignores them."""
 
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
         """Number of targets per loss component in a transformed CPU batch."""

@@ -31,7 +31,8 @@ from torch import nn
 
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.core.registry import OBJECTIVES
-from plm_toolkit.data.layouts.plan import DataPlan, Layout, choose_layout
+from plm_toolkit.data.layouts.plan import DataPlan, Layout
+from plm_toolkit.data.layouts.registry import choose_layout
 from plm_toolkit.data.tokenization.characters import BOS_TOKEN, EOS_TOKEN, character_table
 from plm_toolkit.data.tokenization.spellings import spelled_character_ids, spellings_key
 from plm_toolkit.data.tokenization.vocab import Vocab

@@ -32,11 +32,10 @@ import torch
 from omegaconf import OmegaConf
 
 from plm_toolkit.core import checkpoint as ckpt
-from plm_toolkit.core.choices import choices
+from plm_toolkit.core.choices import choice, choices
 from plm_toolkit.core.errors import CheckpointError, ConfigError
 from plm_toolkit.core.registry import OBJECTIVES
 from plm_toolkit.data.layouts.plan import DataPlan, Layout
-from plm_toolkit.data.sources.corpus import choice
 from plm_toolkit.objectives.masking import NO_JOIN, WORD_LEVEL, MaskingTransform, MaskingUnit, WordSegmenter
 from plm_toolkit.objectives.mlm import MaskedLanguageModeling, MlmConfig
 

@@ -81,6 +81,7 @@ def encode(model: nn.Module, batch: dict[str, torch.Tensor]) -> Representations:
 class MaskedLanguageModeling(Objective):
     """MLM over ``mlm_labels``; its metric sum ``mlm_correct`` is logged as ``mlm_accuracy`` (correct / targets)."""
 
+    head_group = "mlm"
     perplexity_components = frozenset({"mlm"})
 
     required_capabilities = frozenset({BIDIRECTIONAL})

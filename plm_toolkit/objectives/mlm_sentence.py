@@ -47,6 +47,7 @@ class MlmWithSentenceObjective(Objective):
         cls.required_capabilities = mlm.required_capabilities | sentence.required_capabilities
         cls.natural_layout = sentence.natural_layout
         cls.metric_denominators = {**mlm.metric_denominators, **sentence.metric_denominators}
+        cls.head_groups = frozenset({mlm.head_group, sentence.head_group})
 
     def __init__(self, config, model: nn.Module, vocab: Vocab):
         super().__init__()

@@ -31,6 +31,7 @@ class NspConfig:
 class NextSentencePrediction(Objective):
     """NSP over ``next_sentence_label``; its metric sum ``nsp_correct`` is logged as ``nsp_accuracy``."""
 
+    head_group = "nsp"
     required_capabilities = frozenset({BIDIRECTIONAL, POOLER, SEGMENTS})
     natural_layout = Layout.sentence_pairs
     # ``metrics["nsp_correct"]`` counts correct predictions; the loop logs it / count["nsp"] as nsp_accuracy.

@@ -17,7 +17,7 @@ from torch import nn
 
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import OBJECTIVES
-from plm_toolkit.data.batching.loader import mix_seed
+from plm_toolkit.data.layouts.order import mix_seed
 from plm_toolkit.data.layouts.plan import Layout
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.base import BIDIRECTIONAL, POOLER, SEGMENTS, Representations
@@ -82,6 +82,7 @@ class SegmentSwap:
 class SentenceOrderPrediction(Objective):
     """SOP over ``sop_label``; its metric sum ``sop_correct`` is logged as ``sop_accuracy``."""
 
+    head_group = "sop"
     required_capabilities = frozenset({BIDIRECTIONAL, POOLER, SEGMENTS})
     natural_layout = Layout.segment_pairs
     metric_denominators = {"sop_correct": "sop"}

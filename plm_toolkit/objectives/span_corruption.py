@@ -18,11 +18,12 @@ from torch import nn
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import OBJECTIVES
 from plm_toolkit.data.layouts.plan import Layout
+from plm_toolkit.data.layouts.registry import choose_layout
 from plm_toolkit.data.tokenization.sentinels import check_sentinels
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.base import ENCODER_DECODER
 from plm_toolkit.nn.losses import linear_cross_entropy
-from plm_toolkit.objectives.base import BatchTransform, DataPlan, Objective, ObjectiveOutput, choose_layout
+from plm_toolkit.objectives.base import BatchTransform, DataPlan, Objective, ObjectiveOutput
 from plm_toolkit.objectives.span_noise import IGNORE_INDEX, SpanCorruption, random_spans_helper
 
 

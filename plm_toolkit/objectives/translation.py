@@ -23,7 +23,7 @@ from torch import nn
 from plm_toolkit.config.checks import decoding_problems
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import OBJECTIVES
-from plm_toolkit.data.batching.collate import IGNORE_INDEX, shift_right
+from plm_toolkit.data.batching.collate import IGNORE_INDEX, Seq2SeqCollator, shift_right
 from plm_toolkit.data.layouts.plan import Layout
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.generation.decoding import SearchConfig, generate
@@ -141,6 +141,10 @@ class Translation(Objective):
     def attach_references(self, tokenizer: Tokenizer, references: list[str]) -> None:
         """The tokenizer that detokenizes decoded ids and the validation targets BLEU compares them with."""
         self.tokenizer, self.references = tokenizer, list(references)
+
+    def collator(self, vocab: Vocab) -> Seq2SeqCollator:
+        """Source rows for the encoder, target rows as labels, each ended by the end-of-sentence token."""
+        return Seq2SeqCollator(vocab.padding_id, vocab.require("eos_id", "translation"))
 
     def target_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
         return {"translation": int((batch["labels"] != IGNORE_INDEX).sum())}

@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from plm_toolkit.core.choices import choice
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.data.layouts.plan import DataPlan
-from plm_toolkit.data.sources.corpus import choice
 from plm_toolkit.data.units.words import WordSources
 
 # The masking units that group tokens into words, and so can read a segmenter's.

@@ -18,7 +18,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
-from plm_toolkit.core.schema import FinetuneMode, FinetuneModeConfig
+from plm_toolkit.core.command_schema import FinetuneMode, FinetuneModeConfig
 from plm_toolkit.data.batching.shapes import Shapes
 from plm_toolkit.data.sources.user_files import not_a_file
 from plm_toolkit.data.tokenization.template import Template, template_of  # noqa: F401  (the tasks' import path)

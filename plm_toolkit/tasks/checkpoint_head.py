@@ -29,8 +29,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from plm_toolkit.core.command_schema import FinetuneModeConfig
 from plm_toolkit.core.errors import CheckpointError
-from plm_toolkit.core.schema import FinetuneModeConfig
 from plm_toolkit.core.weights import check_values
 from plm_toolkit.data.tokenization.tokenizer import BYTE_STAND_INS
 from plm_toolkit.data.tokenization.vocab import Vocab
@@ -63,7 +63,7 @@ def start_from_checkpoint_head(
         log.info("%s: %s, fine-tuned for task=%s, is an encoder-decoder: the whole model, no head to load", name,
                  head.source.parent, trained.name)  # fmt: skip
         return False
-    rows, problem = fit(task, model, head)
+    rows, problem = match_head(task, model, head)
     if problem is not None:
         if required:
             raise CheckpointError(f"{head.source}: {name} cannot take this head ({problem})")
@@ -118,11 +118,11 @@ def load_task_state(task: nn.Module, state: dict[str, torch.Tensor], source: Pat
     task.load_state_dict(state)
 
 
-def fit(task: nn.Module, model: nn.Module, head: TaskHead) -> tuple[list[int] | None, str | None]:
+def match_head(task: nn.Module, model: nn.Module, head: TaskHead) -> tuple[list[int] | None, str | None]:
     """(the checkpoint's row for each of the task's outputs, or None to keep them in order; why the head cannot
     serve the task, or None)."""
     if head.trained is not None:
-        return fit_trained(task, head)
+        return match_trained_head(task, head)
     name = f"task={task.config.name}"
     wanted = getattr(task, "head_kind", None)
     if head.kind is None:
@@ -144,11 +144,11 @@ def fit(task: nn.Module, model: nn.Module, head: TaskHead) -> tuple[list[int] | 
             return None, f"it reads the {SUMMARIES[head.summary]}, {name} on this backbone the {SUMMARIES[ours]}"
         if head.problem_type == "multi_label_classification":
             return None, f"a multi-label classifier (a sigmoid per label); {name} picks one label"
-    return outputs_fit(task, head, name)
+    return outputs_match(task, head, name)
 
 
-def fit_trained(task: nn.Module, head: TaskHead) -> tuple[list[int] | None, str | None]:
-    """``fit`` for a plm-finetune checkpoint's head: the same task (by name), the same finetune.mode and task
+def match_trained_head(task: nn.Module, head: TaskHead) -> tuple[list[int] | None, str | None]:
+    """``match_head`` for a plm-finetune checkpoint's head: the same task (by name), the same finetune.mode and task
     encoder, the same head settings and outputs, and the same labels (by name; their rows follow the task's order)."""
     name = f"task={task.config.name}"
     trained = head.trained
@@ -170,7 +170,7 @@ def fit_trained(task: nn.Module, head: TaskHead) -> tuple[list[int] | None, str 
     problem = settings_problem(task, head)
     if problem is not None:
         return None, problem
-    return outputs_fit(task, head, name)
+    return outputs_match(task, head, name)
 
 
 def settings_problem(task: nn.Module, head: TaskHead) -> str | None:
@@ -184,8 +184,8 @@ def settings_problem(task: nn.Module, head: TaskHead) -> str | None:
     return None
 
 
-def outputs_fit(task: nn.Module, head: TaskHead, name: str) -> tuple[list[int] | None, str | None]:
-    """``fit``'s verdict on the head's outputs: one number for a regression, else one row per label of the task."""
+def outputs_match(task: nn.Module, head: TaskHead, name: str) -> tuple[list[int] | None, str | None]:
+    """``match_head``'s verdict on the outputs: one number for a regression, else one row per label of the task."""
     regression = bool(getattr(task.config, "regression", False))
     count = 1 if regression else len(task.labels)
     if head.num_outputs != count:

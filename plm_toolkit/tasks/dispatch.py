@@ -7,7 +7,7 @@ from torch import nn
 
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.models.base import ENCODER_DECODER
-from plm_toolkit.tasks.glue.classification import SequenceClassification
+from plm_toolkit.tasks.classification import SequenceClassification
 from plm_toolkit.tasks.seq2seq import Seq2SeqTask, TextToTextClassification
 
 

@@ -26,7 +26,8 @@ class EntityTagger:
 
     def __init__(self, path: str | Path, batch_size: int = 64):
         from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
-        from plm_toolkit.interop.pretrained import load_backbone, read_config_yaml
+        from plm_toolkit.interop.checkpoint_reader import read_config_yaml
+        from plm_toolkit.interop.pretrained import load_backbone
         from plm_toolkit.tasks.base import TaskData, template_of
         from plm_toolkit.tasks.checkpoint_head import run_finetune_mode, start_from_checkpoint_head
         from plm_toolkit.tasks.ner import NerConfig, TokenClassification

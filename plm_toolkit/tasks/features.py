@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from plm_toolkit.core.schema import FinetuneModeConfig
+from plm_toolkit.core.command_schema import FinetuneModeConfig
 from plm_toolkit.models.base import Representations
 from plm_toolkit.nn.scalar_mix import ScalarMix
 

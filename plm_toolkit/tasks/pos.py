@@ -18,7 +18,7 @@ from pathlib import Path
 
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.core.registry import TASKS
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 from plm_toolkit.data.sources.user_files import iter_lines
 from plm_toolkit.tasks.base import TaskData
 from plm_toolkit.tasks.ner import Sentence, TokenClassification

@@ -23,9 +23,9 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
+from plm_toolkit.core.command_schema import FinetuneMode
 from plm_toolkit.core.errors import ConfigError, DataError, PlmError
 from plm_toolkit.core.registry import TASKS
-from plm_toolkit.core.schema import FinetuneMode
 from plm_toolkit.data.batching.collate import Seq2SeqCollator
 from plm_toolkit.data.sources.parallel_text import ReadCounts, iter_pairs, report_counts, resolve
 from plm_toolkit.data.tokenization.vocab import Vocab
@@ -42,7 +42,7 @@ from plm_toolkit.objectives.translation import (
     unflatten_outputs,
 )
 from plm_toolkit.tasks.base import Task, TaskData, limit
-from plm_toolkit.tasks.glue.classification import ClassificationConfig, SequenceClassification, read_columns, read_rows
+from plm_toolkit.tasks.classification import ClassificationConfig, SequenceClassification, read_columns, read_rows
 from plm_toolkit.tasks.metrics import METRICS
 
 log = logging.getLogger("plm_toolkit")

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.resources
-import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,23 +23,16 @@ from typing import Any
 import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
-from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from torch import nn
 
 from plm_toolkit.config.data_checks import extension_problems
+from plm_toolkit.config.resolve import objective_class
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core import registry
-from plm_toolkit.core.catalog import load_all
+from plm_toolkit.core.atomic import write_text
 from plm_toolkit.core.errors import CheckpointError, ConfigError, PlmError
-from plm_toolkit.data.tokenization.tokenizer import load_tokenizer
-from plm_toolkit.interop.pretrained import (
-    FORMATS,
-    check_vocabulary,
-    import_hf_backbone,
-    load_plm_checkpoint,
-    read_config_yaml,
-)
+from plm_toolkit.interop.checkpoint_reader import read_checkpoint, read_config_yaml
 from plm_toolkit.training.vocabulary_extension import extend_vocabulary
 
 log = logging.getLogger("plm_toolkit")
@@ -50,10 +41,6 @@ log = logging.getLogger("plm_toolkit")
 # read, not what they are. The trainer fills the vocabulary size and token ids from the tokenizer.
 ADJUSTABLE = frozenset({"initializer_range", "initializer_factor", "mem_len", "eval_mem_len", "clamp_len", "bi_data"})
 FILLED = frozenset({"checkpoint", "vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "tokenizer"})
-# The objectives whose heads sit under one name (``head.*``), and the group each one's heads belong to; combined
-# objectives name their groups (``mlm.head.*``, ``nsp.head.*``).
-HEAD_GROUP = {"mlm": "mlm", "knowledge_masking": "mlm", "nsp": "nsp", "sop": "sop"}
-COMBINED = frozenset({"mlm_nsp", "mlm_sop"})
 CHECKPOINT_TOKENIZER = "checkpoint_tokenizer.json"
 
 
@@ -82,50 +69,22 @@ class StartingPoint:
 def read_starting_point(path: str | Path, generator: str | None = None) -> StartingPoint:
     """The weights, config, tokenizer and objective heads of ``model.checkpoint``; ``generator``: ELECTRA's
     generator folder (objective.generator_checkpoint)."""
-    load_all()
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise CheckpointError(f"model.checkpoint={path}: no such file or directory")
-    step_dir = ckpt.plm_checkpoint_dir(path)
-    if step_dir is not None:
-        model, tokenizer_file = load_plm_checkpoint(step_dir)
-        saved = read_config_yaml(step_dir / ckpt.CONFIG_FILE)
-        section = saved.get("objective")
-        objective = section.name if section is not None and "name" in section else None
-        state = {}
-        if objective is not None and (step_dir / ckpt.OBJECTIVE_FILE).is_file():
-            state = load_file(str(step_dir / ckpt.OBJECTIVE_FILE))
-        values = OmegaConf.to_container(section, resolve=True) if objective else {}
-        start = StartingPoint(step_dir, "plm_train", model.config, model.state_dict(), None, tokenizer_file)
-        start.objective, start.objective_values, start.objective_state = objective, values, state
-    elif (path / "config.json").is_file():
-        options = {"generator_folder": generator} if generator else {}
-        model, tokenizer_file, imported = import_hf_backbone(path, **options)
-        kind = f"hf:{json.loads((path / 'config.json').read_text()).get('model_type')}"
-        start = StartingPoint(path, kind, model.config, model.state_dict(), None, tokenizer_file)
-        start.objective, start.objective_values = imported.objective, dict(imported.objective_overrides)
-        start.objective_state = dict(imported.objective_state)
-        if imported.task_head is not None:
-            log.info(
-                "model.checkpoint=%s: its %s head is a task's, not read here", path, imported.task_head.architecture
-            )
-    else:
-        other = next((fmt for fmt in FORMATS if fmt.detect(path)), None)
-        if other is None:
-            kinds = [
-                f"a plm-train checkpoint ({ckpt.MODEL_FILE} + {ckpt.CONFIG_FILE})",
-                "a Hugging Face folder (config.json)",
-            ]
-            kinds += [fmt.description for fmt in FORMATS]
-            raise CheckpointError(f"model.checkpoint={path}: not {', '.join(kinds[:-1])} or {kinds[-1]}")
-        model, tokenizer = other.load(path)
-        start = StartingPoint(path, other.name, model.config, model.state_dict(), tokenizer, None)
-        if other.heads is not None:
-            start.objective, start.objective_state = other.heads(path)
-    if start.tokenizer is None:
-        start.tokenizer = load_tokenizer(start.tokenizer_file)
-        check_vocabulary(model, start.tokenizer, start.tokenizer_file)
-    return start
+    found = read_checkpoint(path, **({"generator_folder": generator} if generator else {}))
+    head = found.imported.task_head if found.imported is not None else None
+    if head is not None:
+        log.info("model.checkpoint=%s: its %s head is a task's, not read here", found.source, head.architecture)
+    model = found.model
+    return StartingPoint(
+        found.source,
+        found.kind,
+        model.config,
+        model.state_dict(),
+        found.tokenizer,
+        found.tokenizer_file,
+        found.objective,
+        found.objective_values(),
+        found.objective_state(),
+    )
 
 
 # --- the run's config -------------------------------------------------------------------------------------------
@@ -184,9 +143,7 @@ def adopt_checkpoint(cfg: DictConfig, run_dir: Path, overrides: list[str] | None
     else:  # an extended or a bilm-tf vocabulary: the store reads the tokenizer as it is, written into the run directory
         written = Path(run_dir) / CHECKPOINT_TOKENIZER
         written.parent.mkdir(parents=True, exist_ok=True)
-        temporary = written.with_name(f".{written.name}.{os.getpid()}.tmp")  # every process writes the same file
-        temporary.write_text(start.tokenizer.to_str(), encoding="utf-8")
-        temporary.replace(written)
+        write_text(written, start.tokenizer.to_str())  # every process writes the same file
         cfg.data.tokenizer.path = str(written)
     continued_defaults(cfg, keys)
     chosen = "objective" in keys or (recipe is not None and recipe.get("continues_checkpoint"))
@@ -304,11 +261,15 @@ def objective_node(name: str, values: dict[str, Any], cfg: DictConfig, keys: dic
 
 
 def head_key(objective: str | None, key: str) -> tuple[str, str]:
-    """(group, key within it) of an objective-state key: heads of the same group fit each other's objectives."""
+    """(group, key within it) of an objective-state key: heads of the same group fit each other's objectives
+    (``Objective.head_group``); a combined objective's keys are grouped by their first part (``head_groups``)."""
+    if not objective or objective not in registry.OBJECTIVES:
+        return objective or "", key
+    chosen = objective_class(objective)
     first, _, rest = key.partition(".")
-    if objective in COMBINED and first in ("mlm", "nsp", "sop"):
+    if first in chosen.head_groups:
         return first, rest
-    return HEAD_GROUP.get(objective or "", objective or ""), key
+    return chosen.head_group or objective, key
 
 
 def load_starting_weights(start: StartingPoint, model: nn.Module, objective: nn.Module, name: str) -> None:

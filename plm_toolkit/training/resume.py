@@ -24,7 +24,7 @@ from plm_toolkit.config.checks import evaluation_only
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.errors import CheckpointError, ConfigError
 from plm_toolkit.core.launch import launched_world_size
-from plm_toolkit.interop.pretrained import read_config_yaml
+from plm_toolkit.interop.checkpoint_reader import read_config_yaml
 from plm_toolkit.training.distributed import broadcast_object
 
 log = logging.getLogger("plm_toolkit")

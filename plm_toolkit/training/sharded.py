@@ -33,7 +33,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from plm_toolkit.core import checkpoint as ckpt
-from plm_toolkit.core.atomic import save_safetensors
+from plm_toolkit.core.atomic import atomic_file, save_safetensors
 from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.core.weights import SHARDED_DIR, is_sharded, unique_tensors
 from plm_toolkit.training.distributed import ProcessInfo, barrier, broadcast_object
@@ -57,9 +57,8 @@ def _split(full: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
 
 def _write_weight_files(parts: dict[str, dict[str, torch.Tensor]], folder: Path) -> None:
     for part, name in (("model", ckpt.MODEL_FILE), ("objective", ckpt.OBJECTIVE_FILE)):
-        tmp = folder / f"{ckpt.TMP_PREFIX}{name}"
-        save_safetensors(parts[part], tmp)
-        os.replace(tmp, folder / name)
+        with atomic_file(folder / name) as tmp:
+            save_safetensors(parts[part], tmp)
 
 
 def save_sharded(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from plm_toolkit.data.batching.loader import mix_seed
+from plm_toolkit.data.layouts.order import mix_seed
 from plm_toolkit.objectives.base import Objective, normalized_loss
 from plm_toolkit.training.compilation import CompileWatch
 from plm_toolkit.training.distributed import ProcessInfo

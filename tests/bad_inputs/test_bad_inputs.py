@@ -32,8 +32,8 @@ from hydra import compose, initialize_config_module
 
 from plm_toolkit.commands.train import run as train_run
 from plm_toolkit.core import checkpoint as ckpt
+from plm_toolkit.core.resources import resource_path
 from plm_toolkit.core.weights import read_weights
-from plm_toolkit.data.sources.corpus import resource_path
 from plm_toolkit.interop.hf import export_hf
 from plm_toolkit.interop.pretrained import load_backbone
 from tests.conftest import save_finetuned, save_untrained, tiny_transformer, tree_digest
@@ -271,7 +271,7 @@ def prepare_finetuned(prepared: Path, checkpoint: Path) -> None:
     from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
     from plm_toolkit.models.electra import Electra, ElectraConfig
     from plm_toolkit.tasks.base import TaskData
-    from plm_toolkit.tasks.glue.classification import ClassificationConfig, SequenceClassification
+    from plm_toolkit.tasks.classification import ClassificationConfig, SequenceClassification
 
     tokenizer = Tokenizer.from_file(str(checkpoint / ckpt.TOKENIZER_FILE))
     config = ElectraConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=36, num_layers=1, num_heads=3,

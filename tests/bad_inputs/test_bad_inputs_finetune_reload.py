@@ -18,12 +18,12 @@ import torch
 from safetensors.torch import save_file
 
 from plm_toolkit.core import checkpoint as ckpt
-from plm_toolkit.core.schema import FinetuneMode, FinetuneModeConfig
+from plm_toolkit.core.command_schema import FinetuneMode, FinetuneModeConfig
 from plm_toolkit.core.weights import read_weights
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.base import TaskData
-from plm_toolkit.tasks.glue.classification import ClassificationConfig, SequenceClassification
+from plm_toolkit.tasks.classification import ClassificationConfig, SequenceClassification
 from tests.bad_inputs.test_bad_inputs import FILES, Case, check_outcome, command_line
 from tests.conftest import save_finetuned, tree_digest
 from tests.tasks.conftest import SST2_TRAIN, save_tiny_checkpoint, tiny_tokenizer

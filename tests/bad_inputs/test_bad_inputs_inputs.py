@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from plm_toolkit.core import checkpoint as ckpt
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.models.gpt import GPT, GPT2Config
 from plm_toolkit.models.transformer_xl import TransformerXL, TransformerXLConfig

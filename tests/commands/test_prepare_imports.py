@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 
 RUN_AND_LIST = """
 import json, sys

@@ -15,7 +15,7 @@ import plm_toolkit.commands.train  # noqa: F401
 from plm_toolkit.config.overrides import keep_typed_text, list_elements
 from plm_toolkit.config.validate import validate
 from plm_toolkit.core.errors import ConfigError
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 
 CORPUS = resource_path("corpora/wikitext2/train.txt")
 CONFIGS = {

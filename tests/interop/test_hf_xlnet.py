@@ -8,7 +8,7 @@ from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.interop.hf import export_hf, import_hf
 from plm_toolkit.models.xlnet import XLNet
-from plm_toolkit.objectives.plm import PermutationTransform, PlmConfig
+from plm_toolkit.objectives.permutation_lm import PermutationTransform, PlmConfig
 
 transformers = pytest.importorskip("transformers")
 

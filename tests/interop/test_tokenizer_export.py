@@ -18,7 +18,7 @@ from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core import registry
 from plm_toolkit.core.catalog import load_all
 from plm_toolkit.core.data_schema import DataConfig, TokenizerConfig
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 from plm_toolkit.data.tokenization.tokenizer import load_or_train_tokenizer, vocab_from_tokenizer
 from plm_toolkit.interop.hf import ADAPTERS
 from plm_toolkit.interop.pretrained import load_backbone

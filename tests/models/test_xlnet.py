@@ -5,7 +5,7 @@ import torch
 
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.xlnet import XLNet, XLNetConfig
-from plm_toolkit.objectives.plm import PermutationTransform, PlmConfig
+from plm_toolkit.objectives.permutation_lm import PermutationTransform, PlmConfig
 
 VOCAB = Vocab(size=61, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
 

@@ -12,11 +12,12 @@ import torch
 from omegaconf import OmegaConf
 
 from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.core.resources import resource_path
 from plm_toolkit.data.batching.collate import collate
-from plm_toolkit.data.layouts.pretraining import build_pretraining_examples
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.data.layouts.plan import DataPlan
+from plm_toolkit.data.layouts.registry import build_pretraining_examples
+from plm_toolkit.data.sources.chinese import is_chinese_char
 from plm_toolkit.data.sources.documents import split_sentences
-from plm_toolkit.data.tokenization.chinese import is_chinese_char
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.data.units.knowledge import NONE, WORD, SentenceUnits, split_words
 from plm_toolkit.data.units.words import WordSources
@@ -47,8 +48,8 @@ def zh(tmp_path_factory):
 
 
 def examples(zh, layout):
-    return build_pretraining_examples(zh["cfg"], zh["tokenizer"], zh["vocab"], layout, "train", 7, None,
-                                      WordSources("jieba"))  # fmt: skip
+    plan = DataPlan(layout, units=WordSources("jieba"))
+    return build_pretraining_examples(zh["cfg"], zh["tokenizer"], zh["vocab"], plan, "train", 7)
 
 
 def groups(units: torch.Tensor, positions: list[int]) -> list[list[int]]:

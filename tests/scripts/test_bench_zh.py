@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 from tests.scripts import run_json
 
 CORPUS = Path(resource_path("corpora/zh"))

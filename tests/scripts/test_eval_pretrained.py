@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 import plm_toolkit.commands.train as train
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 from tests.scripts import run_script
 from tests.training.conftest import TINY
 

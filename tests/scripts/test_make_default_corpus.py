@@ -3,7 +3,7 @@ the WikiText-2 raw test split, so the files the package ships are the ones its S
 
 from pathlib import Path
 
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 from tests.scripts import run_script
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 from tests.scripts import run_script
 
 REVISION = "15d613d8447b3478787d4c278730a1e48a945efb"

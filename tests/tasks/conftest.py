@@ -11,7 +11,7 @@ from torch import nn
 
 import plm_toolkit.commands.finetune  # noqa: F401  (registers schemas, registries and resolvers)
 from plm_toolkit.core import checkpoint as ckpt
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 from plm_toolkit.data.tokenization.pipelines import SPECIAL_TOKENS, _add_specials, bert_tokenizer
 from plm_toolkit.models.bert import Bert, BertConfig
 

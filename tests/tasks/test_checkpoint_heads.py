@@ -14,7 +14,7 @@ from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.base import TaskData
 from plm_toolkit.tasks.checkpoint_head import start_from_checkpoint_head
-from plm_toolkit.tasks.glue.classification import ClassificationConfig, SequenceClassification
+from plm_toolkit.tasks.classification import ClassificationConfig, SequenceClassification
 from plm_toolkit.tasks.ner import NerConfig, TokenClassification
 from plm_toolkit.tasks.squad.data import SquadConfig
 from plm_toolkit.tasks.squad.task import QuestionAnswering
@@ -269,7 +269,7 @@ def hf_folder_with_tokenizer(tiny_checkpoint, folder, family: str, calibrate=Non
 def test_evaluation_only_reports_the_checkpoints_own_accuracy(tiny_checkpoint, finetune_config, tmp_path):
     from plm_toolkit.commands.finetune import run
     from plm_toolkit.data.tokenization.tokenizer import load_tokenizer
-    from plm_toolkit.tasks.glue.classification import read_rows
+    from plm_toolkit.tasks.classification import read_rows
     from tests.tasks.conftest import SST2_DEV
 
     tokenizer = load_tokenizer(tiny_checkpoint / "tokenizer.json")

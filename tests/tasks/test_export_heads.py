@@ -17,12 +17,12 @@ from tokenizers import Tokenizer
 from plm_toolkit.commands.export import main
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core import registry
-from plm_toolkit.core.schema import FinetuneMode, FinetuneModeConfig
+from plm_toolkit.core.command_schema import FinetuneMode, FinetuneModeConfig
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.base import TaskData
 from plm_toolkit.tasks.checkpoint_head import start_from_checkpoint_head
-from plm_toolkit.tasks.glue.classification import ClassificationConfig, SequenceClassification
+from plm_toolkit.tasks.classification import ClassificationConfig, SequenceClassification
 from plm_toolkit.tasks.ner import NerConfig, TokenClassification
 from plm_toolkit.tasks.squad.data import SquadConfig
 from plm_toolkit.tasks.squad.task import QuestionAnswering

@@ -52,9 +52,9 @@ def test_features_mode_trains_only_the_task_encoder(finetune_config, tiny_checkp
 
 
 def test_features_mode_reads_every_layer_without_gradients(finetune_config, tiny_checkpoint, tmp_path):
-    from plm_toolkit.core.schema import FinetuneModeConfig
+    from plm_toolkit.core.command_schema import FinetuneModeConfig
     from plm_toolkit.tasks.base import PadCollator, TaskData
-    from plm_toolkit.tasks.glue.classification import ClassificationConfig, SequenceClassification
+    from plm_toolkit.tasks.classification import ClassificationConfig, SequenceClassification
 
     loaded = load_backbone(tiny_checkpoint)
     model = loaded.model.train()

@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 
 import plm_toolkit.commands.finetune  # noqa: F401
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.tasks.glue.classification import ClassificationConfig, SequenceClassification, read_rows
+from plm_toolkit.tasks.classification import ClassificationConfig, SequenceClassification, read_rows
 from plm_toolkit.tasks.metrics import accuracy, f1, matthews, pearson, spearman
 from tests.tasks.conftest import SST2_DEV, SST2_TRAIN
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from plm_toolkit.core.errors import ConfigError, DataError
-from plm_toolkit.tasks.glue.classification import read_rows
+from plm_toolkit.tasks.classification import read_rows
 from plm_toolkit.tasks.glue.suite import BENCHMARK, TASKS, check_files, find_tasks, read_test_rows
 from tests.tasks import test_glue
 

@@ -14,7 +14,7 @@ import torch
 from omegaconf import OmegaConf
 
 from plm_toolkit.core.errors import ConfigError, DataError
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
 from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.base import IGNORE

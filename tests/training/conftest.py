@@ -7,7 +7,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 import plm_toolkit.commands.train  # noqa: F401  (registers schemas, registries and resolvers)
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 
 # Every step logged, no evaluation unless asked, no progress bar or TensorBoard, on the CPU.
 QUIET = [

@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_module
 from plm_toolkit.commands.train import run
 from plm_toolkit.config.validate import validate
 from plm_toolkit.core.errors import ConfigError
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 from tests.commands.test_train import launch
 from tests.commands.test_train_t5 import T5
 from tests.training.conftest import GPT2_SMALL, QUIET, read_metrics

@@ -10,7 +10,7 @@ import pytest
 from plm_toolkit.commands.train import run
 from plm_toolkit.config.validate import problems
 from plm_toolkit.core.errors import ConfigError
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 from plm_toolkit.training.continued import adopt_checkpoint
 from tests.training import released
 from tests.training.conftest import read_metrics

@@ -41,7 +41,7 @@ def plm_train(
 
 
 def corpus(tmp_path: Path) -> list[str]:
-    from plm_toolkit.data.sources.corpus import resource_path
+    from plm_toolkit.core.resources import resource_path
 
     docs = Path(resource_path("corpora/wikitext2/train.txt")).read_text().split("\n\n")
     (tmp_path / "train.txt").write_text("\n\n".join(docs[:20])[:40000])

@@ -44,7 +44,7 @@ from plm_toolkit.config.resolve import model_class
 from plm_toolkit.config.validate import validate
 from plm_toolkit.core.checkpoint import plm_checkpoint_dir
 from plm_toolkit.core.errors import ConfigError, TrainingError
-from plm_toolkit.interop.pretrained import model_config_of
+from plm_toolkit.interop.checkpoint_reader import model_config_of
 from plm_toolkit.models.base import ENCODER_DECODER
 from plm_toolkit.tasks.glue.suite import TASKS, GlueTask, check_files, find_tasks
 from plm_toolkit.training.preemption import EXIT_REQUEUE, Preempted

@@ -39,7 +39,7 @@ from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.atomic import write_text
 from plm_toolkit.core.errors import CheckpointError, ConfigError
 from plm_toolkit.tasks.base import limit
-from plm_toolkit.tasks.glue.classification import label_targets, read_rows
+from plm_toolkit.tasks.classification import label_targets, read_rows
 from plm_toolkit.tasks.glue.predict import load_classifier, predict
 from plm_toolkit.tasks.glue.suite import TASKS, GlueTask, read_test_rows
 from plm_toolkit.tasks.metrics import METRICS

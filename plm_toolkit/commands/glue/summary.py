@@ -16,7 +16,7 @@ from pathlib import Path
 
 from plm_toolkit.commands.glue.runs import PREDICTIONS, SubRun, select
 from plm_toolkit.commands.run_harness import write_json
-from plm_toolkit.core.atomic import atomic_folder, write_text
+from plm_toolkit.core.atomic import atomic_file, atomic_folder, write_text
 from plm_toolkit.tasks.glue.suite import SUBMISSION_FILES, TASKS
 
 RESULTS_JSON = "glue_results.json"
@@ -123,9 +123,8 @@ def write_submission(run_dir: Path, chosen: list[Path]) -> tuple[Path, list[str]
     with atomic_folder(folder) as tmp:
         for path in files:
             shutil.copyfile(path, tmp / path.name)
-    archive = run_dir / f".{SUBMISSION}.zip.tmp"
-    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zipped:
+    zip_file = run_dir / f"{SUBMISSION}.zip"
+    with atomic_file(zip_file) as archive, zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zipped:
         for path in files:
             zipped.write(folder / path.name, arcname=path.name)
-    archive.replace(run_dir / f"{SUBMISSION}.zip")
     return folder, [name for name in SUBMISSION_FILES if not (folder / name).is_file()]

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from plm_toolkit.data.batching.loader import EpochPermutations, mix_seed, take_rows
+from plm_toolkit.core.cache import stable_hash
+from plm_toolkit.data.layouts.order import EpochPermutations, mix_seed
 from plm_toolkit.data.layouts.windows import ExampleView
-from plm_toolkit.data.sources.corpus import stable_hash
 
 # Positions of one pass of the greedy table; the shares drift from the weights by at most about one example per
 # source per period (a relative error below 2e-5).
@@ -84,7 +84,7 @@ class ConcatenatedExamples(ExampleView):
             source = self.source_of(int(index))
             wanted.setdefault(source, []).append((at, int(index) - int(self.offsets[source])))
         for source, places in wanted.items():  # one read per source
-            for (at, _), row in zip(places, take_rows(self.views[source], [k for _, k in places]), strict=True):
+            for (at, _), row in zip(places, self.views[source].rows([k for _, k in places]), strict=True):
                 out[at] = row
         return out  # type: ignore[return-value]
 

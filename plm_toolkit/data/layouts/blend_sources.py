@@ -13,13 +13,14 @@ from typing import Any
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 
+from plm_toolkit.core.atomic import write_text
+from plm_toolkit.core.cache import cache_root, stable_hash
 from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.layouts.blend import BlendedExamples, SourceValidation
 from plm_toolkit.data.layouts.examples import PretrainingData
-from plm_toolkit.data.sources.corpus import document_boundary, stable_hash
+from plm_toolkit.data.sources.corpus import document_boundary
 from plm_toolkit.data.sources.piece_reader import sample_texts
 from plm_toolkit.data.sources.pieces import resolve_sources
-from plm_toolkit.data.store.cache import cache_root
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, train_cached
 
 log = logging.getLogger("plm_toolkit")
@@ -101,15 +102,15 @@ def _saved(tokenizer: Tokenizer, folder: Path) -> Path:
     """``tokenizer`` written under ``folder`` as the sources' stores will read it (a GPT-2 vocabulary gains its
     template on loading), named by those contents: the same file for the checkpoint's copy of it."""
     folder.mkdir(parents=True, exist_ok=True)
-    temporary = folder / f".blend.{os.getpid()}.tmp.json"
-    temporary.write_text(tokenizer.to_str(), encoding="utf-8")
-    text = load_tokenizer(temporary).to_str()
+    scratch = folder / f".blend.{os.getpid()}.tmp.json"
+    try:
+        scratch.write_text(tokenizer.to_str(), encoding="utf-8")
+        text = load_tokenizer(scratch).to_str()
+    finally:
+        scratch.unlink(missing_ok=True)
     path = folder / f"blend-{stable_hash(text)}.json"
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        temporary.unlink()
-        return path
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
+    if not (path.is_file() and path.read_text(encoding="utf-8") == text):
+        write_text(path, text)
     return path
 
 

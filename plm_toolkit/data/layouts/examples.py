@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import datasets
 from tokenizers import Tokenizer
@@ -20,5 +20,7 @@ class PretrainingData:
     train: datasets.Dataset
     # None when there are no validation files (no evaluation).
     validation: datasets.Dataset | None
-    # The token store the examples are read from (None for a layout an objective module builds itself).
+    # The token store the examples are read from (None for a layout that prepares its data without one).
     store: TokenStore | None = None
+    # Translation: the validation targets as read, which decoding is scored against, by row index.
+    references: list[str] = field(default_factory=list)

@@ -10,11 +10,9 @@ memory-mapped store and those files when the loader asks for it.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import shutil
 from array import array
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -27,7 +25,7 @@ from plm_toolkit.data.layouts.sentence_pairs import (
     split_long_sentences,
 )
 from plm_toolkit.data.layouts.windows import ExampleView
-from plm_toolkit.data.store.lock import run_once
+from plm_toolkit.data.store.lock import written_once
 from plm_toolkit.data.store.processes import worker_pool
 from plm_toolkit.data.store.token_store import StoreSplit, TokenStore, sync_rename
 from plm_toolkit.data.tokenization.template import Template
@@ -38,20 +36,6 @@ logger = logging.getLogger(__name__)
 
 # Bump when a change here or in data/layouts/sentence_pairs.py changes what the written files hold.
 PACKED_VERSION = 1
-
-
-def written_once(folder: Path, build: Callable[[Path], None], what: str) -> Path:
-    """``folder``, built by ``build(temporary folder)`` unless it exists, once among processes sharing it."""
-
-    def work() -> None:
-        temporary = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
-        shutil.rmtree(temporary, ignore_errors=True)
-        temporary.mkdir(parents=True)
-        build(temporary)
-        os.replace(temporary, folder)
-
-    run_once(folder.with_name(f".{folder.name}.lock"), folder.is_dir, work, what)
-    return folder
 
 
 def _memmap(path: Path, dtype) -> np.ndarray:
@@ -162,10 +146,10 @@ class FullSentenceBlocks(ExampleView):
         return row
 
 
-# --- BERT's sentence pairs ---------------------------------------------------------------------------------
+# --- BERT's sentence pairs and ALBERT's segment pairs: segment A and B ----------------------------------------
 
 
-class SentencePairs(ExampleView):
+class SegmentPairExamples(ExampleView):
     """``[CLS] A [SEP] B [SEP]`` with token types 0 / 1 and ``next_sentence_label``, the pairs BERT's
     create_pretraining_data.py draws from each document (``data/layouts/sentence_pairs.py``), in document order; with
     ``contiguous``, ALBERT's two consecutive segments of one document (SOP swaps them per batch)."""

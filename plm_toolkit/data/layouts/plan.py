@@ -1,10 +1,9 @@
 """What the data side needs to know from an objective, in one place: the objective's data plan.
 
 The objective returns it (``Objective.data_plan``) from its config, the data config and the model config, before
-anything is built: validation reads its layout, train.py builds the examples from it, and the loop reads batches
-in its order through its transform. A new kind of data (parallel text for translation) is a new layout: the
-objective's module registers its example builder with ``@register_layout("parallel_text")``, and nothing else
-changes.
+anything is built: validation reads its layout, the data entry point builds the examples from it, and the loop reads
+batches in its order through its transform. What each layout is and how its data is built is
+``data/layouts/registry.py``'s; a new kind of data is a new layout registered there.
 """
 
 from __future__ import annotations
@@ -16,8 +15,6 @@ from enum import Enum
 from typing import Any
 
 import torch
-
-from plm_toolkit.core.errors import ConfigError
 
 # A batch transform: (collated CPU batch, one seed per row) -> batch. All randomness of row i comes from seeds[i]
 # and is drawn over the row's unpadded length, so the result does not depend on how rows are grouped into
@@ -47,27 +44,14 @@ class Layout(str, Enum):
     __format__ = str.__format__
 
 
-LAYOUTS = tuple(layout.value for layout in Layout)
-STREAM_LAYOUTS = (Layout.streams, Layout.sentence_streams)
 # shuffled: a seeded permutation of the examples per epoch; stream: consecutive windows dealt out in order over
 # batch_size sub-streams, so that a carried memory continues each row's text (Transformer-XL section 3.2).
 ORDERS = ("shuffled", "stream")
-# Layouts that objective modules add for their own kind of data: name -> builder(data_cfg, tokenizer, vocab, plan,
-# split, seed) returning the split's examples (a datasets.Dataset or a list of dicts), or None without that split.
-LAYOUT_BUILDERS: dict[str, Callable[..., Any]] = {}
-_LAYOUT_WORDS = {
-    Layout.sentence_pairs: "sentence pairs",
-    Layout.segment_pairs: "in-order segment pairs",
-    Layout.streams: "streams",
-    Layout.sentence_streams: "sentence streams",
-    Layout.full_sentences: "full sentences or pairs",
-    Layout.parallel: "sentence pairs (data=parallel)",
-}
 
 
 @dataclass(frozen=True)
 class DataPlan:
-    # How examples are cut from the corpus (LAYOUTS).
+    # How examples are cut from the corpus (a layout of data/layouts/registry.py).
     layout: str = Layout.full_sentences
     # Stream layouts: tokens per window and the distance between consecutive window starts.
     window: int | None = None
@@ -97,35 +81,5 @@ class DataPlan:
         """Whether the loader deals the examples out in stream order."""
         return self.order == "stream"
 
-    @property
-    def stream_window(self) -> tuple[int, int] | None:
-        return (self.window, self.stride) if self.layout in STREAM_LAYOUTS else None
-
     def with_transform(self, transform: BatchTransform | None) -> DataPlan:
         return dataclasses.replace(self, transform=transform)
-
-
-def register_layout(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: ``@register_layout("parallel_text")`` over an example builder (see ``LAYOUT_BUILDERS``)."""
-
-    def wrap(builder: Callable[..., Any]) -> Callable[..., Any]:
-        if name in LAYOUTS or name in LAYOUT_BUILDERS:
-            raise ValueError(f"layout {name!r} exists already")
-        LAYOUT_BUILDERS[name] = builder
-        return builder
-
-    return wrap
-
-
-def choose_layout(data_cfg, wanted: str, objective: str) -> str:
-    """``data.packing`` resolved against the layout an objective wants: ``auto`` takes it; a full-sentences
-    objective (MLM) also reads pairs; anything else must be the wanted layout, or ConfigError names the fix."""
-    packing = getattr(data_cfg.packing, "value", data_cfg.packing)
-    if packing == "auto":
-        return wanted
-    if packing == wanted or (wanted == Layout.full_sentences and packing not in STREAM_LAYOUTS):
-        return packing
-    raise ConfigError(
-        f"data.packing={packing}: objective={objective} needs {_LAYOUT_WORDS.get(wanted, wanted)}; "
-        "set data.packing=auto"
-    )

@@ -16,8 +16,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from plm_toolkit.data.batching.loader import take_rows
-
 
 def token_batches(
     source_lengths: Sequence[int],
@@ -52,7 +50,8 @@ def token_batches(
 
 
 class TokenBatches:
-    """A list of batches over a dataset: item i is the list of rows (dicts) of batch i."""
+    """A list of batches over an example view (``data/layouts/windows.py``): item i is the list of rows (dicts) of
+    batch i."""
 
     # The training loop takes one item per micro-batch instead of trainer.batch_size (training/loop.py).
     ready_batches = True
@@ -64,7 +63,7 @@ class TokenBatches:
         return len(self.batches)
 
     def __getitem__(self, i: int) -> list[dict]:
-        return take_rows(self.examples, self.batches[i])
+        return self.examples.rows(self.batches[i])
 
     def num_rows(self) -> int:
         return sum(len(b) for b in self.batches)

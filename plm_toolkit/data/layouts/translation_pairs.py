@@ -1,6 +1,6 @@
 """Parallel text for translation: the sentence pairs of data.train_files / data.validation_files (read and checked by
-``data/sources/parallel_text.py``) tokenized into a token store (``data/store/pairs.py``) and grouped into token
-batches.
+``data/sources/parallel_text.py``) tokenized into a token store (``data/store/translation_pairs.py``) and grouped
+into token batches.
 
 Sentences longer than ``data.max_seq_len - 1`` tokens are cut to it when they are read and counted in a warning (one
 position is left for the end-of-sentence token the collator adds).
@@ -9,24 +9,24 @@ position is left for the end-of-sentence token the collator adds).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
-from tokenizers import Tokenizer
 
 from plm_toolkit.core.errors import ConfigError
+from plm_toolkit.data.layouts.examples import PretrainingData
 from plm_toolkit.data.layouts.token_batches import TokenBatches, token_batches
+from plm_toolkit.data.layouts.windows import ExampleView
 from plm_toolkit.data.sources.parallel_text import (
     ReadCounts,
     iter_pairs,
     report_counts,
     resolve,
 )
-from plm_toolkit.data.store.pairs import ParallelPairs, prepare_parallel_store
-from plm_toolkit.data.store.token_store import TokenStore
+from plm_toolkit.data.store.token_store import StoreSplit, TokenStore
+from plm_toolkit.data.store.translation_pairs import prepare_parallel_store
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
-from plm_toolkit.data.tokenization.vocab import Vocab
 
 if TYPE_CHECKING:
     from plm_toolkit.core.data_schema import DataConfig
@@ -35,18 +35,43 @@ log = logging.getLogger("plm_toolkit")
 
 
 @dataclass
-class ParallelData:
-    tokenizer: Tokenizer
-    vocab: Vocab
-    # Token batches of training pairs (rows: index, source_ids, target_ids).
-    train: TokenBatches
-    # Token batches of validation pairs, or None without validation files.
-    validation: TokenBatches | None
-    # The validation pairs' text as read (stripped), by row index: decoding is scored against ``references``.
-    sources: list[str]
-    references: list[str]
-    # The token store the pairs are read from.
-    store: TokenStore | None = None
+class ParallelData(PretrainingData):
+    """Token batches of training and validation pairs (rows: index, source_ids, target_ids), the validation pairs'
+    text as read (stripped) by row index: decoding is scored against ``references``."""
+
+    sources: list[str] = field(default_factory=list)
+
+
+class ParallelPairs(ExampleView):
+    """Pair k of a split of a store of pairs: ``index`` k and both sides' ids, each cut to ``limit`` tokens."""
+
+    column_names = ["index", "source_ids", "target_ids"]
+
+    def __init__(self, split: StoreSplit, limit: int):
+        self.split, self.limit = split, limit
+        self.offsets = np.concatenate([[0], np.cumsum([s.num_documents for s in split.shards])]).astype(np.int64)
+        self.skipped_empty = int(split.info.get("skipped_empty", 0))
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def row(self, index: int) -> dict:
+        number = int(np.searchsorted(self.offsets, index, side="right")) - 1
+        shard, pair = self.split.shards[number], index - int(self.offsets[number])
+        ends = shard.array("sentence_ends")
+        start, middle, end = (int(ends[2 * pair - 1]) if pair else 0), int(ends[2 * pair]), int(ends[2 * pair + 1])
+        return {"index": index, "source_ids": shard.ids[start:middle][: self.limit].tolist(),
+                "target_ids": shard.ids[middle:end][: self.limit].tolist()}  # fmt: skip
+
+    def full_lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """Both sides' lengths in tokens before the cut, pair by pair (int32: 8 bytes a pair)."""
+        sides: list[list[np.ndarray]] = [[], []]
+        for shard in self.split.shards:
+            ends = np.asarray(shard.array("sentence_ends"), np.int64)
+            lengths = np.diff(np.concatenate([[0], ends])).astype(np.int32)
+            sides[0].append(lengths[0::2])
+            sides[1].append(lengths[1::2])
+        return tuple(np.concatenate(s) if s else np.zeros(0, np.int32) for s in sides)  # type: ignore[return-value]
 
 
 def batches_of(pairs: ParallelPairs, data_cfg: DataConfig, seed: int, split: str) -> TokenBatches:
@@ -100,4 +125,4 @@ def prepare_parallel_data(data_cfg: DataConfig, seed: int) -> ParallelData:
         len(references),
     )
     vocab = vocab_from_tokenizer(tokenizer)
-    return ParallelData(tokenizer, vocab, splits["train"], validation, sources, references, store=store)
+    return ParallelData(tokenizer, vocab, splits["train"], validation, store, references, sources)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 
 BUNDLED_TRAIN = "corpora/wikitext2/train.txt"
 BUNDLED_VALIDATION = "corpora/wikitext2/valid.txt"

@@ -10,18 +10,17 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
-from enum import Enum
-from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 # Nothing in the data pipeline may reach a hub; set before `datasets` is imported (a user's own value wins).
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import datasets  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
 
+from plm_toolkit.core.cache import cache_root, stable_hash  # noqa: E402
+from plm_toolkit.core.choices import choice  # noqa: E402
 from plm_toolkit.core.errors import ConfigError, DataError  # noqa: E402
 from plm_toolkit.data.sources.documents import (  # noqa: E402
     iter_split,
@@ -29,7 +28,6 @@ from plm_toolkit.data.sources.documents import (  # noqa: E402
 )
 from plm_toolkit.data.sources.pieces import scan_text  # noqa: E402
 from plm_toolkit.data.sources.saved_datasets import open_saved_split  # noqa: E402
-from plm_toolkit.data.store.cache import cache_root  # noqa: E402
 
 if TYPE_CHECKING:
     from plm_toolkit.core.data_schema import DataConfig
@@ -40,38 +38,9 @@ READER_VERSION = 2
 _CHUNK = 1 << 20  # bytes read at a time while checking a file
 
 
-def register_resolvers() -> None:
-    """Register `${plm_resource:relative/path}`: the absolute path of a file shipped inside the package.
-
-    Config presets name the bundled corpus this way so that they work wherever the package is installed and
-    whatever the working directory. Calling it again is harmless.
-    """
-    if not OmegaConf.has_resolver("plm_resource"):
-        OmegaConf.register_new_resolver("plm_resource", resource_path)
-
-
-def resource_path(relative: str) -> str:
-    """Absolute path of `relative` inside the installed plm_toolkit package."""
-    return str(Path(str(resources.files("plm_toolkit").joinpath(relative))).resolve())
-
-
-def choice(value: Any) -> str:
-    """The string of a config choice, whether it arrives as a str-Enum (structured config) or a plain str."""
-    return value.value if isinstance(value, Enum) else str(value)
-
-
 def document_boundary(data_cfg: DataConfig) -> str:
     """data.document_boundary (blank_line where a hand-built config has none)."""
     return choice(getattr(data_cfg, "document_boundary", "blank_line"))
-
-
-def stable_hash(*parts: Any) -> str:
-    """A short hex digest of the parts' text, stable across processes and Python runs (unlike hash())."""
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(repr(part).encode("utf-8"))
-        digest.update(b"\x1f")
-    return digest.hexdigest()[:24]
 
 
 # --- files ------------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from plm_toolkit.data.tokenization.chinese import chinese_sentence_ends
+from plm_toolkit.data.sources.chinese import chinese_sentence_ends
 
 DOCUMENT_BOUNDARIES = ("blank_line", "line", "file")
 
@@ -48,7 +48,7 @@ def split_sentences(text: str) -> list[str]:
     after a common abbreviation (`Mr.`, `Dr.`, `No.`, `etc.`; see ABBREVIATIONS), a single initial (`J.`) or a
     dotted abbreviation (`U.S.`, `e.g.`). The rule errs towards fewer splits: `in the U.S. He` stays one
     sentence. A Chinese sentence ends at 。！？ and their fullwidth kin, with its closing quotes, whatever follows
-    (``data/tokenization/chinese.py``). Sentences keep their punctuation; empty text gives [].
+    (``data/sources/chinese.py``). Sentences keep their punctuation; empty text gives [].
     """
     return [text[start:end] for start, end in sentence_spans(text)]
 
@@ -57,7 +57,7 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     """(start, end) of each sentence of one line (``split_sentences``), without the whitespace around it."""
     spans = []
     start = 0
-    # Chinese sentences end at 。！？ with no space after them (data/tokenization/chinese.py).
+    # Chinese sentences end at 。！？ with no space after them (data/sources/chinese.py).
     ends = [(m.end(), m.group().startswith(".") and m.start() + 1) for m in _BOUNDARY.finditer(text)]
     for end, period in sorted(ends + [(end, False) for end in chinese_sentence_ends(text)]):
         if end <= start or (period and _is_abbreviation(text[start:period])):

@@ -8,8 +8,8 @@ Two formats, chosen per entry of ``data.train_files`` / ``data.validation_files`
 
 Checks: files of different line counts stop with both names and counts; a JSONL row without a language key stops
 with file:line; a pair whose source or target is empty is skipped and counted in the log (translation has nothing to
-learn from it). This module runs in the token store's worker processes (``data/store/pair_worker.py``): it imports
-neither torch nor datasets.
+learn from it). This module runs in the token store's worker processes (``data/store/translation_pair_worker.py``):
+it imports neither torch nor datasets.
 """
 
 from __future__ import annotations

@@ -26,10 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from plm_toolkit.core.cache import cache_root, stable_hash
 from plm_toolkit.core.errors import ConfigError, DataError
-from plm_toolkit.data.layouts.packed import written_once
-from plm_toolkit.data.sources.corpus import stable_hash
-from plm_toolkit.data.store.cache import cache_root
+from plm_toolkit.data.store.lock import written_once
 from plm_toolkit.data.store.token_files import CHUNK, NANOGPT_DTYPE, check_nanogpt, is_megatron_index, open_megatron
 from plm_toolkit.data.store.token_store import StoreSplit
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, vocab_from_tokenizer

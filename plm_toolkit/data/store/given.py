@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 
 _BUNDLED = {"train": "corpora/wikitext2/train.txt", "validation": "corpora/wikitext2/valid.txt"}
 # The corpus key of each split.

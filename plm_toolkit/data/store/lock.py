@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import socket
 import threading
 import time
@@ -62,6 +63,20 @@ def run_once(lock: Path, done: Callable[[], bool], work: Callable[[], None], wha
             beat.stop()
             lock.unlink(missing_ok=True)
         return
+
+
+def written_once(folder: Path, build: Callable[[Path], None], what: str) -> Path:
+    """``folder``, built by ``build(temporary folder)`` unless it exists, once among processes sharing it."""
+
+    def work() -> None:
+        temporary = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
+        shutil.rmtree(temporary, ignore_errors=True)
+        temporary.mkdir(parents=True)
+        build(temporary)
+        os.replace(temporary, folder)
+
+    run_once(folder.with_name(f".{folder.name}.lock"), folder.is_dir, work, what)
+    return folder
 
 
 def _holder(lock: Path) -> dict | None:

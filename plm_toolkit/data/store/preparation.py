@@ -32,10 +32,12 @@ from typing import TYPE_CHECKING, Any
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
+from plm_toolkit.core.atomic import write_text
+from plm_toolkit.core.cache import cache_root, stable_hash
+from plm_toolkit.core.choices import choice
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.data.sources.corpus import SPLITS, choice, document_boundary, stable_hash
+from plm_toolkit.data.sources.corpus import SPLITS, document_boundary
 from plm_toolkit.data.sources.pieces import Source, plan_pieces, resolve_sources
-from plm_toolkit.data.store.cache import cache_root
 from plm_toolkit.data.store.check import damaged, file_sha256, verify_store
 from plm_toolkit.data.store.given import check_store_sources
 from plm_toolkit.data.store.lock import run_once
@@ -263,9 +265,7 @@ def _tokenizer(folder: Path, data_cfg: DataConfig) -> Tokenizer:
     if path.is_file():
         return load_tokenizer(path)
     tokenizer = load_or_train_tokenizer(data_cfg)
-    temporary = path.with_name(f".{TOKENIZER}.{os.getpid()}.tmp")
-    temporary.write_text(tokenizer.to_str(), encoding="utf-8")
-    os.replace(temporary, path)
+    write_text(path, tokenizer.to_str())
     return tokenizer
 
 

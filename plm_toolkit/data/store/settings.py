@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import tokenizers
 
+from plm_toolkit.core.cache import stable_hash
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.data.sources.corpus import document_boundary, stable_hash
+from plm_toolkit.data.sources.corpus import document_boundary
 from plm_toolkit.data.store.side_channels import SideChannel, side_channel
 from plm_toolkit.data.tokenization.tokenizer import TRAINING_VERSION, load_tokenizer, lowercase_setting, tokenizer_kind
 
@@ -19,8 +20,8 @@ if TYPE_CHECKING:
 STORE_VERSION = 1
 # Bump when data/sources/documents.py splits sentences differently: stores of sentences are prepared again.
 SENTENCE_RULES = 2
-# The units the store tokenizes itself (data/store/shard_worker.py, data/store/pairs.py); any other is a side
-# channel's (data/store/side_channels.py).
+# The units the store tokenizes itself (data/store/shard_worker.py, data/store/translation_pairs.py); any other is a
+# side channel's (data/store/side_channels.py).
 OWN_UNITS = ("documents", "document_sentences", "sentences", "pairs")
 
 
@@ -66,7 +67,7 @@ def store_settings(data_cfg: DataConfig, unit: str, spellings: bool, units: Any 
         "text_column": str(data_cfg.text_column),
         "tokenizer": tokenizer_settings(data_cfg),
     }
-    # Where sentences end (data/tokenization/chinese.py); a side channel codes sentences one by one.
+    # Where sentences end (data/sources/chinese.py); a side channel codes sentences one by one.
     if unit in ("document_sentences", "sentences") or channel is not None:
         settings["sentence_rules"] = SENTENCE_RULES
     if channel is not None:

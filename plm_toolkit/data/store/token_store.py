@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from plm_toolkit.core.atomic import write_text
 from plm_toolkit.core.errors import DataError
 
 MAGIC = b"PLMSTORE"
@@ -253,9 +254,7 @@ def read_manifest(folder: Path) -> dict | None:
 
 def write_json(path: Path, value: dict) -> None:
     """``value`` as JSON at ``path``, written to a temporary name, synced and renamed."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(value, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    sync_rename(temporary, path)
+    write_text(path, json.dumps(value, indent=1, sort_keys=True) + "\n", sync=True)
 
 
 class StoreSplit:

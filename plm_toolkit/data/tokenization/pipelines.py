@@ -4,9 +4,9 @@ model, and the special tokens of a trained vocabulary. Loading and training live
 
 from __future__ import annotations
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from plm_toolkit.data.tokenization.chinese import chinese_split
+from plm_toolkit.data.sources.chinese import CJK_CLASS
 
 # The special tokens of a trained vocabulary, in id order: [PAD] is 0 so that zero-filled tensors are padding.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -62,6 +62,11 @@ def _add_bpe_specials(tokenizer: Tokenizer) -> None:
     cls_id, sep_id = tokenizer.token_to_id("<s>"), tokenizer.token_to_id("</s>")
     if cls_id is not None and sep_id is not None:
         tokenizer.post_processor = processors.RobertaProcessing(("</s>", sep_id), ("<s>", cls_id))
+
+
+def chinese_split() -> pre_tokenizers.PreTokenizer:
+    """A pre-tokenizer that makes every character of BERT's CJK ranges (data/sources/chinese.py) a word of its own."""
+    return pre_tokenizers.Split(Regex(f"[{CJK_CLASS}]"), behavior="isolated")
 
 
 def bert_tokenizer(model: models.Model, lowercase: bool) -> Tokenizer:

@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any
 import tokenizers
 from tokenizers import Tokenizer, models, pre_tokenizers
 
+from plm_toolkit.core.atomic import atomic_file
+from plm_toolkit.core.cache import cache_root, stable_hash
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.data.sources.corpus import document_boundary, stable_hash
+from plm_toolkit.data.sources.corpus import document_boundary
 from plm_toolkit.data.sources.piece_reader import sample_texts
 from plm_toolkit.data.sources.pieces import resolve_sources
 from plm_toolkit.data.sources.user_files import not_a_file, read_text
-from plm_toolkit.data.store.cache import cache_root
 from plm_toolkit.data.tokenization.pipelines import (
     BPE_SPECIAL_TOKENS,
     END_OF_TEXT,
@@ -232,9 +233,8 @@ def _atomic_save(tokenizer: Tokenizer, path: Path) -> None:
     # Several processes (data-parallel ranks) may write the same file: each writes its own temporary name
     # and renames it, so that a reader never sees half a file.
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tokenizer.save(str(temporary))
-    os.replace(temporary, path)
+    with atomic_file(path) as temporary:
+        tokenizer.save(str(temporary))
 
 
 def vocab_from_tokenizer(tokenizer: Tokenizer, source: str | Path | None = None) -> Vocab:

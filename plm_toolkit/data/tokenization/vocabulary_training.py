@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from plm_toolkit.core.choices import choice
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.data.sources.corpus import choice
 from plm_toolkit.data.tokenization.pipelines import (
     BPE_SPECIAL_TOKENS,
     GPT2_SPECIAL_TOKENS,
@@ -34,11 +34,14 @@ if TYPE_CHECKING:
     from plm_toolkit.core.data_schema import DataConfig
 
 
-def tokenizer_kind(data_cfg: DataConfig) -> str:
-    """wordpiece, bpe, gpt2_bpe, unigram, t5_unigram, character or word; ``auto`` (left unresolved by a caller that
-    knows no model) means wordpiece."""
+def tokenizer_kind(data_cfg: DataConfig, model_cfg: Any = None) -> str:
+    """data.tokenizer.kind: wordpiece, bpe, gpt2_bpe, unigram, t5_unigram, character or word; ``auto`` takes the
+    model preset's vocabulary (``model.tokenizer``), else wordpiece (a family without one; a caller that knows no
+    model, which a run's resolved data config never leaves at auto)."""
     kind = choice(data_cfg.tokenizer.kind)
-    return "wordpiece" if kind == "auto" else kind
+    if kind != "auto":
+        return kind
+    return choice(model_cfg.get("tokenizer", "wordpiece")) if model_cfg is not None else "wordpiece"
 
 
 # Kinds whose pipeline lower-cases when data.tokenizer.lowercase says so, with their default (lowercase: null).

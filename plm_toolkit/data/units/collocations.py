@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+
+from plm_toolkit.core.atomic import atomic_file
 
 Unit = tuple[str, ...]
 Pair = tuple[Unit, Unit]
@@ -135,10 +136,8 @@ class SpilledCounts:
     def spill(self) -> None:
         for suffix, counts in (("units", self.units), ("pairs", self.pairs)):
             path = self.folder / f"{self.stem}-{self.runs:04d}.{suffix}"
-            temporary = path.with_name(f".{path.name}.tmp")
-            with open(temporary, "w", encoding="utf-8") as f:
+            with atomic_file(path) as temporary, open(temporary, "w", encoding="utf-8") as f:
                 f.writelines(f"{key}\t{count}\n" for key, count in sorted(counts.items()))
-            os.replace(temporary, path)
             counts.clear()
         self.runs += 1
 

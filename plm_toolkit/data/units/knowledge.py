@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from plm_toolkit.core.errors import ConfigError, DataError
+from plm_toolkit.data.sources.chinese import CJK_CLASS
 from plm_toolkit.data.sources.user_files import iter_lines
-from plm_toolkit.data.tokenization.chinese import CJK_CLASS
 
 WORD, PHRASE, ENTITY, NONE = 0, 1, 2, 3
 LEVELS = ("word", "phrase", "entity")

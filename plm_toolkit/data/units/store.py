@@ -20,13 +20,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from plm_toolkit.core.atomic import write_text
+from plm_toolkit.core.choices import choice
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.data.sources.corpus import choice
 from plm_toolkit.data.store.processes import worker_pool
 from plm_toolkit.data.units import collocations
 from plm_toolkit.data.units.collocations import Pair, merge_counts, phrases_of
@@ -117,9 +117,7 @@ def unit_finder(folder: Path, data_cfg: DataConfig, plan: dict, sources: Any, pr
         path = folder / PHRASES
         if not path.is_file():
             found = learn_phrases(folder, data_cfg, plan, sources, processes)
-            temporary = path.with_name(f".{PHRASES}.{os.getpid()}.tmp")
-            temporary.write_text("".join(" ".join(p) + "\n" for p in sorted(found)), encoding="utf-8")
-            os.replace(temporary, path)
+            write_text(path, "".join(" ".join(p) + "\n" for p in sorted(found)))
         phrases = Lexicon([line.split(" ") for line in path.read_text(encoding="utf-8").splitlines()])
     gazetteer = None
     if sources.entity_gazetteer:

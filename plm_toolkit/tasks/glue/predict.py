@@ -20,11 +20,12 @@ from tokenizers import Tokenizer
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
-from plm_toolkit.interop.pretrained import load_backbone, read_config_yaml
+from plm_toolkit.interop.checkpoint_reader import read_config_yaml
+from plm_toolkit.interop.pretrained import load_backbone
 from plm_toolkit.tasks.base import TaskData, character_width
 from plm_toolkit.tasks.checkpoint_head import run_finetune_mode, start_from_checkpoint_head
+from plm_toolkit.tasks.classification import ClassificationConfig, Row, SequenceClassification, encode_rows
 from plm_toolkit.tasks.dispatch import task_for_backbone
-from plm_toolkit.tasks.glue.classification import ClassificationConfig, Row, SequenceClassification, encode_rows
 
 if TYPE_CHECKING:  # the commands' device and precision; the task itself never imports the training code
     from plm_toolkit.training.precision import Runtime

@@ -5,8 +5,9 @@ predictions, and the checks and readers of those files.
 GLUE's score of a task is the unweighted mean of its metrics (MRPC and QQP: F1 and accuracy; STS-B: Pearson and
 Spearman; MNLI: matched and mismatched accuracy), and its ``average`` the mean of those scores over the tasks
 (Wang et al. 2019, section 3.4 and table 6). The rows of each task's files are read by the task's preset
-(``configs/task/<name>.yaml``) through ``tasks/glue/classification.py``; the test files have no label and an ``index``
-column (QQP's: ``id``), and CoLA's test file, unlike its training and dev files, has a header.
+(``configs/task/<name>.yaml``) through ``tasks/classification.py``, the class each task of ``BENCHMARK`` is registered
+with; the test files have no label and an ``index`` column (QQP's: ``id``), and CoLA's test file, unlike its training
+and dev files, has a header.
 """
 
 from __future__ import annotations
@@ -14,8 +15,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from plm_toolkit.core import registry
 from plm_toolkit.core.errors import ConfigError, DataError
-from plm_toolkit.tasks.glue.classification import ClassificationConfig, Row, label_targets, read_columns, read_rows
+from plm_toolkit.tasks.classification import (
+    ClassificationConfig,
+    Row,
+    SequenceClassification,
+    label_targets,
+    read_columns,
+    read_rows,
+)
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,8 @@ BENCHMARK = (
     GlueTask("wnli", "WNLI", ACCURACY, tests=test_tsv("WNLI.tsv")),
 )  # fmt: skip
 TASKS = {task.name: task for task in BENCHMARK}
+for _task in BENCHMARK:
+    registry.TASKS.register(_task.name, ClassificationConfig, cls=SequenceClassification)(SequenceClassification)
 # Every file name a complete submission holds.
 SUBMISSION_FILES = tuple(t.submission for task in BENCHMARK for t in task.tests)
 

@@ -7,7 +7,7 @@ import pytest
 
 from plm_toolkit.core.data_schema import DataConfig, TokenizerConfig
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.data.layouts.pretraining import build_pretraining_examples
+from plm_toolkit.data.layouts.registry import build_pretraining_examples
 from plm_toolkit.data.layouts.sentence_pairs import document_pairs
 from plm_toolkit.data.tokenization.tokenizer import load_or_train_tokenizer, load_tokenizer, vocab_from_tokenizer
 

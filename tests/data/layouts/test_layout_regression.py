@@ -16,10 +16,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from plm_toolkit.core.data_schema import DataConfig, ParallelDataConfig, TokenizerConfig
+from plm_toolkit.core.resources import resource_path
 from plm_toolkit.data.build import prepare_pretraining_data
 from plm_toolkit.data.layouts.plan import DataPlan
 from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data
-from plm_toolkit.data.sources.corpus import resource_path
 from plm_toolkit.data.units.knowledge import ENTITY, PHRASE
 from plm_toolkit.objectives.knowledge_masking import KnowledgeMaskingConfig
 

@@ -18,7 +18,8 @@ from plm_toolkit.data.batching.collate import Collator, collate
 from plm_toolkit.data.build import prepare_pretraining_data
 from plm_toolkit.data.layouts import packed as packed_module
 from plm_toolkit.data.layouts import sentence_pairs
-from plm_toolkit.data.layouts.pretraining import build_pretraining_examples, pack_full_sentences
+from plm_toolkit.data.layouts.pretraining import pack_full_sentences
+from plm_toolkit.data.layouts.registry import build_pretraining_examples
 from plm_toolkit.data.store import preparation as preparation_module
 from plm_toolkit.data.tokenization.vocab import Vocab
 
@@ -215,7 +216,7 @@ def test_unknown_layout(tmp_path):
 def test_bundled_corpus_builds_quickly(tmp_path):
     from omegaconf import OmegaConf
 
-    from plm_toolkit.data.sources.corpus import register_resolvers
+    from plm_toolkit.core.resources import register_resolvers
 
     register_resolvers()
     cfg = OmegaConf.merge(

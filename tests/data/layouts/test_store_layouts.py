@@ -60,7 +60,7 @@ def test_stream_windows_cross_shards_as_one_stream(tmp_path):
 
 
 def test_sentence_pairs_are_the_same_drawn_by_one_process_or_two(tmp_path):
-    from plm_toolkit.data.layouts.packed import SentencePairs
+    from plm_toolkit.data.layouts.packed import SegmentPairExamples
     from tests.data.layouts.test_pretraining import labelled_corpus
 
     cfg = labelled_corpus(tmp_path, num_documents=150, max_seq_len=40, shard_bytes=4096)
@@ -68,8 +68,8 @@ def test_sentence_pairs_are_the_same_drawn_by_one_process_or_two(tmp_path):
     split = store.split("train")
     assert len(split.shards) > 3
     settings = {"max_seq_len": 40, "short_seq_prob": 0.1, "random_next_prob": 0.5, "contiguous": False}
-    one = SentencePairs(split, 2, 3, settings, 7, tmp_path / "one", processes=1)
-    two = SentencePairs(split, 2, 3, settings, 7, tmp_path / "two", processes=2)
+    one = SegmentPairExamples(split, 2, 3, settings, 7, tmp_path / "one", processes=1)
+    two = SegmentPairExamples(split, 2, 3, settings, 7, tmp_path / "two", processes=2)
     assert len(one) == len(two) > 300
     assert one.to_dict() == two.to_dict()
     labels = np.array(one["next_sentence_label"])

@@ -14,6 +14,7 @@ from plm_toolkit.core.data_schema import ParallelDataConfig, TokenizerConfig
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.data.layouts.token_batches import TokenBatches, token_batches
 from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data
+from plm_toolkit.data.layouts.windows import ExampleView
 from plm_toolkit.data.sources.parallel_text import resolve
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -187,9 +188,21 @@ def test_token_batches_respect_the_budget_and_cover_every_row_once():
     assert sorted(map(sorted, token_batches([5, 300, 5], [5, 5, 5], max_tokens=100))) == [[0, 2], [1]]
 
 
+class Sources(ExampleView):
+    column_names = ["source_ids"]
+
+    def __init__(self, sizes):
+        self.sizes = sizes
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def row(self, index: int) -> dict:
+        return {"source_ids": [1] * self.sizes[index]}
+
+
 def test_token_batches_item_is_a_list_of_rows():
-    rows = [{"source_ids": [1] * n} for n in (3, 1, 2, 3)]
-    batched = TokenBatches(rows, token_batches([3, 1, 2, 3], [1, 1, 1, 1], max_tokens=6))
+    batched = TokenBatches(Sources((3, 1, 2, 3)), token_batches([3, 1, 2, 3], [1, 1, 1, 1], max_tokens=6))
     assert batched.num_rows() == 4
     assert [[len(r["source_ids"]) for r in batched[i]] for i in range(len(batched))] == [[1, 2], [3, 3]]
 
@@ -200,8 +213,8 @@ def test_plm_prepare_of_parallel_text_killed_halfway_resumes_to_the_same_store(t
     import subprocess
     import sys
 
-    from plm_toolkit.data.store.pairs import prepare_parallel_store
     from plm_toolkit.data.store.shard_worker import KILL_AFTER
+    from plm_toolkit.data.store.translation_pairs import prepare_parallel_store
     from tests.data.store.test_store import shard_digests
 
     rng = random.Random(1)

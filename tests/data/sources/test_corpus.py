@@ -8,8 +8,9 @@ from omegaconf import OmegaConf
 
 from plm_toolkit.core.data_schema import DataConfig
 from plm_toolkit.core.errors import ConfigError, DataError
+from plm_toolkit.core.resources import register_resolvers
 from plm_toolkit.data.sources import corpus
-from plm_toolkit.data.sources.corpus import iter_documents, read_documents, register_resolvers
+from plm_toolkit.data.sources.corpus import iter_documents, read_documents
 from plm_toolkit.data.sources.documents import split_sentences
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"

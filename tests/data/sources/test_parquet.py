@@ -14,7 +14,7 @@ from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.sources.pieces import plan_pieces, resolve_sources
 from plm_toolkit.data.store.preparation import prepare_store
 from plm_toolkit.data.store.token_store import TokenStore
-from plm_toolkit.tasks.glue.classification import read_columns
+from plm_toolkit.tasks.classification import read_columns
 from tests.data.store.test_store import DOCUMENTS, config, decoded_documents, shard_digests
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 
 READ_ALL = """
 import json, sys

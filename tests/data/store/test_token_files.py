@@ -19,7 +19,8 @@ from omegaconf import OmegaConf
 from plm_toolkit.core.data_schema import DataConfig
 from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.build import prepare_pretraining_data
-from plm_toolkit.data.layouts.pretraining import store_unit
+from plm_toolkit.data.layouts.plan import DataPlan
+from plm_toolkit.data.layouts.registry import store_unit
 from plm_toolkit.data.store.export import write_token_files
 from plm_toolkit.data.store.foreign import open_foreign_store
 from plm_toolkit.data.store.preparation import prepare_store
@@ -54,7 +55,7 @@ def prepared(tmp_path_factory) -> dict:
     gpt2_style_tokenizer(tmp / "tokenizer.json")
     files = {"train_files": [str(tmp / "train.txt")], "validation_files": [str(tmp / "valid.txt")]}
     cfg = data_config(tmp, store=str(tmp / "store"), tokenizer={"path": str(tmp / "tokenizer.json")}, **files)
-    prepare_store(cfg, store_unit("full_sentences"))
+    prepare_store(cfg, store_unit(DataPlan("full_sentences")))
     for fmt in ("megatron", "nanogpt"):
         (tmp / fmt).mkdir()
         write_token_files(tmp / "store", tmp / fmt, fmt)

@@ -8,7 +8,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.batching.collate import Collator
 from plm_toolkit.data.build import prepare_pretraining_data
-from plm_toolkit.data.layouts.pretraining import build_pretraining_examples
+from plm_toolkit.data.layouts.registry import build_pretraining_examples
 from plm_toolkit.data.tokenization.template import template_of
 from plm_toolkit.data.tokenization.tokenizer import load_or_train_tokenizer, load_tokenizer, vocab_from_tokenizer
 from plm_toolkit.data.tokenization.vocab import Vocab

@@ -1,6 +1,6 @@
 """Parallel text in a token store: every sentence pair a document of two sentences (the source's ids, then the
 target's), written by worker processes shard by shard as the monolingual stores are (``data/store/preparation.py``), and
-read back pair by pair (``ParallelPairs``) without loading the corpus.
+read back pair by pair (``data/layouts/translation_pairs.py``, ``ParallelPairs``) without loading the corpus.
 
 Each entry of data.train_files / data.validation_files (a prefix of two line-aligned files, or a JSONL file) is cut
 into pieces of about data.shard_bytes of its source file, each cut after a line; a prefix's target file is cut after
@@ -18,13 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 
+from plm_toolkit.core.atomic import write_text
+from plm_toolkit.core.cache import cache_root, stable_hash
 from plm_toolkit.core.errors import ConfigError, DataError
-from plm_toolkit.data.layouts.windows import ExampleView
-from plm_toolkit.data.sources.corpus import SPLITS, check_text_file, stable_hash
+from plm_toolkit.data.sources.corpus import SPLITS, check_text_file
 from plm_toolkit.data.sources.parallel_text import (
     PAIRS,
     ParallelSource,
@@ -34,9 +34,7 @@ from plm_toolkit.data.sources.parallel_text import (
     resolve,
 )
 from plm_toolkit.data.sources.pieces import Source
-from plm_toolkit.data.store.cache import cache_root
 from plm_toolkit.data.store.check import file_sha256
-from plm_toolkit.data.store.pair_worker import start_pairs, tokenize_pairs_piece
 from plm_toolkit.data.store.preparation import (
     PLAN,
     TOKENIZER,
@@ -50,11 +48,11 @@ from plm_toolkit.data.store.settings import tokenizer_settings
 from plm_toolkit.data.store.token_store import (
     MANIFEST,
     Shard,
-    StoreSplit,
     TokenStore,
     id_dtype,
     write_json,
 )
+from plm_toolkit.data.store.translation_pair_worker import start_pairs, tokenize_pairs_piece
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, train_cached
 
 if TYPE_CHECKING:
@@ -62,7 +60,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("plm_toolkit")
 
-# Bump when a change here or in data/store/pair_worker.py changes what a store of pairs holds.
+# Bump when a change here or in data/store/translation_pair_worker.py changes what a store of pairs holds.
 PAIRS_VERSION = 1
 
 
@@ -255,42 +253,5 @@ def _tokenizer(folder: Path, data_cfg: DataConfig, entries: list[ParallelSource]
 
         records = [f.record() for e in entries for f in _files(e)]
         tokenizer = train_cached(data_cfg, stable_hash("parallel", records, languages, budget), texts)
-    temporary = path.with_name(f".{TOKENIZER}.{os.getpid()}.tmp")
-    temporary.write_text(tokenizer.to_str(), encoding="utf-8")
-    os.replace(temporary, path)
+    write_text(path, tokenizer.to_str())
     return tokenizer
-
-
-# --- reading ----------------------------------------------------------------------------------------------
-
-
-class ParallelPairs(ExampleView):
-    """Pair k of a split of a store of pairs: ``index`` k and both sides' ids, each cut to ``limit`` tokens."""
-
-    column_names = ["index", "source_ids", "target_ids"]
-
-    def __init__(self, split: StoreSplit, limit: int):
-        self.split, self.limit = split, limit
-        self.offsets = np.concatenate([[0], np.cumsum([s.num_documents for s in split.shards])]).astype(np.int64)
-        self.skipped_empty = int(split.info.get("skipped_empty", 0))
-
-    def __len__(self) -> int:
-        return int(self.offsets[-1])
-
-    def row(self, index: int) -> dict:
-        number = int(np.searchsorted(self.offsets, index, side="right")) - 1
-        shard, pair = self.split.shards[number], index - int(self.offsets[number])
-        ends = shard.array("sentence_ends")
-        start, middle, end = (int(ends[2 * pair - 1]) if pair else 0), int(ends[2 * pair]), int(ends[2 * pair + 1])
-        return {"index": index, "source_ids": shard.ids[start:middle][: self.limit].tolist(),
-                "target_ids": shard.ids[middle:end][: self.limit].tolist()}  # fmt: skip
-
-    def full_lengths(self) -> tuple[np.ndarray, np.ndarray]:
-        """Both sides' lengths in tokens before the cut, pair by pair (int32: 8 bytes a pair)."""
-        sides: list[list[np.ndarray]] = [[], []]
-        for shard in self.split.shards:
-            ends = np.asarray(shard.array("sentence_ends"), np.int64)
-            lengths = np.diff(np.concatenate([[0], ends])).astype(np.int32)
-            sides[0].append(lengths[0::2])
-            sides[1].append(lengths[1::2])
-        return tuple(np.concatenate(s) if s else np.zeros(0, np.int32) for s in sides)  # type: ignore[return-value]

@@ -9,7 +9,7 @@ import plm_toolkit.commands.train  # noqa: F401  (registers schemas and registri
 from plm_toolkit.config.validate import problems
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.xlnet import XLNet, XLNetConfig
-from plm_toolkit.objectives.plm import (
+from plm_toolkit.objectives.permutation_lm import (
     PermutationLanguageModeling,
     PermutationTransform,
     PlmConfig,

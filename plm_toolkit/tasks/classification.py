@@ -1,10 +1,9 @@
-"""Sentence and sentence-pair classification and regression: the GLUE tasks from their official TSV files
-(Wang et al. 2019) and ``task=classification`` for any TSV, CSV, JSONL or Parquet file with named text and label
-columns.
+"""Sentence and sentence-pair classification and regression: ``task=classification`` for any TSV, CSV, JSONL or Parquet
+file with named text and label columns, and the GLUE tasks from their official TSV files (Wang et al. 2019).
 
-Each GLUE task is a preset in ``configs/task/<name>.yaml`` that names its columns, labels and metrics; the code
-below is the same for all. The head reads the backbone's sequence summary (BERT: the pooled [CLS], Devlin et al.
-2019 section 4.1; XLNet: its last token).
+Each GLUE task is a preset in ``configs/task/<name>.yaml`` that names its columns, labels and metrics, registered
+with this class by ``tasks/glue/suite.py``; the code below is the same for all. The head reads the backbone's sequence
+summary (BERT: the pooled [CLS], Devlin et al. 2019 section 4.1; XLNet: its last token).
 """
 
 from __future__ import annotations
@@ -35,8 +34,6 @@ from plm_toolkit.tasks.heads import ACTIVATIONS, LinearHead
 from plm_toolkit.tasks.metrics import METRICS
 
 log = logging.getLogger("plm_toolkit")
-
-GLUE_TASKS = ("sst2", "mrpc", "rte", "cola", "stsb", "mnli", "qnli", "qqp", "wnli")
 
 
 @dataclass
@@ -323,5 +320,4 @@ class SequenceClassification(Task):
         return metrics
 
 
-for _name in (*GLUE_TASKS, "classification"):
-    TASKS.register(_name, ClassificationConfig, cls=SequenceClassification)(SequenceClassification)
+TASKS.register("classification", ClassificationConfig, cls=SequenceClassification)(SequenceClassification)

@@ -8,10 +8,11 @@ read, so that a read-only cache is named as such, not blamed on the corpus that 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
@@ -65,3 +66,13 @@ def cache_root(data_cfg: DataConfig) -> Path:
             f"with data.cache_dir=DIR or {ENVIRONMENT_VARIABLE}=DIR"
         ) from None
     return path
+
+
+def stable_hash(*parts: Any) -> str:
+    """A short hex digest of the parts' text, stable across processes and Python runs (unlike hash()): the key of
+    what is cached under the parts' settings."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(repr(part).encode("utf-8"))
+        digest.update(b"\x1f")
+    return digest.hexdigest()[:24]

@@ -7,8 +7,8 @@ import pwd
 import pytest
 from omegaconf import OmegaConf
 
+from plm_toolkit.core.cache import cache_root, default_cache_dir
 from plm_toolkit.core.errors import ConfigError
-from plm_toolkit.data.store.cache import cache_root, default_cache_dir
 
 
 def test_empty_variables_count_as_unset(monkeypatch, tmp_path):

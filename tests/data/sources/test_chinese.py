@@ -12,11 +12,12 @@ import pytest
 import torch
 from tokenizers import Tokenizer, normalizers, pre_tokenizers
 
+from plm_toolkit.core.resources import resource_path
 from plm_toolkit.data.batching.collate import collate
-from plm_toolkit.data.layouts.pretraining import build_pretraining_examples
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.data.layouts.plan import DataPlan
+from plm_toolkit.data.layouts.registry import build_pretraining_examples
+from plm_toolkit.data.sources.chinese import BERT_CJK_RANGES, chinese_sentence_ends, is_chinese_char
 from plm_toolkit.data.sources.documents import split_sentences
-from plm_toolkit.data.tokenization.chinese import BERT_CJK_RANGES, chinese_sentence_ends, is_chinese_char
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, vocab_from_tokenizer
 from plm_toolkit.data.units.knowledge import ENTITY, NONE, PHRASE, WORD, split_words
 from plm_toolkit.objectives.knowledge_masking import KnowledgeMaskingConfig, StagedMasking
@@ -161,7 +162,7 @@ def ernie_zh(tmp_path_factory):
     config = KnowledgeMaskingConfig(word_segmenter="jieba", entity_gazetteer=str(gazetteer), total_steps=30,
                                     collocation_threshold=20.0)  # fmt: skip
     cfg = data_config([CORPUS / "train.txt"], root / "cache", tokenizer, max_seq_len=96)
-    data = build_pretraining_examples(cfg, tokenizer, vocab, "full_sentences", "train", 3, None, config)
+    data = build_pretraining_examples(cfg, tokenizer, vocab, DataPlan("full_sentences", units=config), "train", 3)
     batch = collate([data[i] for i in range(len(data))], vocab)
     return {"batch": batch, "vocab": vocab, "config": config, "tokenizer": tokenizer}
 

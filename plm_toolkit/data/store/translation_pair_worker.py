@@ -1,5 +1,5 @@
-"""A worker process of a store of sentence pairs (``data/store/pairs.py``): one piece of an entry (bytes of a
-prefix's two files cut after the same lines, or of a JSONL file) tokenized into one shard, every pair a document of
+"""A worker process of a store of translation pairs (``data/store/translation_pairs.py``): one piece of an entry (bytes
+of a prefix's two files cut after the same lines, or of a JSONL file) tokenized into one shard, every pair a document of
 two sentences (source ids, target ids), a pair with an empty side skipped and counted in the shard's header. It
 imports neither torch nor datasets.
 """

@@ -5,10 +5,9 @@ BERT's ``tokenize_chinese_chars`` (google-research/bert tokenization.py, ``_is_c
 every character of the CJK Unified Ideographs blocks and their extensions A to E, and of the two compatibility
 blocks, so a WordPiece vocabulary never joins two ideographs into one piece. The ``tokenizers`` library's
 ``BertNormalizer(handle_chinese_chars=True)`` means to do the same but starts its extension-E range at U+2B920
-instead of U+2B820 (tokenizers 0.23: U+2B820..U+2B91F stay glued to their neighbours), so ``chinese_split()``, a
-pre-tokenizer that isolates every character of BERT's ranges, follows it in every BERT pipeline
-(``data/tokenization/pipelines.py``). The blocks Unicode added after BERT (extensions F to I) are left as BERT leaves
-them.
+instead of U+2B820 (tokenizers 0.23: U+2B820..U+2B91F stay glued to their neighbours), so every BERT pipeline
+(``data/tokenization/pipelines.py``, ``chinese_split``) follows it with a pre-tokenizer that isolates every character
+of BERT's ranges. The blocks Unicode added after BERT (extensions F to I) are left as BERT leaves them.
 
 Sentences (``data/sources/documents.py``): a Chinese sentence ends at 。！？ (and the halfwidth ｡, the double
 marks ‼ ⁇ ⁈ ⁉), repeated or mixed, with the closing quotes and brackets that follow it; no space follows in
@@ -18,8 +17,6 @@ Chinese text. A halfwidth ! or ? ends a sentence when an ideograph follows (text
 from __future__ import annotations
 
 import re
-
-from tokenizers import Regex, pre_tokenizers
 
 # BERT's _is_chinese_char, block by block: (first, last code point, Unicode block).
 BERT_CJK_RANGES = (
@@ -46,11 +43,6 @@ def is_chinese_char(character: str) -> bool:
     """Whether BERT's tokenizer makes ``character`` a word of its own (``_is_chinese_char``)."""
     code = ord(character)
     return any(first <= code <= last for first, last, _ in BERT_CJK_RANGES)
-
-
-def chinese_split() -> pre_tokenizers.PreTokenizer:
-    """A pre-tokenizer that makes every character of BERT's CJK ranges a word of its own."""
-    return pre_tokenizers.Split(Regex(f"[{CJK_CLASS}]"), behavior="isolated")
 
 
 def chinese_sentence_ends(text: str) -> list[int]:

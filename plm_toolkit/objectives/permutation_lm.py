@@ -32,7 +32,8 @@ from torch import nn
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import OBJECTIVES
 from plm_toolkit.data.batching.collate import IGNORE_INDEX
-from plm_toolkit.data.layouts.plan import Layout, choose_layout
+from plm_toolkit.data.layouts.plan import Layout
+from plm_toolkit.data.layouts.registry import choose_layout
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.base import TWO_STREAM
 from plm_toolkit.objectives.base import BatchTransform, DataPlan, MemoryObjective, ObjectiveOutput
