@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 from tests.bad_inputs.test_bad_inputs import Case, assert_one_error_line, command_line
 from tests.bad_inputs.test_bad_inputs_faults import hold_lock
 from tests.bad_inputs.test_bad_inputs_round3 import quiet_env
