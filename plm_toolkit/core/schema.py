@@ -159,6 +159,8 @@ class TrainerConfig:
     log_every: int = 10
     # Evaluate on the validation data every N steps (0 disables), besides the evaluation at the end of training.
     eval_every: int = 100
+    # Evaluate on the validation data when training ends (whatever trainer.eval_every says); false skips it.
+    eval_at_end: bool = True
     # steps: evaluate every trainer.eval_every steps; epoch: at the end of every epoch of the training examples
     # (trainer.eval_every then unused), as transformers' eval_strategy=epoch.
     eval_strategy: EvalStrategy = EvalStrategy.steps

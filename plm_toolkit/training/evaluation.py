@@ -21,9 +21,16 @@ log = logging.getLogger("plm_toolkit")
 
 
 def evaluates(trainer) -> bool:
-    """Whether the run evaluates: it has validation data and trainer.eval_every or trainer.eval_strategy=epoch."""
+    """Whether the run evaluates during training: it has validation data and trainer.eval_every or
+    trainer.eval_strategy=epoch."""
     by_epoch = trainer.cfg.get("eval_strategy", "steps") == "epoch"
     return trainer.eval_examples is not None and (by_epoch or bool(trainer.cfg.eval_every))
+
+
+def evaluates_at_end(trainer) -> bool:
+    """Whether the run evaluates when training ends: it has validation data and trainer.eval_at_end, whatever
+    trainer.eval_every says."""
+    return trainer.eval_examples is not None and bool(trainer.cfg.get("eval_at_end", True))
 
 
 def log_eval_scope(trainer) -> None:

@@ -27,7 +27,13 @@ from plm_toolkit.training.batches import check_streams, rows_per_batch, train_lo
 from plm_toolkit.training.best_model import BestModel
 from plm_toolkit.training.compilation import CompileWatch, speed_switches
 from plm_toolkit.training.distributed import all_reduce_max, barrier
-from plm_toolkit.training.evaluation import eval_batches, evaluate_weights, evaluates, log_eval_scope
+from plm_toolkit.training.evaluation import (
+    eval_batches,
+    evaluate_weights,
+    evaluates,
+    evaluates_at_end,
+    log_eval_scope,
+)
 from plm_toolkit.training.flops import ModelFlops, peak_tflops
 from plm_toolkit.training.logging import MetricsWriter, ProgressBar
 from plm_toolkit.training.optim import build_optimizer, build_scheduler
@@ -187,7 +193,7 @@ class Trainer:
         try:
             if self.max_steps > 0 and self.step < self.max_steps:
                 check_streams(self.train_examples, self.layout.batch_size, self.process, self.data_keys[0], self.plan)
-            if evaluates(self) or (self.eval_examples is not None and self.max_steps == 0):
+            if evaluates(self) or evaluates_at_end(self) or (self.eval_examples is not None and self.max_steps == 0):
                 check_streams(self.eval_examples, self.cfg.batch_size, self.process, self.data_keys[1], self.plan)
                 log_eval_scope(self)
             if self.max_steps == 0:  # evaluation only (plm-finetune trainer.epochs=0): nothing trains or is saved
@@ -196,7 +202,7 @@ class Trainer:
                 return finish_resumed(self)
             if self.selection is not None and self.selection.stopped:
                 return self.best.finish_stopped()
-            if evaluates(self):
+            if evaluates(self) or evaluates_at_end(self):
                 # Whatever else evaluation cannot read fails now, not after the steps before its first turn.
                 next(iter(eval_batches(self, self.process.world_size, self.process.rank, 1)), None)
             bar = ProgressBar(
@@ -261,7 +267,7 @@ class Trainer:
                     due = cfg.save_every and self.step % cfg.save_every == 0 and self.saved_step != self.step
                     if due and self.step != self.max_steps and not stop:
                         self.save()
-                if evaluates(self) and stop != "early":
+                if evaluates_at_end(self) and stop != "early":
                     with signals.abandonable(f"the final evaluation at step {self.step}"):
                         evaluation = self._evaluate_or_save(bar, final=True)
                     record.update(evaluation)

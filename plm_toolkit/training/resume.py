@@ -26,6 +26,7 @@ from plm_toolkit.core.errors import CheckpointError, ConfigError
 from plm_toolkit.core.launch import launched_world_size
 from plm_toolkit.interop.checkpoint_reader import read_config_yaml
 from plm_toolkit.training.distributed import broadcast_object
+from plm_toolkit.training.evaluation import evaluates_at_end
 
 log = logging.getLogger("plm_toolkit")
 
@@ -34,6 +35,7 @@ MAY_CHANGE = {
     *(f"trainer.{key}" for key in ("max_steps", "epochs", "time_budget", "log_every", "eval_every", "eval_batches")),
     *(f"trainer.{key}" for key in ("save_every", "keep_last", "resume", "overwrite", "resume_changes")),
     *(f"trainer.{key}" for key in ("tensorboard", "progress_bar", "loggers", "eval_strategy", "signal_grace")),
+    "trainer.eval_at_end",
     *(f"trainer.{key}" for key in ("load_best_model_at_end", "metric_for_best_model", "greater_is_better")),
     *(f"trainer.{key}" for key in ("early_stopping_patience", "early_stopping_threshold")),
     *(f"data.{key}" for key in ("validation_files", "validation_file", "max_eval_samples", "cache_dir", "num_workers")),
@@ -224,8 +226,7 @@ def finish_resumed(trainer) -> dict:
     why = f"trainer.time_budget={trainer.cfg.time_budget:g} hours spent" if spent else f"{trainer.max_steps} steps"
     if trainer.process.is_main:
         log.info("already finished at step %d (%s): nothing to train", trainer.step, why)
-    evaluates = trainer.eval_examples is not None and trainer.cfg.eval_every
-    if not evaluates or broadcast_object(trainer.metrics.has_evaluation(trainer.step), trainer.process):
+    if not evaluates_at_end(trainer) or broadcast_object(trainer.metrics.has_evaluation(trainer.step), trainer.process):
         return {}
     log.info("the final evaluation of step %d is missing from %s: evaluating", trainer.step, trainer.metrics.path)
     return trainer.evaluate()

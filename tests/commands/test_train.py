@@ -21,7 +21,7 @@ from plm_toolkit.data.batching.loader import BatchLayout, MicroBatches
 from plm_toolkit.data.build import prepare_pretraining_data
 from plm_toolkit.training.loop import Trainer
 from plm_toolkit.training.precision import resolve_runtime
-from tests.training.conftest import read_metrics
+from tests.training.conftest import read_metrics, train_records
 
 
 def test_thirty_steps_loss_falls(make_config, tmp_path):
@@ -108,7 +108,7 @@ def test_resume_continues_bit_exactly(make_config, tmp_path):
     # A copy under another name (a user's backup) resumes too: the step comes from the training state.
     shutil.copytree(interrupted / "checkpoints" / "step_10", tmp_path / "backups" / "before-lr-change")
     run(make_config("trainer.max_steps=20", "trainer.resume=auto", *common), interrupted)
-    a, b = read_metrics(straight), read_metrics(interrupted)
+    a, b = train_records(straight), train_records(interrupted)
     assert [r["step"] for r in b] == list(range(1, 21))
     assert [r["loss"] for r in a] == [r["loss"] for r in b]
     assert [r["lr"] for r in a] == [r["lr"] for r in b]
@@ -117,7 +117,7 @@ def test_resume_continues_bit_exactly(make_config, tmp_path):
         make_config("trainer.max_steps=20", f"trainer.resume={tmp_path / 'backups' / 'before-lr-change'}", *common),
         copied,
     )
-    assert [r["loss"] for r in read_metrics(copied)] == [r["loss"] for r in a[10:]]
+    assert [r["loss"] for r in train_records(copied)] == [r["loss"] for r in a[10:]]
     assert (copied / "checkpoints" / "last").resolve().name == "step_20"
     from safetensors.torch import load_file
 
@@ -261,3 +261,11 @@ def test_multirun_sweep_runs_one_job_per_value(small_corpus, tmp_path):
         lrs.append(OmegaConf.load(sweep / job / ".hydra" / "config.yaml").optimizer.lr)
         assert [r["step"] for r in read_metrics(sweep / job)] == [1, 2]
     assert lrs == [1e-4, 3e-3]
+
+
+def test_eval_every_zero_still_evaluates_at_the_end_unless_told_not_to(make_config, tmp_path):
+    run(make_config("trainer.max_steps=3", "trainer.eval_every=0"), tmp_path / "end")
+    evaluations = [r for r in read_metrics(tmp_path / "end") if "eval_loss" in r]
+    assert [r["step"] for r in evaluations] == [3]
+    run(make_config("trainer.max_steps=3", "trainer.eval_every=0", "trainer.eval_at_end=false"), tmp_path / "none")
+    assert not any("eval_loss" in r for r in read_metrics(tmp_path / "none"))

@@ -62,6 +62,11 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
+def train_records(run_dir: Path) -> list[dict]:
+    """The training steps' records of metrics.jsonl (an evaluation's, at the end of training too, left out)."""
+    return [record for record in read_metrics(run_dir) if "lr" in record]
+
+
 # GPT-2 with odd sizes, on the same small corpus.
 GPT2_SMALL = [
     "model=gpt2",

@@ -23,7 +23,7 @@ from plm_toolkit.training.logging import MetricsWriter, read_metrics
 from plm_toolkit.training.preemption import EXIT_REQUEUE, Interrupted, Preempted, StopSignals
 from plm_toolkit.training.resume import changes
 from tests.commands.test_train import launch
-from tests.training.conftest import TINY
+from tests.training.conftest import TINY, train_records
 from tests.training.conftest import read_metrics as read_strictly
 
 HOLDER = (
@@ -142,7 +142,7 @@ def test_a_changed_recipe_is_refused_unless_accepted_and_then_applies(make_confi
         run(make_config("trainer.max_steps=4", "model=gpt2", "objective=clm"), tmp_path)
     with pytest.raises(ConfigError, match=r"trainer.max_steps: the run would end at step 1, but .*step_2 is at step 2"):
         run(make_config("trainer.max_steps=1"), tmp_path)
-    assert [r["step"] for r in read_strictly(tmp_path)] == [1, 2]
+    assert [r["step"] for r in train_records(tmp_path)] == [1, 2]
     run(make_config("trainer.max_steps=4", "optimizer.lr=1e-3", "trainer.resume_changes=accept"), tmp_path)
     # The new peak rate over the new length (linear decay to step 4, no warm-up): step t at 1e-3 * (1 - t / 4).
     assert lrs(tmp_path)[3] == pytest.approx(1e-3 * 0.25)
@@ -175,7 +175,7 @@ def test_a_fresh_start_over_checkpoints_needs_overwrite_which_replaces_them(make
         run(make_config("trainer.max_steps=1", "trainer.resume=none"), tmp_path)
     run(make_config("trainer.max_steps=1", "trainer.resume=none", "trainer.overwrite=true"), tmp_path)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["last", "step_1"]
-    assert [r["step"] for r in read_strictly(tmp_path)] == [1]
+    assert [r["step"] for r in train_records(tmp_path)] == [1]
 
 
 def test_a_failing_evaluation_saves_its_step_first(make_config, tmp_path, monkeypatch):

@@ -20,7 +20,7 @@ from plm_toolkit.objectives.mlm import MaskedLanguageModeling, MlmConfig
 from plm_toolkit.training import compilation
 from plm_toolkit.training.flops import ModelFlops, non_embedding_parameters, peak_tflops
 from plm_toolkit.training.optim import build_optimizer
-from tests.training.conftest import read_metrics
+from tests.training.conftest import read_metrics, train_records
 
 VOCAB = Vocab(size=97, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
 
@@ -143,7 +143,7 @@ def test_unpadded_pretraining_run_matches_the_padded_one(make_config, tmp_path):
     ]
     run(make_config(*common), tmp_path / "padded")
     run(make_config(*common, "hardware.unpad=true"), tmp_path / "unpadded")
-    a, b = read_metrics(tmp_path / "padded"), read_metrics(tmp_path / "unpadded")
+    a, b = train_records(tmp_path / "padded"), train_records(tmp_path / "unpadded")
     assert max(abs(x["loss"] - y["loss"]) for x, y in zip(a, b, strict=True)) < 1e-4
 
 
@@ -188,7 +188,7 @@ def test_model_flops_and_peaks():
 
 def test_mfu_is_logged_against_a_given_peak(make_config, tmp_path):
     run(make_config("trainer.max_steps=2", "hardware.peak_tflops=0.001"), tmp_path)
-    record = read_metrics(tmp_path)[-1]
+    record = train_records(tmp_path)[-1]
     assert record["mfu"] > 0 and math.isfinite(record["mfu"])
 
 

@@ -222,13 +222,20 @@ def _write_pairs(split: StoreSplit, settings: dict, seed: int, into: Path, proce
     finally:
         for output in outputs.values():
             output.close()
-    if cut:
-        max_tokens = settings["max_seq_len"] - 3
+    max_tokens = settings["max_seq_len"] - 3
+    # Every draw of the pairs (data.pair_draws) and every phase at this length cuts the same sentences: said once.
+    warned = (str(split.folder), split.name, max_tokens, bool(settings["contiguous"]))
+    if cut and warned not in _CUT_WARNED:
+        _CUT_WARNED.add(warned)
         logger.warning(
-            "%d sentence(s) longer than %d pairs (%d tokens) were cut into pieces of %d tokens; sentences end at "
-            ". ! ? before a capital letter, so a text without them reads as one sentence",
-            cut, LONG_SENTENCE_PAIRS, LONG_SENTENCE_PAIRS * max_tokens, max_tokens,
+            "%d sentence(s) of the %s text longer than %d pairs (%d tokens) were cut into pieces of %d tokens; "
+            "sentences end at . ! ? before a capital letter, so a text without them reads as one sentence",
+            cut, split.name, LONG_SENTENCE_PAIRS, LONG_SENTENCE_PAIRS * max_tokens, max_tokens,
         )  # fmt: skip
+
+
+# (store folder, split, piece length, in-order pairs) of the cut sentences this process has already warned about.
+_CUT_WARNED: set[tuple[str, str, int, bool]] = set()
 
 
 _PAIR_FILES = ("ids.bin", "ends.bin", "a_lengths.bin", "labels.bin")

@@ -287,7 +287,9 @@ def test_one_line_corpus_of_two_million_words_builds(tmp_path, caplog):
         # One sentence, read in pieces of about 256K characters (data/sources/piece_reader.py bounds a document's
         # memory), each longer than 4 pairs.
         assert re.search(
-            r"\d+ sentence\(s\) longer than 4 pairs \(500 tokens\) were cut into pieces of 125 tokens", caplog.text
+            r"\d+ sentence\(s\) of the train text longer than 4 pairs \(500 tokens\) were cut into pieces of 125 "
+            "tokens",
+            caplog.text,
         )
         lengths = np.array([len(ids) for ids in data.train["input_ids"]])
         assert lengths.max() <= 128 and lengths.mean() > 100
