@@ -1,0 +1,313 @@
+"""Training throughput through the command users run: ``plm-train`` itself, its own tokens/s and MFU read from
+metrics.jsonl after warm-up, beside the transformers model of the same architecture on batches of the same shape.
+
+    python scripts/bench_command.py                                   # BERT-Tiny on this CPU
+    python scripts/bench_command.py --case bert_base_128 --case gpt2_small_1024     # on a GPU
+    python scripts/bench_command.py --suite gpu                       # the four GPU configurations
+
+Each variant of a case is one ``plm-train`` process (``python -m plm_toolkit.commands.train``) on the bundled
+WikiText excerpt, repeated into a temporary corpus of ``--corpus-mb`` where a case needs more text; nothing is saved
+or evaluated, every step is logged. Warm-up ends after ``--warmup-steps`` steps and after the last step that
+compiled a graph; tokens/s is the real (non-padding) tokens of the steps after it over their seconds, and
+``steps_wall_s`` those seconds (steps ``--warmup-steps`` + 1 to the last). The compiled variants' ``compile_s`` and
+``compiled_graphs`` are the run's own (metrics.jsonl). The reference (``transformers``) trains the same
+architecture, vocabulary and batch shape (rows, width, and the share of real tokens the command's batches had)
+with fused AdamW in this process, after ``--reference-warmup`` untimed steps. The speed switches of the command
+(``hardware.compile``, ``hardware.unpad``) are the variants; ``default`` leaves them as plm-train resolves them.
+
+Prints one JSON object: the command line, device, and per case each variant's figures and ``speedup_vs_reference``.
+The synthetic-batch harness (``bench_pretrain.py``) measures the training step alone; this one measures the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLED = REPO / "plm_toolkit" / "corpora" / "wikitext2"
+EAGER = ["hardware.compile=false", "hardware.unpad=false"]
+COMPILED = ["hardware.compile=true", "hardware.unpad=false"]
+UNPADDED = ["hardware.compile=true", "hardware.unpad=true"]
+
+
+@dataclass
+class Case:
+    # plm-train overrides of the run (model, objective, lengths, batch, hardware).
+    overrides: list[str]
+    # variant name -> the speed switches it adds.
+    variants: dict[str, list[str]]
+    # The transformers class the reference trains: bert, gpt2 or t5.
+    reference: str
+    # Megabytes of training text the case needs (the bundled excerpt is about 1).
+    corpus_mb: float = 0.0
+    steps: int = 60
+    notes: list[str] = field(default_factory=list)
+
+
+CPU_SWITCHES = {"eager": EAGER, "compiled": COMPILED, "compiled+unpadded": UNPADDED}
+# On CUDA plm-train's default (null) compiles and unpads objective=mlm: "default" is that, beside eager.
+GPU_SWITCHES = {"eager": EAGER, "default": []}
+CASES = {
+    "bert_tiny_cpu": Case(
+        ["model=bert_tiny", "objective=mlm", "data.max_seq_len=128", "trainer.batch_size=16", "hardware=cpu"],
+        CPU_SWITCHES,
+        "bert",
+    ),
+    "bert_base_128": Case(
+        ["model=bert_base", "objective=mlm", "data.max_seq_len=128", "trainer.batch_size=256", "hardware=cuda_bf16"],
+        GPU_SWITCHES,
+        "bert",
+        corpus_mb=8,
+        steps=40,
+    ),
+    "bert_base_512": Case(
+        ["model=bert_base", "objective=mlm", "data.max_seq_len=512", "trainer.batch_size=64", "hardware=cuda_bf16"],
+        {"default": []},
+        "bert",
+        corpus_mb=8,
+        steps=40,
+    ),
+    "gpt2_small_1024": Case(
+        ["model=gpt2_small", "data.max_seq_len=1024", "trainer.batch_size=16", "hardware=cuda_bf16"],
+        {"eager": EAGER, "compiled": COMPILED},
+        "gpt2",
+        corpus_mb=8,
+        steps=40,
+    ),
+    "t5_v1_1_base_512": Case(
+        [
+            "model=t5_v1_1_base",
+            "objective=span_corruption",
+            "data.max_seq_len=512",
+            "trainer.batch_size=48",
+            "hardware=cuda_bf16",
+        ],  # fmt: skip
+        {"eager": EAGER, "compiled": COMPILED},
+        "t5",
+        corpus_mb=8,
+        steps=40,
+    ),
+}
+SUITES = {"cpu": ["bert_tiny_cpu"], "gpu": ["bert_base_128", "bert_base_512", "gpt2_small_1024", "t5_v1_1_base_512"]}
+
+
+def corpus(folder: Path, megabytes: float) -> list[str]:
+    """The data overrides: the bundled excerpt, or it repeated into ``megabytes`` of text."""
+    train, valid = BUNDLED / "train.txt", BUNDLED / "valid.txt"
+    if megabytes > train.stat().st_size / 2**20:
+        text = train.read_text(encoding="utf-8")
+        repeats = int(megabytes * 2**20 // len(text.encode())) + 1
+        train = folder / "train.txt"
+        train.write_text("\n\n".join([text] * repeats), encoding="utf-8")
+    return ["data=text_files", f"data.train_files=[{train}]", f"data.validation_files=[{valid}]"]
+
+
+def run_variant(case: Case, switches: list[str], folder: Path, data: list[str], args) -> dict:
+    """One plm-train process; its metrics after warm-up."""
+    run_dir = folder / "run"
+    command = [sys.executable, "-m", "plm_toolkit.commands.train", *case.overrides, *data, *switches]
+    command += [f"trainer.max_steps={args.steps or case.steps}", "trainer.log_every=1", "trainer.eval_every=0"]
+    command += ["trainer.eval_at_end=false", "trainer.save_every=0", "trainer.progress_bar=false"]
+    command += [f"data.cache_dir={args.cache}", f"hydra.run.dir={run_dir}", *args.override]
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, cwd=folder)
+    entry = {
+        "command": " ".join(command[2:]),
+        "exit": done.returncode,
+        "process_s": round(time.perf_counter() - started, 1),
+    }
+    if done.returncode != 0:
+        return {**entry, "error": (done.stderr or done.stdout).strip().splitlines()[-1:]}
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = [r for r in records if "lr" in r]
+    entry.update(after_warmup(records, args.warmup_steps))
+    config = yaml.safe_load((run_dir / "checkpoints" / "last" / "config.yaml").read_text())
+    entry["model"] = config["model"]
+    return entry
+
+
+def after_warmup(records: list[dict], warmup: int) -> dict:
+    """tokens/s, step seconds and MFU over the steps after warm-up (and after the last step that compiled)."""
+    compiled = [r["step"] for r, before in zip(records[1:], records, strict=False)
+                if r.get("compiled_graphs", 0) > before.get("compiled_graphs", 0)]  # fmt: skip
+    if records and records[0].get("compiled_graphs"):
+        compiled.append(records[0]["step"])
+    start = max([warmup, *compiled])
+    steady = [r for r in records if r["step"] > start]
+    seconds = sum(r["step_s"] for r in steady)
+    tokens = sum(r["tokens_per_s"] * r["step_s"] for r in steady)
+    out = {
+        "tokens_per_s": round(tokens / seconds, 1) if seconds else None,
+        "median_step_tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in steady), 1) if steady else None,
+        "steps_timed": len(steady),
+        "steps_wall_s": round(seconds, 3),
+        "first_timed_step": start + 1,
+        "tokens_per_step": round(tokens / len(steady)) if steady else None,
+        "loss_first_last": [round(records[0]["loss"], 4), round(records[-1]["loss"], 4)] if records else None,
+    }
+    if steady and "mfu" in steady[-1]:
+        out["mfu"] = round(statistics.mean(r["mfu"] for r in steady), 4)
+    last = records[-1] if records else {}
+    out.update({k: last[k] for k in ("compiled_graphs", "compile_s") if k in last})
+    return out
+
+
+def reference(case: Case, model: dict, shape: tuple[int, int, float], args, device: torch.device) -> dict:
+    """The transformers model of the same architecture and vocabulary on batches of ``shape`` (rows, width, share of
+    real tokens), in this process."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    rows, width, fill = shape
+    ns = argparse.Namespace(seed=0, vocab_size=int(model["vocab_size"]), seq_len=width, batch_size=rows,
+                            min_fill=max(0.05, 2 * fill - 1), prompt_len=0, new_tokens=0)  # fmt: skip
+    precision = "bf16" if "hardware=cuda_bf16" in case.overrides else "fp32"
+    autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if precision == "bf16" else None
+    runner, batches, tokens = reference_runner(case.reference, model, ns, device, precision, args)
+    timed = 0.0
+    for index, batch in enumerate(batches):
+        batch = {k: v.to(device) for k, v in batch.items()}
+        synchronize(device)
+        start = time.perf_counter()
+        runner(batch, autocast)
+        synchronize(device)
+        if index >= args.reference_warmup:
+            timed += time.perf_counter() - start
+    counted = sum(tokens(b) for b in batches[args.reference_warmup :])
+    return {"tokens_per_s": round(counted / timed, 1), "rows": rows, "width": width, "fill": round(fill, 3)}
+
+
+def reference_runner(kind: str, model: dict, ns, device: torch.device, precision: str, args):
+    """(step(batch, autocast), CPU batches, tokens of a batch) of the transformers model for ``kind``."""
+    count = args.reference_warmup + args.reference_steps
+    if kind == "bert":
+        from bert_runners import VOCAB_IDS, TransformersRunner, make_batches
+
+        from plm_toolkit.data.tokenization.vocab import Vocab
+        from plm_toolkit.models.bert import BertConfig
+        from plm_toolkit.objectives.masking import masking_from_config
+        from plm_toolkit.objectives.mlm import MlmConfig
+
+        config = BertConfig(**{k: model[k] for k in ("vocab_size", "hidden_size", "num_layers", "num_heads",
+                                                     "intermediate_size", "max_position_embeddings")})  # fmt: skip
+        vocab = Vocab(size=ns.vocab_size, **VOCAB_IDS)
+        runner = TransformersRunner("transformers", config, vocab, device, precision, ns.batch_size)
+        batches = make_batches(ns, vocab, masking_from_config(MlmConfig(), vocab), count, ns.batch_size)
+        return (lambda batch, _: runner.step(batch)), batches, lambda b: int(b["attention_mask"].sum())
+    if kind == "gpt2":
+        from bench_gpt2 import TransformersRunner, make_batches
+
+        from plm_toolkit.models.gpt import GPT2Config
+
+        config = GPT2Config(**{k: model[k] for k in ("vocab_size", "hidden_size", "num_layers", "num_heads",
+                                                     "intermediate_size", "max_position_embeddings")})  # fmt: skip
+        runner = TransformersRunner(config, device)
+        return (
+            (lambda b, autocast: runner.step(b, autocast or _nothing)),
+            make_batches(ns, count),
+            (lambda b: b["input_ids"][:, 1:].numel()),
+        )
+    from bench_t5 import VOCAB, TransformersRunner, make_batches
+
+    from plm_toolkit.models.t5 import T5Config
+    from plm_toolkit.objectives.span_noise import SpanCorruption
+
+    config = T5Config(**{k: model[k] for k in ("vocab_size", "hidden_size", "num_layers", "num_heads", "head_size",
+                                               "intermediate_size")})  # fmt: skip
+    runner = TransformersRunner(config, device)
+    transform = SpanCorruption(VOCAB.sentinel_ids, VOCAB.eos_id, VOCAB.pad_id, decoder_start_id=VOCAB.pad_id)
+    batches = make_batches(ns, transform, count)
+    # The command counts the encoder's tokens (the attention mask of its batches), so the reference does too.
+    return (lambda b, autocast: runner.step(b, autocast or _nothing)), batches, lambda b: int(b["attention_mask"].sum())
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def batch_shape(case: Case, entry: dict, extra: list[str]) -> tuple[int, int, float]:
+    """(rows, width, share of real tokens) of the command's batches, from its overrides (``extra`` last, as on its
+    command line) and its tokens per step."""
+    values = dict(o.split("=", 1) for o in [*case.overrides, *extra] if "=" in o)
+    rows, width = int(values["trainer.batch_size"]), int(values["data.max_seq_len"])
+    if case.reference == "t5":
+        return rows, width, 1.0
+    return rows, width, min(1.0, (entry.get("tokens_per_step") or rows * width) / (rows * width))
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--case", action="append", choices=sorted(CASES), help="a case (repeatable)")
+    parser.add_argument("--suite", choices=sorted(SUITES), help="cpu or gpu: the cases of that suite")
+    parser.add_argument("--variants", nargs="+", help="only these variants of each case")
+    parser.add_argument("--steps", type=int, default=0, help="steps per variant (default: the case's)")
+    parser.add_argument("--warmup-steps", type=int, default=20, help="steps left out of the figures at least")
+    parser.add_argument("--reference-steps", type=int, default=20)
+    parser.add_argument("--reference-warmup", type=int, default=3)
+    parser.add_argument("--no-reference", action="store_true", help="skip the transformers reference")
+    parser.add_argument("--corpus-mb", type=float, default=None, help="override the cases' corpus size")
+    parser.add_argument("--override", action="append", default=[], help="one more plm-train override (repeatable)")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds a variant's process may take")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads of the reference (0: default)")
+    parser.add_argument("--out", help="also write the JSON here")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    names = args.case or SUITES.get(args.suite or "cpu")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    result = {"command": " ".join(sys.argv), "device": torch.cuda.get_device_name() if device.type == "cuda" else
+              "cpu", "torch": torch.__version__, "cores": os.cpu_count(), "cases": {}}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="bench_command-") as tmp:
+        root = Path(tmp)
+        args.cache = str(root / "cache")
+        for name in names:
+            case = CASES[name]
+            folder = root / name
+            folder.mkdir()
+            data = corpus(folder, case.corpus_mb if args.corpus_mb is None else args.corpus_mb)
+            variants = {v: s for v, s in case.variants.items() if not args.variants or v in args.variants}
+            entries = {}
+            for variant, switches in variants.items():
+                (folder / variant).mkdir()
+                entries[variant] = run_variant(case, switches, folder / variant, data, args)
+                print(f"{name} {variant}: {json.dumps(entries[variant])[:300]}", file=sys.stderr, flush=True)
+            out = {"overrides": case.overrides, "variants": entries}
+            ok = [e for e in entries.values() if e.get("tokens_per_s")]
+            if ok and not args.no_reference:
+                shape = batch_shape(case, ok[0], args.override)
+                out["reference"] = reference(case, ok[0]["model"], shape, args, device)
+                out["speedup_vs_reference"] = {
+                    v: round(e["tokens_per_s"] / out["reference"]["tokens_per_s"], 3) for v, e in entries.items()
+                    if e.get("tokens_per_s")
+                }  # fmt: skip
+            result["cases"][name] = out
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return result
+
+
+if __name__ == "__main__":
+    main()
