@@ -9,7 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 from plm_toolkit.commands.train import run
-from tests.training.conftest import read_metrics
+from tests.training.conftest import read_metrics, train_records
 
 ELMO = [
     "model=elmo",
@@ -65,7 +65,7 @@ def test_resume_with_carried_lstm_states_continues_exactly(make_config, tmp_path
     assert len(carried) == 8 and carried["rank0.memory.0"].shape == (6, 13)  # h, c x 2 layers x 2 directions
     assert carried["rank0.memory.1"].shape == (6, 29) and carried["rank0.memory.0"].abs().sum() > 0
     run(make_config(*common, "trainer.max_steps=8", "trainer.resume=auto", tiny=False), interrupted)
-    a, b = read_metrics(straight), read_metrics(interrupted)
+    a, b = train_records(straight), train_records(interrupted)
     assert [r["step"] for r in b] == list(range(1, 9))
     assert [r["loss"] for r in a] == [r["loss"] for r in b]
     # The states matter: resuming the same checkpoint without them gives other losses.
@@ -74,7 +74,7 @@ def test_resume_with_carried_lstm_states_continues_exactly(make_config, tmp_path
     state["objective_state"] = {}
     torch.save(state, forgetful / "checkpoints" / "step_4" / "trainer_state.pt")
     run(make_config(*common, "trainer.max_steps=5", "trainer.resume=auto", tiny=False), forgetful)
-    assert read_metrics(forgetful)[-1]["loss"] != b[4]["loss"]
+    assert train_records(forgetful)[-1]["loss"] != b[4]["loss"]
 
 
 def test_impossible_elmo_combinations_name_the_keys(make_config):

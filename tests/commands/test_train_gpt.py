@@ -12,7 +12,7 @@ from plm_toolkit.config.resolve import resolve_run
 from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.data.tokenization.vocabulary_training import tokenizer_kind
 from tests.tasks.conftest import QUIET, SST2_DEV, SST2_TRAIN
-from tests.training.conftest import GPT2_SMALL, read_metrics
+from tests.training.conftest import GPT2_SMALL, read_metrics, train_records
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_resume_continues_bit_exactly(gpt_config, tmp_path):
     run(gpt_config(*common, "trainer.max_steps=10"), tmp_path / "straight")
     run(gpt_config(*common, "trainer.max_steps=5"), tmp_path / "resumed")
     run(gpt_config(*common, "trainer.max_steps=10", "trainer.resume=auto"), tmp_path / "resumed")
-    a, b = read_metrics(tmp_path / "straight"), read_metrics(tmp_path / "resumed")
+    a, b = train_records(tmp_path / "straight"), train_records(tmp_path / "resumed")
     assert [r["step"] for r in b] == list(range(1, 11))
     assert [r["loss"] for r in a] == [r["loss"] for r in b]
 

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from plm_toolkit.commands.train import run
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.interop.pretrained import load_language_model
-from tests.training.conftest import QUIET, read_metrics
+from tests.training.conftest import QUIET, read_metrics, train_records
 
 # A tiny T5 with odd sizes; 300 tokens of vocabulary (100 of them sentinels).
 T5 = [
@@ -123,7 +123,7 @@ def test_resume_continues_exactly(make_config, tmp_path):
     run(make_config(*common, "trainer.max_steps=8", tiny=False), straight)
     run(make_config(*common, "trainer.max_steps=4", tiny=False), interrupted)
     run(make_config(*common, "trainer.max_steps=8", "trainer.resume=auto", tiny=False), interrupted)
-    a, b = read_metrics(straight), read_metrics(interrupted)
+    a, b = train_records(straight), train_records(interrupted)
     assert [r["step"] for r in b] == list(range(1, 9))
     assert [r["loss"] for r in a] == [r["loss"] for r in b]
     from safetensors.torch import load_file

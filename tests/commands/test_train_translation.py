@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from plm_toolkit.commands.train import run
 from plm_toolkit.core.errors import ConfigError
-from tests.training.conftest import read_metrics
+from tests.training.conftest import read_metrics, train_records
 
 pytest.importorskip("sacrebleu")
 
@@ -94,7 +94,7 @@ def test_resume_continues_exactly(make_config, tmp_path):
     run(make_config("trainer.max_steps=12", *common), straight)
     run(make_config("trainer.max_steps=6", *common), interrupted)
     run(make_config("trainer.max_steps=12", "trainer.resume=auto", *common), interrupted)
-    a, b = read_metrics(straight), read_metrics(interrupted)
+    a, b = train_records(straight), train_records(interrupted)
     assert [r["step"] for r in b] == list(range(1, 13))
     assert [r["loss"] for r in a] == [r["loss"] for r in b]
     wa = load_file(straight / "checkpoints" / "last" / "model.safetensors")

@@ -7,7 +7,7 @@ import torch
 from omegaconf import OmegaConf
 
 from plm_toolkit.commands.train import run
-from tests.training.conftest import read_metrics
+from tests.training.conftest import read_metrics, train_records
 
 XL = {
     "transformer_xl": [
@@ -73,7 +73,7 @@ def test_resume_with_memories_continues_exactly(family, make_config, tmp_path):
     memory = state["objective_state"]["rank0.memory.0"]
     assert memory.shape[:2] == (6, 24 if family == "transformer_xl" else 16) and memory.abs().sum() > 0
     run(make_config(*common, "trainer.max_steps=8", "trainer.resume=auto", tiny=False), interrupted)
-    a, b = read_metrics(straight), read_metrics(interrupted)
+    a, b = train_records(straight), train_records(interrupted)
     assert [r["step"] for r in b] == list(range(1, 9))
     assert [r["loss"] for r in a] == [r["loss"] for r in b]
 

@@ -36,7 +36,8 @@ def evaluations(run_dir) -> dict[int, dict]:
 def timeless(run_dir) -> list[dict]:
     """metrics.jsonl without the wall-clock figures."""
     return [
-        {k: v for k, v in r.items() if k not in ("tokens_per_s", "elapsed_s", "mfu")} for r in read_metrics(run_dir)
+        {k: v for k, v in r.items() if k not in ("tokens_per_s", "step_s", "elapsed_s", "mfu")}
+        for r in read_metrics(run_dir)
     ]
 
 

@@ -15,7 +15,7 @@ import torch
 from plm_toolkit.commands.train import run
 from plm_toolkit.data.batching.shapes import PACKED_ROW_BUCKETS, Shapes
 from tests.commands.test_train_t5 import T5
-from tests.training.conftest import GPT2_SMALL, QUIET, read_metrics
+from tests.training.conftest import GPT2_SMALL, QUIET, train_records
 
 NO_DROPOUT = ["model.hidden_dropout=0", "model.attention_dropout=0"]
 # Sentence pairs of every length up to 256 tokens, two a batch: batches of several 64-token buckets.
@@ -41,7 +41,7 @@ def compiled_run(make_config, tmp_path, caplog, overrides, tiny, *extra):
         run(make_config(*overrides, *extra, "trainer.eval_every=0", tiny=tiny), tmp_path)
     built = [BUILT.search(r.getMessage()) for r in caplog.records]
     caplog.clear()
-    return read_metrics(tmp_path), [(int(m[1]), int(m[2]), m[3]) for m in built if m]
+    return train_records(tmp_path), [(int(m[1]), int(m[2]), m[3]) for m in built if m]
 
 
 @pytest.mark.slow

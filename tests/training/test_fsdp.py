@@ -15,7 +15,7 @@ from plm_toolkit.core.errors import CheckpointError, ConfigError
 from plm_toolkit.training.parallel import check_shardable, shard_units
 from plm_toolkit.training.sharded import consolidate
 from tests.commands.test_train import launch
-from tests.training.conftest import TINY, read_metrics
+from tests.training.conftest import TINY, read_metrics, train_records
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 
@@ -90,7 +90,7 @@ def one_process_group():
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_two_fsdp_processes_match_one_process(fsdp_runs):
-    a, b = read_metrics(fsdp_runs / "one"), read_metrics(fsdp_runs / "two")
+    a, b = train_records(fsdp_runs / "one"), train_records(fsdp_runs / "two")
     assert [r["step"] for r in b] == list(range(1, 7))
     assert max(abs(x["loss"] - y["loss"]) for x, y in zip(a, b, strict=True)) < 1e-5
     # The global gradient norm of every step: the gradients agree, not only the losses.
@@ -107,8 +107,8 @@ def test_sharded_checkpoint_has_one_file_per_rank_and_resumes_bit_exactly(fsdp_r
     step3 = fsdp_runs / "two" / "checkpoints" / "step_3"
     assert sorted(p.name for p in (step3 / "sharded").iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
     assert not (step3 / "model.safetensors").exists()  # only the final checkpoint is gathered
-    straight = {r["step"]: r["loss"] for r in read_metrics(fsdp_runs / "two")}
-    resumed = {r["step"]: r["loss"] for r in read_metrics(fsdp_runs / "resumed")}
+    straight = {r["step"]: r["loss"] for r in train_records(fsdp_runs / "two")}
+    resumed = {r["step"]: r["loss"] for r in train_records(fsdp_runs / "resumed")}
     assert sorted(resumed) == [4, 5, 6]
     assert all(resumed[s] == straight[s] for s in resumed)
 
@@ -119,8 +119,8 @@ def test_sharded_checkpoint_resumes_onto_one_process_and_consolidates(fsdp_runs,
     shutil.copytree(fsdp_runs / "two" / "checkpoints" / "step_3", tmp_path / "step_3")
     cfg = make_config(*common_args_overrides(), "trainer.batch_size=8", f"trainer.resume={tmp_path / 'step_3'}")
     run(cfg, tmp_path / "single")  # plain single process: DCP loads the shards into whole tensors
-    straight = {r["step"]: r["loss"] for r in read_metrics(fsdp_runs / "two")}
-    single = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "single")}
+    straight = {r["step"]: r["loss"] for r in train_records(fsdp_runs / "two")}
+    single = {r["step"]: r["loss"] for r in train_records(tmp_path / "single")}
     assert sorted(single) == [4, 5, 6]
     assert max(abs(single[s] - straight[s]) for s in single) < 1e-5
     # Consolidation in one process gives the weights the run gathered at its end.
