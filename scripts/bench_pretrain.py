@@ -1,7 +1,7 @@
 """Pretraining throughput, peak memory and MFU: our BERT + MLM training step, with each speed switch, against
 ``transformers.BertForMaskedLM`` (sdpa attention) on the same batches.
 
-"Ours" is the real training step of ``plm-train`` (``training.loop.Trainer.train_step``: autocast, the objective,
+"Ours" is the real training step of ``plm-train`` (the ``Trainer``'s ``OptimizerStep``: autocast, the objective,
 the normalised loss, gradient clipping, the optimizer and schedule), built with the hardware switches each variant
 names; the batches come from the CPU as the data loader hands them over. ``transformers`` runs the same batches
 (same ``mlm_labels``) with the same AdamW settings and clipping. Variants are timed in turn, in blocks of

@@ -102,17 +102,19 @@ class OursRunner:
             tokenizer_json=None,
         )
         self.num_parameters = sum(p.numel() for p in self.trainer.module.parameters())
+        self.steps = 0
         self.flops = self.trainer.flops
 
     def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """What the data loader would hand over (packed by a loader worker under hardware.unpad)."""
         if not self.unpad:
             return batch
-        return pack_rows(batch, self.trainer.shapes, self.trainer.objective.masking.target_budget)
+        return pack_rows(batch, self.trainer.batching.shapes, self.trainer.objective.masking.target_budget)
 
     def step(self, batch: dict[str, torch.Tensor]) -> None:
-        self.trainer.train_step([batch])
-        self.trainer.step += 1
+        """One optimizer step (training/step.py), numbered on from the last (reseeding, compilation counts)."""
+        self.steps += 1
+        self.trainer.stepper.update(self.trainer.stepper.gradients([batch], self.steps))
 
 
 class TransformersRunner:

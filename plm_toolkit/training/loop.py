@@ -3,50 +3,42 @@ autocast, asks the objective for loss sums, normalises them by the global target
 steps, logs, evaluates and checkpoints.
 
 A step reads nothing back from the device: loss sums, metrics and the gradient norm stay there until the next
-log line or checkpoint (``window.settle``), so the host can queue the next step while the device works.
+log line or checkpoint (``StepLog.settle``), so the host can queue the next step while the device works.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import time
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from plm_toolkit.core import checkpoint as ckpt
-from plm_toolkit.core.errors import TrainingError
+from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.data.batching.loader import BatchLayout
-from plm_toolkit.data.batching.packing import PackingTransform
-from plm_toolkit.data.batching.shapes import Shapes
 from plm_toolkit.data.layouts.plan import DataPlan
-from plm_toolkit.objectives.base import Objective, ObjectiveOutput
-from plm_toolkit.training.batches import check_streams, rows_per_batch, train_loader
+from plm_toolkit.objectives.base import Objective
+from plm_toolkit.training.batches import Batching, check_streams, rows_per_batch, train_loader
 from plm_toolkit.training.best_model import BestModel
 from plm_toolkit.training.compilation import CompileWatch, speed_switches
 from plm_toolkit.training.distributed import all_reduce_max, barrier
-from plm_toolkit.training.evaluation import (
-    eval_batches,
-    evaluate_weights,
-    evaluates,
-    evaluates_at_end,
-    log_eval_scope,
-)
+from plm_toolkit.training.evaluation import Evaluator, evaluates, evaluates_at_end
 from plm_toolkit.training.flops import ModelFlops, peak_tflops
 from plm_toolkit.training.logging import MetricsWriter, ProgressBar
 from plm_toolkit.training.optim import build_optimizer, build_scheduler
 from plm_toolkit.training.parallel import prepare_module
-from plm_toolkit.training.phases import TrainingPhase, blend_metrics, phase_at, phased_micro_batches
+from plm_toolkit.training.phases import TrainingPhase, blend_metrics, phase_at, phase_readers
 from plm_toolkit.training.precision import LossScaler, Runtime
-from plm_toolkit.training.preemption import Preempted, StepAbandoned, StopSignals, TrainingClock
-from plm_toolkit.training.resume import check_length, finish_resumed
+from plm_toolkit.training.preemption import Preempted, StepAbandoned, StopSignals, TrainingClock, saves_after
+from plm_toolkit.training.resume import check_length, final_evaluation_missing
 from plm_toolkit.training.selection import Selection, evaluation_due
-from plm_toolkit.training.state import restore_state, save_state
-from plm_toolkit.training.step import OptimizerStep
+from plm_toolkit.training.state import Checkpointer, TrainingState
+from plm_toolkit.training.step import OptimizerStep, PretrainingModule
+from plm_toolkit.training.step_log import StepLog
 from plm_toolkit.training.trackers import chosen_loggers, take_trackers
-from plm_toolkit.training.window import StepStats, Window, settle
+from plm_toolkit.training.window import StepStats
 
 log = logging.getLogger("plm_toolkit")
 
@@ -63,19 +55,11 @@ def run_length(trainer_cfg, num_examples: int, global_batch: int) -> int:
     return max(1, math.ceil(trainer_cfg.epochs * num_examples / global_batch))
 
 
-class PretrainingModule(nn.Module):
-    """Backbone and objective as one module, so DDP, FSDP and the optimizer see every trained parameter."""
-
-    def __init__(self, model: nn.Module, objective: Objective):
-        super().__init__()
-        self.model = model
-        self.objective = objective
-
-    def forward(self, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
-        return self.objective(self.model, batch)
-
-
 class Trainer:
+    """Owns the run's state (step, data position, examples and batch layout, checkpoints written) and is its only
+    writer; its collaborators get what they need and hand results back: OptimizerStep, Evaluator, Checkpointer,
+    StepLog, BestModel, the batch readers of training/batches.py and training/phases.py."""
+
     def __init__(
         self,
         *,
@@ -98,19 +82,16 @@ class Trainer:
         longest: int | None = None,
     ):
         self.cfg, self.runtime, self.run_dir = trainer_cfg, runtime, run_dir
-        self.optimizer_cfg = optimizer_cfg
         # The config keys of the training and the validation data, for messages.
         self.data_keys = data_keys
         self.process = runtime.process
         self.module = PretrainingModule(model, objective).to(runtime.device)
         self.objective = objective
-        self.train_examples, self.eval_examples, self.collate = train_examples, eval_examples, collate
-        self.config_yaml, self.tokenizer_json = config_yaml, tokenizer_json
-        self.num_workers = num_workers
+        self.train_examples, self.eval_examples = train_examples, eval_examples
         # trainer.phases: examples and batch sizes by step (training/phases.py); None reads train_examples.
         self.phases = phases
         # How batches are read and transformed (order, static copies, the objective's batch transform).
-        self.plan = plan if plan is not None else DataPlan(transform=objective.batch_transform())
+        plan = plan if plan is not None else DataPlan(transform=objective.batch_transform())
         self.layout = BatchLayout(
             rows_per_batch(train_examples, trainer_cfg),
             trainer_cfg.grad_accum_steps,
@@ -119,16 +100,9 @@ class Trainer:
         )
         self.max_steps = run_length(trainer_cfg, len(train_examples), self.layout.global_batch)
         self.flops = ModelFlops(self.module, model)
-        self.peak = peak_tflops(
-            runtime.device, runtime.precision, bool(hardware_cfg.allow_tf32), float(hardware_cfg.peak_tflops)
-        )
         switches = speed_switches(hardware_cfg, runtime.device, type(objective), type(model))
-        # A compiled step gets a few fixed batch shapes (data/batching/shapes.py): ``longest`` is the longest row.
-        # Windows of a token stream (a plan with a window) all have its width already.
-        self.shapes = Shapes.compiled(longest) if switches.compile and self.plan.window is None else None
-        self.transform = self.plan.transform
-        if switches.unpad:
-            self.transform = PackingTransform(self.transform, self.shapes)
+        seed = int(trainer_cfg.seed)
+        self.batching = Batching.for_run(plan, collate, switches, longest, seed, num_workers, runtime.device)
         # FSDP shards the parameters in place, so the optimizer is built after it.
         forward, ddp = prepare_module(self.module, runtime, hardware_cfg, switches.compile)
         self.optimizer = build_optimizer(self.module, optimizer_cfg, hardware_cfg.optimizer_implementation)
@@ -148,8 +122,21 @@ class Trainer:
             runtime=runtime,
             flops=self.flops,
             watch=self.watch,
-            seed=int(trainer_cfg.seed),
+            seed=seed,
             clip_grad_norm=float(trainer_cfg.clip_grad_norm),
+        )
+        self.evaluator = Evaluator(self.module, objective, runtime, self.batching, trainer_cfg)
+        self.checkpointer = Checkpointer(
+            module=self.module,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            scaler=self.scaler,
+            runtime=runtime,
+            optimizer_cfg=optimizer_cfg,
+            run_dir=run_dir,
+            config_yaml=config_yaml,
+            tokenizer_json=tokenizer_json,
+            keep_last=trainer_cfg.keep_last,
         )
         self.step = 0
         self.samples_seen = 0
@@ -160,51 +147,73 @@ class Trainer:
         self.metrics = MetricsWriter(
             run_dir, "tensorboard" in loggers, self.process.is_main, "jsonl" in loggers, take_trackers(run_dir)
         )
-        # trainer.load_best_model_at_end / early_stopping_patience (training/selection.py), or None.
-        self.selection = Selection.from_config(trainer_cfg, objective)
-        self.best = BestModel(self)
-        self.pending: list[StepStats] = []
-        # Graphs compiled when the last log line was written (a window that compiled is no pace for the ETA).
-        self._graphs_logged = 0
+        peak = peak_tflops(
+            runtime.device, runtime.precision, bool(hardware_cfg.allow_tf32), float(hardware_cfg.peak_tflops)
+        )
+        denominators = objective.metric_denominators
+        self.step_log = StepLog(self.metrics, self.process, denominators, self.clock, self.watch, peak)
+        # trainer.load_best_model_at_end / early_stopping_patience (training/selection.py).
+        self.best = BestModel(
+            Selection.from_config(trainer_cfg, objective),
+            run_dir / "checkpoints",
+            self.process,
+            has_validation=eval_examples is not None,
+            evaluates=evaluates(trainer_cfg, eval_examples),
+            trains=self.max_steps > 0,
+            fsdp=runtime.fsdp,
+        )
         self._rewind_point: object = None
 
     # --- state ---------------------------------------------------------------------------------------------
     def restore(self, checkpoint: ckpt.Checkpoint) -> None:
-        state = restore_state(self, checkpoint)
-        self.step, self.samples_seen = int(state["step"]), int(state["samples_seen"])
-        self.clock.restart(float(state.get("elapsed_seconds", 0.0)), float(state.get("step_seconds", 0.0)))
+        state = self.checkpointer.restore(checkpoint, self.max_steps)
+        self.step, self.samples_seen = state.step, state.samples_seen
+        self.clock.restart(state.elapsed_seconds, state.step_seconds)
         self.last_checkpoint, self.saved_step = checkpoint.path, self.step
-        self.best.restore(state)
+        self.best.restore(state.selection)
         check_length(self.cfg, self.max_steps, self.step, checkpoint)
         self.metrics.truncate_after(self.step)
         log.info("resumed from %s at step %d (%d examples seen)", checkpoint.path, self.step, self.samples_seen)
 
     def save(self, final: bool = False) -> None:
         self.settle()  # a checkpoint is written only after its steps' losses are known to be finite
-        self.last_checkpoint = save_state(self, final)
+        state = TrainingState(
+            self.step, self.samples_seen, self.clock.elapsed, self.clock.step_seconds, self.best.state_dict()
+        )
+        self.last_checkpoint = self.checkpointer.save(state, final)
         self.saved_step = self.step
         if self.process.is_main:
             log.info("saved checkpoint %s", self.last_checkpoint)
         barrier(self.process)
-        self.tick = time.perf_counter()  # saving time stays out of the training throughput
+        self.step_log.restart_timer()  # saving time stays out of the training throughput
+
+    def _save_unsaved(self, final: bool = False) -> None:
+        """Save this step unless its checkpoint is written already."""
+        if self.saved_step != self.step:
+            self.save(final)
 
     # --- the loop ------------------------------------------------------------------------------------------
     def fit(self) -> dict:
         try:
+            plan = self.batching.plan
             if self.max_steps > 0 and self.step < self.max_steps:
-                check_streams(self.train_examples, self.layout.batch_size, self.process, self.data_keys[0], self.plan)
-            if evaluates(self) or evaluates_at_end(self) or (self.eval_examples is not None and self.max_steps == 0):
-                check_streams(self.eval_examples, self.cfg.batch_size, self.process, self.data_keys[1], self.plan)
-                log_eval_scope(self)
+                check_streams(self.train_examples, self.layout.batch_size, self.process, self.data_keys[0], plan)
+            evaluating = self._evaluates() or self._evaluates_at_end()
+            if evaluating or (self.eval_examples is not None and self.max_steps == 0):
+                check_streams(self.eval_examples, self.cfg.batch_size, self.process, self.data_keys[1], plan)
+                self.evaluator.log_scope(self.eval_examples)
             if self.max_steps == 0:  # evaluation only (plm-finetune trainer.epochs=0): nothing trains or is saved
                 return self.evaluate()
             if self.step >= self.max_steps or (self.clock.budgeted and self.clock.next_step_overruns()):
-                return finish_resumed(self)
-            if self.selection is not None and self.selection.stopped:
+                # A resumed run with nothing left to train: its final evaluation, where metrics.jsonl lacks it.
+                args = (self.cfg, self.step, self.max_steps, self._evaluates_at_end(), self.metrics, self.process)
+                return self.evaluate() if final_evaluation_missing(*args) else {}
+            if self.best.stopped:
                 return self.best.finish_stopped()
-            if evaluates(self) or evaluates_at_end(self):
+            if evaluating:
                 # Whatever else evaluation cannot read fails now, not after the steps before its first turn.
-                next(iter(eval_batches(self, self.process.world_size, self.process.rank, 1)), None)
+                process = self.process
+                next(iter(self.evaluator.batches(self.eval_examples, process.world_size, process.rank, 1)), None)
             bar = ProgressBar(
                 self.max_steps,
                 self.step,
@@ -214,22 +223,39 @@ class Trainer:
                 lines=self.process.is_main,
             )
             try:
-                pin_memory = self.runtime.device.type == "cuda"
-                loader = phased_micro_batches(self, pin_memory) if self.phases else train_loader(self)
-                return self._run(loader, bar)
+                return self._run(self._phased_batches() if self.phases else self._batches(), bar)
             finally:
                 bar.close()
         finally:
             self.metrics.close()
 
+    def _evaluates(self) -> bool:
+        return evaluates(self.cfg, self.eval_examples)
+
+    def _evaluates_at_end(self) -> bool:
+        return evaluates_at_end(self.cfg, self.eval_examples)
+
+    def _batches(self):
+        """The micro-batches from the current data position (training/batches.py)."""
+        position = (self.train_examples, self.layout, self.samples_seen, self.step, self.cfg.group_by_length)
+        return train_loader(self.batching, *position)
+
+    def _phased_batches(self):
+        """The micro-batches phase after phase (training/phases.py); entering a phase switches the examples and the
+        batch layout to its own, so that evaluation and the examples counted follow it."""
+        for start in phase_readers(self.phases, self.batching, self.layout, self.step):
+            self.layout = start.layout
+            self.train_examples, self.eval_examples = start.phase.data.train, start.phase.data.validation
+            yield from start.batches
+
     def _evaluation_due(self) -> bool:
         """Whether this step, before the last, evaluates (trainer.eval_every or eval_strategy=epoch)."""
         due = evaluation_due(self.cfg, self.step, len(self.train_examples), self.layout.global_batch)
-        return evaluates(self) and due and self.step != self.max_steps
+        return self._evaluates() and due and self.step != self.max_steps
 
     def _run(self, loader, bar: ProgressBar) -> dict:
         cfg = self.cfg
-        self.window, self.tick = Window.empty(), time.perf_counter()
+        self.step_log.restart_timer()
         record: dict = {}
         stop = None
         with StopSignals(cfg.signal_grace, self._nothing_to_save) as signals:
@@ -245,7 +271,7 @@ class Trainer:
                     with signals.abandonable(f"step {self.step + 1}"):
                         micro = [next(batches) for _ in range(cfg.grad_accum_steps)]
                         stats = self.stepper.gradients(micro, self.step + 1)
-                    self.pending.append(self.stepper.update(stats))
+                    self.step_log.add(self.stepper.update(stats))
                     self.step += 1
                     self.samples_seen += self.layout.global_batch
                     bar.update()
@@ -262,19 +288,18 @@ class Trainer:
                     elif self._evaluation_due():
                         with signals.abandonable(f"the evaluation at step {self.step}"):
                             evaluation = self._evaluate_or_save(bar)
-                        if self.best.consider(evaluation):
+                        if self._consider(evaluation):
                             stop = "early"  # trainer.early_stopping_patience
                     due = cfg.save_every and self.step % cfg.save_every == 0 and self.saved_step != self.step
                     if due and self.step != self.max_steps and not stop:
                         self.save()
-                if evaluates_at_end(self) and stop != "early":
+                if self._evaluates_at_end() and stop != "early":
                     with signals.abandonable(f"the final evaluation at step {self.step}"):
                         evaluation = self._evaluate_or_save(bar, final=True)
                     record.update(evaluation)
-                    self.best.consider(evaluation, final=True)
-                if self.saved_step != self.step:
-                    self.save(final=True)
-                record.update(self.best.finish())
+                    self._consider(evaluation, final=True)
+                self._save_unsaved(final=True)
+                record.update(self.best.finish(self.step, self.module, self.evaluator, self.eval_examples))
             except StepAbandoned as dropped:
                 self._abandoned(dropped, signals)
         return record
@@ -285,8 +310,7 @@ class Trainer:
 
     def _stop_on_signal(self, signals: StopSignals) -> None:
         """Save this step and stop with the requeue status (training/preemption.py)."""
-        if self.saved_step != self.step:
-            self.save()
+        self._save_unsaved()
         signals.hand_over()  # submitit's handler requeues the job and exits here
         raise Preempted(signals.received, self.last_checkpoint)
 
@@ -297,19 +321,7 @@ class Trainer:
         if dropped.work.startswith("step "):  # its forward passes may have moved a carried memory on
             self.objective.rewind(self._rewind_point)
         self.module.train()
-        if self._nothing_to_save():
-            since = f"the last checkpoint ({self.last_checkpoint})" if self.last_checkpoint else "the start"
-            log.warning("%s: no step has completed since %s, so there is nothing to save; stopping now", dropped, since)
-        elif self.process.distributed:
-            log.warning(
-                "%s: not saving step %d, since the other processes may be inside a collective; the last checkpoint "
-                "is %s",
-                dropped,
-                self.step,
-                self.last_checkpoint or "none",
-            )
-        else:
-            log.warning("%s: saving step %d, the last one that completed", dropped, self.step)
+        if saves_after(dropped, self._nothing_to_save(), self.process.distributed, self.step, self.last_checkpoint):
             self.save()
         signals.hand_over()
         raise Preempted(dropped.signum, self.last_checkpoint)
@@ -324,6 +336,19 @@ class Trainer:
                 self.save(final)
             raise
 
+    def _consider(self, evaluation: dict, final: bool = False) -> bool:
+        """Offer an evaluation to the best model (training/best_model.py); an improvement it keeps is saved first.
+        True: early stopping stops the run now."""
+        try:
+            verdict = self.best.judge(evaluation)
+        except ConfigError:  # a metric the evaluation does not report: the steps so far are saved first
+            self._save_unsaved(final)
+            raise
+        if verdict.keep:
+            self._save_unsaved(final)
+        self.best.settle(verdict, self.last_checkpoint, self.step)
+        return verdict.stop
+
     def _stop_reason(self, signals: StopSignals) -> str | None:
         """'signal' or 'budget' once any process has a reason to stop after this step (all agree), else None."""
         flags = torch.tensor([signals.received is not None, self.clock.next_step_overruns()], dtype=torch.float32)
@@ -332,50 +357,30 @@ class Trainer:
         return "signal" if flags[0] else "budget" if flags[1] else None
 
     def settle(self) -> None:
-        """Read the pending steps back from the device into the log window; stop on a non-finite loss."""
-        window, losses = settle(self.pending, self.process)
-        self.pending = []
-        bad = next(((step, loss) for step, loss in losses if not math.isfinite(loss)), None)
-        if bad is not None and not self.scaler.enabled:
-            raise TrainingError(
-                f"loss is {bad[1]} at step {bad[0]}; the last good checkpoint is "
-                f"{self.last_checkpoint or 'none (no checkpoint written yet)'}. Lower optimizer.lr, raise "
-                "optimizer.warmup_steps, or check the data"
-            )
-        self.window.add(window)
+        """Read the pending steps back from the device (training/step_log.py); stop on a non-finite loss."""
+        self.step_log.settle(self.last_checkpoint, self.scaler.enabled)
 
     def log(self, lr: float, bar: ProgressBar) -> dict:
         self.settle()
-        window, elapsed = self.window, time.perf_counter() - self.tick
-        record = {
-            "step": self.step,
-            **window.summary(self.objective.metric_denominators),
-            "lr": lr,
-            "tokens_per_s": window.tokens / elapsed,
-            "step_s": elapsed / max(window.steps, 1),
-            "grad_norm": window.grad_norm / max(window.steps, 1),
-            "elapsed_s": round(self.clock.elapsed, 3),
-            **self._epoch(),
-            **self.watch.record(),
-        }
+        blend = {}
         if hasattr(self.train_examples, "realized"):  # data.sources: each source's share and epochs so far
-            record.update(blend_metrics(self))
-        if self.peak:
-            record["mfu"] = window.flops / elapsed / (self.peak * 1e12 * self.process.world_size)
-        self.metrics.write(record)
-        # The first step warms up (allocations, data workers) and a step that compiled is no pace for the ETA.
-        bar.show(record, steady=self.step > 1 and self.watch.graphs == self._graphs_logged)
-        self._graphs_logged = self.watch.graphs
-        self.window, self.tick = Window.empty(), time.perf_counter()
-        return record
+            last = self.step == self.max_steps
+            blend = blend_metrics(self.train_examples, self._samples_in_phase(), last, self.process.is_main)
+        return self.step_log.line(self.step, lr, self._epoch(), blend, bar)
+
+    def _samples_in_phase(self) -> int:
+        """Examples read so far: of the run, or with trainer.phases of the current phase."""
+        if not self.phases:
+            return self.samples_seen
+        _, phase = phase_at(self.phases, self.step)
+        return (self.step - phase.start) * self.layout.global_batch
 
     def _epoch(self) -> dict[str, float]:
         """Passes over the training examples so far; with trainer.phases, over the current phase's, and which."""
         if not self.phases:
             return {"epoch": self.samples_seen / len(self.train_examples)}
         number, phase = phase_at(self.phases, self.step)
-        samples = (self.step - phase.start) * self.layout.global_batch
-        return {"epoch": samples / len(phase.data.train), "phase": number}
+        return {"epoch": self._samples_in_phase() / len(phase.data.train), "phase": number}
 
     def train_step(self, micro: list[dict[str, torch.Tensor]]) -> StepStats:
         """One optimizer step over the micro-batches of an accumulation window (training/step.py)."""
@@ -384,4 +389,12 @@ class Trainer:
     def evaluate(self, bar: ProgressBar | None = None, write: bool = True) -> dict:
         """Evaluate the current weights (training/evaluation.py); ``write=False`` keeps the record out of
         metrics.jsonl and the trackers."""
-        return evaluate_weights(self, bar, write)
+        if self.eval_examples is None:
+            return {}
+        record = self.evaluator.evaluate(self.eval_examples, self.step)
+        if write:
+            self.metrics.write(record)
+        if bar is not None and self.process.is_main:
+            bar.write(" ".join(f"{k}={v:.4g}" for k, v in record.items()))
+        self.step_log.restart_timer()  # evaluation time stays out of the training throughput
+        return record

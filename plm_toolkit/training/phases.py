@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from plm_toolkit.data.batching.loader import MicroBatches, micro_batch_loader
+from plm_toolkit.data.batching.loader import BatchLayout, MicroBatches, micro_batch_loader
 from plm_toolkit.data.layouts.examples import PretrainingData
+from plm_toolkit.training.batches import Batching
 
 log = logging.getLogger("plm_toolkit")
 
@@ -62,38 +63,45 @@ def phase_at(phases: list[TrainingPhase], step: int) -> tuple[int, TrainingPhase
     return len(phases), phases[-1]
 
 
-def phased_micro_batches(trainer, pin_memory: bool) -> Iterator[Any]:
-    """The trainer's micro-batches phase after phase, from the step it is at. Entering a phase switches the
-    trainer's examples and batch layout to the phase's (so evaluation and the examples counted follow it)."""
-    accum = trainer.layout.grad_accum_steps
-    for phase in trainer.phases:
-        if phase.end <= trainer.step:
+@dataclass(frozen=True)
+class PhaseStart:
+    """The reader enters a phase: the Trainer's examples and batch layout become the phase's (so that evaluation
+    and the examples counted follow it), then ``batches`` are the phase's micro-batches."""
+
+    phase: TrainingPhase
+    layout: BatchLayout
+    batches: Iterable[Any]
+
+
+def phase_readers(
+    phases: list[TrainingPhase], batching: Batching, layout: BatchLayout, step: int
+) -> Iterator[PhaseStart]:
+    """The micro-batches of the phases still ahead of step ``step``, phase after phase, each phase's built as it
+    begins."""
+    for phase in phases:
+        if phase.end <= step:
             continue
-        done = max(trainer.step - phase.start, 0)
-        trainer.layout = dataclasses.replace(trainer.layout, batch_size=phase.batch_size)
-        trainer.train_examples, trainer.eval_examples = phase.data.train, phase.data.validation
+        done = max(step - phase.start, 0)  # steps of this phase already taken (a run resumed inside it)
+        layout = dataclasses.replace(layout, batch_size=phase.batch_size)
         micro = MicroBatches(
             phase.data.train,
-            trainer.layout,
-            done * trainer.layout.global_batch,
-            trainer.collate,
-            trainer.transform,
-            trainer.cfg.seed,
-            static_copies=trainer.plan.static_copies,
-            first_step=phase.start + done if getattr(trainer.transform, "takes_step", False) else None,
-            shapes=trainer.shapes.capped(phase.max_seq_len) if trainer.shapes else None,
+            layout,
+            done * layout.global_batch,
+            batching.collate,
+            batching.transform,
+            batching.seed,
+            static_copies=batching.plan.static_copies,
+            first_step=phase.start + done if batching.takes_step else None,
+            shapes=batching.shapes.capped(phase.max_seq_len) if batching.shapes else None,
         )
-        stop = (phase.end - phase.start - done) * accum
-        yield from micro_batch_loader(micro, trainer.num_workers, stop=stop, pin_memory=pin_memory)
+        stop = (phase.end - phase.start - done) * layout.grad_accum_steps
+        batches = micro_batch_loader(micro, batching.num_workers, stop=stop, pin_memory=batching.pin_memory)
+        yield PhaseStart(phase, layout, batches)
 
 
-def blend_metrics(trainer) -> dict[str, float]:
-    """The shares and epochs of a blend's sources (``data.sources``, data/layouts/blend.py) over the examples read from
-    it so far (the current phase's, with trainer.phases); logged in words at the last step."""
-    samples = trainer.samples_seen
-    if trainer.phases:
-        _, phase = phase_at(trainer.phases, trainer.step)
-        samples = (trainer.step - phase.start) * trainer.layout.global_batch
-    if trainer.step == trainer.max_steps and trainer.process.is_main:
-        log.info("data.sources over the run: %s", trainer.train_examples.describe(samples))
-    return trainer.train_examples.realized(samples)
+def blend_metrics(examples, samples: int, last: bool, is_main: bool) -> dict[str, float]:
+    """The shares and epochs of a blend's sources (``data.sources``, data/layouts/blend.py) over the ``samples``
+    examples read from it so far; logged in words at the ``last`` step."""
+    if last and is_main:
+        log.info("data.sources over the run: %s", examples.describe(samples))
+    return examples.realized(samples)

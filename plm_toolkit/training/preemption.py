@@ -33,6 +33,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 log = logging.getLogger("plm_toolkit")
 
@@ -66,6 +67,27 @@ class StepAbandoned(BaseException):
     def __init__(self, signum: int, work: str, waited: float):
         super().__init__(f"{work} abandoned {waited:.0f} s after {signal.Signals(signum).name}")
         self.signum, self.work, self.waited = signum, work, waited
+
+
+def saves_after(
+    dropped: StepAbandoned, nothing_to_save: bool, distributed: bool, step: int, last_checkpoint: Path | None
+) -> bool:
+    """Whether the run saves its last completed step ``step`` once ``dropped`` is abandoned: not when nothing
+    changed since the last checkpoint, nor where other processes may be inside a collective. Says which."""
+    if nothing_to_save:
+        since = f"the last checkpoint ({last_checkpoint})" if last_checkpoint else "the start"
+        log.warning("%s: no step has completed since %s, so there is nothing to save; stopping now", dropped, since)
+        return False
+    if distributed:
+        log.warning(
+            "%s: not saving step %d, since the other processes may be inside a collective; the last checkpoint is %s",
+            dropped,
+            step,
+            last_checkpoint or "none",
+        )
+        return False
+    log.warning("%s: saving step %d, the last one that completed", dropped, step)
+    return True
 
 
 # Seconds between a re-check of a signalled run that is finishing work it may not drop (an update, a save).

@@ -24,9 +24,10 @@ from plm_toolkit.config.checks import evaluation_only
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.errors import CheckpointError, ConfigError
 from plm_toolkit.core.launch import launched_world_size
+from plm_toolkit.core.schema import TrainerConfig
 from plm_toolkit.interop.checkpoint_reader import read_config_yaml
-from plm_toolkit.training.distributed import broadcast_object
-from plm_toolkit.training.evaluation import evaluates_at_end
+from plm_toolkit.training.distributed import ProcessInfo, broadcast_object
+from plm_toolkit.training.logging import MetricsWriter
 
 log = logging.getLogger("plm_toolkit")
 
@@ -219,17 +220,25 @@ def holds_checkpoint_tokenizer(run: dict, checkpoint: ckpt.Checkpoint) -> bool:
         return False
 
 
-def finish_resumed(trainer) -> dict:
-    """A resumed run with nothing left to train says so and writes nothing, unless its final evaluation is missing
-    from metrics.jsonl (it failed, or the run was stopped during it): that evaluation runs now. Returns its record."""
-    spent = trainer.step < trainer.max_steps
-    why = f"trainer.time_budget={trainer.cfg.time_budget:g} hours spent" if spent else f"{trainer.max_steps} steps"
-    if trainer.process.is_main:
-        log.info("already finished at step %d (%s): nothing to train", trainer.step, why)
-    if not evaluates_at_end(trainer) or broadcast_object(trainer.metrics.has_evaluation(trainer.step), trainer.process):
-        return {}
-    log.info("the final evaluation of step %d is missing from %s: evaluating", trainer.step, trainer.metrics.path)
-    return trainer.evaluate()
+def final_evaluation_missing(
+    trainer_cfg: TrainerConfig,
+    step: int,
+    max_steps: int,
+    evaluates_at_end: bool,
+    metrics: MetricsWriter,
+    process: ProcessInfo,
+) -> bool:
+    """A resumed run with nothing left to train (at ``step`` of ``max_steps``, or its trainer.time_budget spent) says
+    so; True when its final evaluation is missing from metrics.jsonl (it failed, or the run was stopped during it),
+    which the run then makes up for."""
+    spent = step < max_steps
+    why = f"trainer.time_budget={trainer_cfg.time_budget:g} hours spent" if spent else f"{max_steps} steps"
+    if process.is_main:
+        log.info("already finished at step %d (%s): nothing to train", step, why)
+    if not evaluates_at_end or broadcast_object(metrics.has_evaluation(step), process):
+        return False
+    log.info("the final evaluation of step %d is missing from %s: evaluating", step, metrics.path)
+    return True
 
 
 def check_length(trainer_cfg, max_steps: int, step: int, checkpoint: ckpt.Checkpoint) -> None:

@@ -17,13 +17,25 @@ import torch
 from torch import nn
 
 from plm_toolkit.data.layouts.order import mix_seed
-from plm_toolkit.objectives.base import Objective, normalized_loss
+from plm_toolkit.objectives.base import Objective, ObjectiveOutput, normalized_loss
 from plm_toolkit.training.compilation import CompileWatch
 from plm_toolkit.training.distributed import ProcessInfo
 from plm_toolkit.training.flops import ModelFlops
 from plm_toolkit.training.precision import LossScaler, Runtime
 from plm_toolkit.training.preemption import TrainingClock
 from plm_toolkit.training.window import StepStats, Window, reduce_window
+
+
+class PretrainingModule(nn.Module):
+    """Backbone and objective as one module, so DDP, FSDP and the optimizer see every trained parameter."""
+
+    def __init__(self, model: nn.Module, objective: Objective):
+        super().__init__()
+        self.model = model
+        self.objective = objective
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> ObjectiveOutput:
+        return self.objective(self.model, batch)
 
 
 def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:

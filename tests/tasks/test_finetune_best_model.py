@@ -12,7 +12,9 @@ from safetensors.torch import load_file
 from plm_toolkit.commands.finetune import run
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.errors import ConfigError
-from plm_toolkit.training.selection import Selection, default_metric
+from plm_toolkit.training.best_model import BestModel, Verdict
+from plm_toolkit.training.distributed import ProcessInfo
+from plm_toolkit.training.selection import BEST_LINK, Selection, default_metric
 from tests.tasks.conftest import SST2_DEV, SST2_TRAIN
 from tests.training.conftest import read_metrics
 
@@ -64,6 +66,22 @@ def test_selection_follows_transformers_rules():
     ]
     with pytest.raises(ConfigError, match="metric_for_best_model=f1: the evaluation reports no eval_f1"):
         Selection("eval_f1", True, 0, 0.0, True).observe({"step": 1, "eval_accuracy": 0.5})
+
+
+def test_verdicts_keep_each_best_step_and_stop_once_when_patience_runs_out(tmp_path):
+    best = BestModel(selection(), tmp_path, ProcessInfo(), has_validation=True, evaluates=True, trains=True, fsdp=False)
+    steps = [(4, 0.5), (8, 0.6), (12, 0.605), (16, 0.59), (20, 0.58)]
+    verdicts = [best.judge({"step": s, "eval_accuracy": v}) for s, v in steps]
+    keep = Verdict(keep=True)
+    assert verdicts == [keep, keep, keep, Verdict(stop=True, stopped_now=True), Verdict(stop=True)]
+    (tmp_path / "step_12").mkdir()
+    best.settle(keep, tmp_path / "step_12", 12)  # after the Trainer saved step 12
+    assert os.readlink(tmp_path / BEST_LINK) == "step_12"
+    # Without validation data a kept best model is the last step's; nothing is judged.
+    unjudged = BestModel(
+        selection(patience=0), tmp_path, ProcessInfo(), has_validation=False, evaluates=False, trains=True, fsdp=False
+    )
+    assert unjudged.selection is None and unjudged.judge({"step": 4, "eval_accuracy": 0.5}) == Verdict()
 
 
 def test_default_metric_is_the_tasks_main_metric(finetune_config):

@@ -266,7 +266,8 @@ def test_cuda_training_step_needs_no_host_sync(make_config, tmp_path):
     cfg = make_config("objective=mlm", "hardware=cuda_bf16", "trainer.grad_accum_steps=2")
     trainer, data = build_trainer(cfg, tmp_path)
     t = cfg.trainer
-    loader = MicroBatches(data.train, BatchLayout(t.batch_size, 2), 0, trainer.collate, trainer.transform, t.seed)
+    batching = trainer.batching
+    loader = MicroBatches(data.train, BatchLayout(t.batch_size, 2), 0, batching.collate, batching.transform, t.seed)
     micro = [{k: v.pin_memory() for k, v in loader[k].items()} for k in range(4)]
     trainer.train_step(micro[:2])  # the first step allocates optimizer state
     torch.cuda.synchronize()
