@@ -162,13 +162,15 @@ class StopSignals:
     def _waited(self) -> float:
         return monotonic() - self.received_at if self.received_at is not None else 0.0
 
+    def _due(self) -> bool:
+        return self.nothing_to_save() or self._waited() >= self.grace
+
     def _drop_if_due(self) -> None:
-        """Raise StepAbandoned when the work in progress may be dropped now."""
-        if self.work is None or self.received is None:
-            return
-        if self.nothing_to_save() or self._waited() >= self.grace:
-            work, self.work = self.work, None
-            raise StepAbandoned(self.received, work, self._waited())
+        """Raise StepAbandoned when the work in progress may be dropped now. ``work`` stays set until the exception
+        leaves ``abandonable``: a handler can run inside a finalizer or a weakref callback, where Python prints and
+        swallows what it raises, and the next SIGALRM must then raise again."""
+        if self.work is not None and self.received is not None and self._due():
+            raise StepAbandoned(self.received, self.work, self._waited())
 
     def _handle(self, signum: int, frame) -> None:
         if os.getpid() != self.pid:  # a data-loader worker forked inside the block: the training process decides
@@ -182,8 +184,8 @@ class StopSignals:
             self.received, self.received_at = signum, monotonic()
             # Work dropped inside a compiled backward makes autograd print the forward's traceback: not news.
             warnings.filterwarnings("ignore", message="Error detected in", category=UserWarning)
-            if self.active:
-                signal.setitimer(signal.ITIMER_REAL, max(self.grace, 0.01))
+            if self.active:  # re-checked soon where the work may already be dropped (a raise can be swallowed)
+                signal.setitimer(signal.ITIMER_REAL, RECHECK_SECONDS if self._due() else max(self.grace, 0.01))
             self._drop_if_due()
         elif signum == signal.SIGINT and self.second_interrupt_stops:
             again = "again" if self.received == signal.SIGINT else f"after {signal.Signals(self.received).name}"
@@ -196,8 +198,8 @@ class StopSignals:
         """SIGALRM, ``grace`` seconds after the signal: drop abandonable work, or check again shortly."""
         if os.getpid() != self.pid or self.received is None:
             return
+        signal.setitimer(signal.ITIMER_REAL, RECHECK_SECONDS)  # first: the raise below may be swallowed
         self._drop_if_due()
-        signal.setitimer(signal.ITIMER_REAL, RECHECK_SECONDS)
 
     def hand_over(self) -> None:
         """Run the handler that owned the received signal before us (submitit's requeue), if it was Python's."""

@@ -149,3 +149,21 @@ def test_sigterm_during_a_long_evaluation_saves_the_step_and_resume_matches(smal
         [r["loss"] for r in read_metrics(d) if "lr" in r and r["step"] == 8] for d in (tmp_path / "straight", run_dir)
     ]
     assert ends[0] == ends[1]
+
+
+def test_a_drop_swallowed_by_a_finalizer_is_raised_again():
+    """A handler may run inside a weakref callback or a __del__, where Python prints what it raises and goes on; the
+    next SIGALRM raises again, so the work is still dropped (found when compilation ran weakref callbacks)."""
+    import weakref
+
+    class Thing:
+        pass
+
+    with StopSignals(grace=60, nothing_to_save=lambda: True) as signals:
+        started = time.monotonic()
+        with pytest.raises(StepAbandoned), signals.abandonable("step 1"):
+            thing = Thing()
+            weakref.finalize(thing, lambda: os.kill(os.getpid(), signal.SIGTERM))  # the first raise is swallowed
+            del thing
+            busy(5.0)
+    assert time.monotonic() - started < 2.0
