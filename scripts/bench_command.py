@@ -29,8 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import yaml
@@ -42,8 +42,7 @@ COMPILED = ["hardware.compile=true", "hardware.unpad=false"]
 UNPADDED = ["hardware.compile=true", "hardware.unpad=true"]
 
 
-@dataclass
-class Case:
+class Case(NamedTuple):
     # plm-train overrides of the run (model, objective, lengths, batch, hardware).
     overrides: list[str]
     # variant name -> the speed switches it adds.
@@ -53,7 +52,6 @@ class Case:
     # Megabytes of training text the case needs (the bundled excerpt is about 1).
     corpus_mb: float = 0.0
     steps: int = 60
-    notes: list[str] = field(default_factory=list)
 
 
 CPU_SWITCHES = {"eager": EAGER, "compiled": COMPILED, "compiled+unpadded": UNPADDED}
