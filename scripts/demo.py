@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -39,13 +40,29 @@ from plm_toolkit.training.phases import phase_bounds
 BIN = Path(sys.executable).parent
 # BERT's own initialization, that of random weights in the comparison.
 BERT_INITIALIZER_RANGE = 0.02
-TAGGING = ["task=pos", "hardware=cpu", "model.dropout=0.1", "data.max_seq_len=128"]
+# The same arithmetic on every x86 machine with AVX2 (docs/demo.md#the-same-numbers-on-any-machine): how float sums
+# are rounded depends on the number of threads and on the instruction set of PyTorch's kernels and of MKL's matrix
+# products, and the demo's pretraining turns a difference in the last bit at step 10 into another curve (held-out
+# MLM accuracy 0.194 or 0.205 at step 1,200 with 2 threads on AVX-512 or 1 thread on AVX2, same vocabulary).
+THREADS = 2
+PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+TAGGING = ["task=pos", "hardware=cpu", "model.dropout=0.1", "data.max_seq_len=128", f"hardware.num_threads={THREADS}"]
+
+
+def pinned_environment() -> dict[str, str] | None:
+    """The environment of the demo's commands: PINNED where the CPU's kernels are AVX2 or AVX-512, else None (and a
+    line saying that the figures may then differ from README's)."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability not in ("AVX2", "AVX512"):
+        print(f"note: this CPU runs PyTorch's {capability} kernels, not AVX2: the figures will differ from README's")
+        return None
+    return {**os.environ, **PINNED}
 
 
 def command(name: str, *overrides: str) -> float:
     """Run a plm command; returns its wall-clock seconds (a failure stops the demo with its own message)."""
     started = time.perf_counter()
-    done = subprocess.run([str(BIN / name), *overrides])
+    done = subprocess.run([str(BIN / name), *overrides], env=pinned_environment())
     if done.returncode != 0:
         sys.exit(done.returncode)
     return time.perf_counter() - started
@@ -134,7 +151,8 @@ def main() -> None:
     started = time.perf_counter()
 
     steps = [f"trainer.max_steps={args.pretrain_steps}"] if args.pretrain_steps else []
-    pretrain_seconds = command("plm-train", "experiment=demo_cpu", *steps, f"hydra.run.dir={run / 'pretrain'}")
+    pretrain_seconds = command("plm-train", "experiment=demo_cpu", *steps, f"hardware.num_threads={THREADS}",
+                               f"hydra.run.dir={run / 'pretrain'}")  # fmt: skip
     pretrained = ckpt.plm_checkpoint_dir(run / "pretrain")
     scratch = random_copy(pretrained, run / "random_init", seed=1234)
 

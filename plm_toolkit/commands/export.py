@@ -32,7 +32,9 @@ the files plm-export wrote; that export is replaced); a folder holding anything 
 plm-export did not write is ever deleted.
 
 ``--format megatron`` / ``--format nanogpt`` take a token store (plm-prepare's folder) instead of a checkpoint and
-write OUT_DIR/train.bin + train.idx (+ validation.*), or OUT_DIR/train.bin + val.bin (``data/store/export.py``).
+write OUT_DIR/train.bin + train.idx (+ validation.*), or OUT_DIR/train.bin + val.bin (``data/store/export.py``), with
+the store's tokenizer beside them: tokenizer.json, plus megatron-core's tokenizer files or nanoGPT's meta.json (what
+its meta.pkl holds, as JSON) (``interop/token_file_tokenizers.py``).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from plm_toolkit.interop.checkpoint_reader import (
 from plm_toolkit.interop.elmo_bilm_tf import export_bilm_tf
 from plm_toolkit.interop.hf import ADAPTERS, export_hf, some
 from plm_toolkit.interop.hf_heads import TaskHead
+from plm_toolkit.interop.token_file_tokenizers import write_token_file_tokenizer
 from plm_toolkit.tasks.checkpoint_head import finetuned_head
 
 log = logging.getLogger("plm_toolkit")
@@ -202,7 +205,8 @@ def export_token_store(source: Path, out: str | Path, format: str, eod: bool = T
     check_out_dir(out)
     with atomic_folder(out) as tmp:
         counts = write_token_files(source, tmp, format, eod)
-        manifest = {"store": str(source), "format": format, "splits": counts, "files": files_under(tmp)}
+        tokenizer = write_token_file_tokenizer(source, tmp, format)  # the ids' meaning and count beside them
+        manifest = {"store": str(source), "format": format, "splits": counts, **tokenizer, "files": files_under(tmp)}
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return source
 

@@ -37,7 +37,7 @@ from plm_toolkit.core.command_schema import DecodingOptions
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.data.sources.user_files import iter_lines, not_a_file, output_file
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
-from plm_toolkit.generation.decoding import SearchConfig, generate
+from plm_toolkit.generation.decoding import SearchConfig, SlidingDecoder, generate
 from plm_toolkit.interop.pretrained import LoadedLanguageModel, load_language_model
 from plm_toolkit.models.base import ENCODER_DECODER
 
@@ -76,12 +76,18 @@ def read_prompts(cfg) -> tuple[list[str], list[str]]:
 
 
 def encode_prompts(
-    lm: LoadedLanguageModel, prompts: list[str], max_new_tokens: int, places: list[str], max_length_a: float = 0.0
+    lm: LoadedLanguageModel,
+    prompts: list[str],
+    max_new_tokens: int,
+    places: list[str],
+    max_length_a: float = 0.0,
+    slide: bool = False,
 ) -> list[list[int]]:
     """Token ids of every prompt (no template tokens). For a causal model an empty prompt starts from the
-    start-of-text token, and a prompt that leaves no room for max_new_tokens in the position table is refused,
-    naming its place (``places``: the key or file:line). An encoder-decoder's source ends with the end token, as in
-    training (``Seq2SeqCollator``, span corruption); one longer than the encoder's position table is refused."""
+    start-of-text token, and without ``slide`` (slide_context) a prompt that leaves no room for max_new_tokens in the
+    position table is refused, naming its place (``places``: the key or file:line). An encoder-decoder's source ends
+    with the end token, as in training (``Seq2SeqCollator``, span corruption); one longer than the encoder's position
+    table is refused."""
     vocab = vocab_from_tokenizer(lm.tokenizer)
     longest = type(lm.model).max_length(lm.model.config)
     encoder_decoder = ENCODER_DECODER in type(lm.model).capabilities
@@ -102,15 +108,35 @@ def encode_prompts(
         if not ids:
             raise DataError(f"{where}: an empty prompt, and the tokenizer has no start-of-text token to start from")
         new = int(max_new_tokens + max_length_a * len(ids))  # as decoding.row_limits counts them
-        if longest is not None and len(ids) + new > longest:
+        if longest is not None and len(ids) + new > longest and not slide:
             relative = f" + max_length_a={max_length_a} x {len(ids)}" if max_length_a else ""
             raise DataError(
                 f"{where}: {len(ids)} tokens, with max_new_tokens={max_new_tokens}{relative} {len(ids) + new} "
                 f"positions, more than the model's {longest} (max_position_embeddings); shorten the prompt or lower "
-                f"max_new_tokens{' or max_length_a' if max_length_a else ''} ({excerpt})"
+                f"max_new_tokens{' or max_length_a' if max_length_a else ''}, or set slide_context=true ({excerpt})"
             )
         out.append(ids)
     return out
+
+
+def sliding(lm: LoadedLanguageModel, decoder, prompt_ids: list[list[int]], places: list[str], cfg):
+    """``decoder`` over a sliding context (``SlidingDecoder``) where a causal model's position table is shorter than
+    a prompt and its new tokens, said in one log line; else ``decoder`` itself."""
+    longest = type(lm.model).max_length(lm.model.config)
+    if longest is None or ENCODER_DECODER in type(lm.model).capabilities:
+        return decoder
+    needs = [len(ids) + int(cfg.max_new_tokens + cfg.max_length_a * len(ids)) for ids in prompt_ids]
+    if max(needs) <= longest:
+        return decoder
+    row = needs.index(max(needs))
+    log.info(
+        "%s: %d prompt tokens and up to %d new ones need %d positions, more than the model's %d "
+        "(max_position_embeddings): the context slides, each token past position %d seeing the last %d tokens, as "
+        "nanoGPT's generate crops it (%d of %d prompts outgrow the table)",
+        places[row], len(prompt_ids[row]), needs[row] - len(prompt_ids[row]), needs[row], longest, longest, longest,
+        sum(n > longest for n in needs), len(needs),
+    )  # fmt: skip
+    return SlidingDecoder(decoder, longest)
 
 
 def batches(prompt_ids: list[list[int]], batch_size: int, padding: bool):
@@ -161,7 +187,8 @@ def run(cfg: DictConfig) -> list[dict]:
     vocab = vocab_from_tokenizer(lm.tokenizer)
     options = {f.name: cfg[f.name] for f in dataclasses.fields(DecodingOptions)}
     search = SearchConfig(**options, eos_id=vocab.eos_id if cfg.stop_at_eos else None)
-    prompt_ids = encode_prompts(lm, prompts, cfg.max_new_tokens, places, cfg.max_length_a)
+    prompt_ids = encode_prompts(lm, prompts, cfg.max_new_tokens, places, cfg.max_length_a, cfg.slide_context)
+    decoder = sliding(lm, decoder, prompt_ids, places, cfg)
     generator = torch.Generator(device).manual_seed(cfg.seed)
     generated: list[list[int]] = [[] for _ in prompts]
     for group in batches(prompt_ids, cfg.batch_size, decoder.supports_padding):

@@ -21,14 +21,20 @@ from plm_toolkit.data.build import build_run_data
 from plm_toolkit.data.layouts.blend_sources import blend_summary
 from plm_toolkit.data.layouts.registry import layout_of, store_unit
 from plm_toolkit.data.store.parts import prepare_part
+from plm_toolkit.data.store.repair import repairing_damaged_stores
 
 log = logging.getLogger("plm_toolkit")
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
-    """Prepare (or resume, or find finished) the store of ``cfg``, and the files the run's layout writes once
-    (full-sentence blocks, sentence pairs for trainer.seed), so that plm-train starts at once; prints a summary as
-    JSON on stdout."""
+    """Prepare (or resume, or find finished, or repair) the store of ``cfg``, and the files the run's layout writes
+    once (full-sentence blocks, sentence pairs for trainer.seed), so that plm-train starts at once; prints a summary
+    as JSON on stdout."""
+    with repairing_damaged_stores():  # a store that no longer checks out is mended, not refused (data/store/repair.py)
+        return _prepare(cfg)
+
+
+def _prepare(cfg: DictConfig) -> dict:
     resolved = validate(cfg)
     plan = resolved.plan
     if not layout_of(plan.layout).stored:  # a layout that prepares its data without a token store

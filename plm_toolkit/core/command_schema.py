@@ -183,6 +183,10 @@ class GenerateConfig(DecodingOptions):
     batch_size: int = 8
     # Write JSONL rows (prompt, prompt_ids, text, token_ids) here instead of printing the texts.
     output_file: str | None = None
+    # A causal model with a position table (GPT, GPT-2) whose prompt and new tokens outgrow it keeps generating,
+    # each new token seeing the last max_position_embeddings tokens (as nanoGPT's generate crops its context);
+    # false refuses such a prompt instead.
+    slide_context: bool = True
     # Where to run: auto picks cuda when a GPU is visible.
     device: Device = Device.auto
 

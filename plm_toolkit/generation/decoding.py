@@ -265,6 +265,45 @@ class CachedDecoder:
 
 
 @dataclass
+class SlidingState:
+    # The cached decoder's state over the current window.
+    inner: CachedState
+    # (B, W) every token so far (left-padded prompt, then the generated ones) and its mask.
+    history: torch.Tensor
+    history_mask: torch.Tensor
+
+
+class SlidingDecoder:
+    """A ``CachedDecoder`` whose context slides past the position table: once a row's next token would need a
+    position beyond ``window``, the last ``window`` tokens of every row are fed again from position 0 and each
+    step after sees only them (nanoGPT's ``generate`` crops its context to ``block_size`` tokens the same way).
+    A prompt longer than ``window`` keeps its last ``window`` tokens. Each step past the table reads its window
+    anew (no cache across the slide): O(window) per token."""
+
+    supports_padding = True
+    padding_side = "left"
+
+    def __init__(self, inner: CachedDecoder, window: int):
+        self.inner, self.window = inner, window
+
+    def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, SlidingState]:
+        logits, state = self.inner.prefill(input_ids[:, -self.window :], attention_mask[:, -self.window :])
+        return logits, SlidingState(state, input_ids, attention_mask)
+
+    def step(self, tokens: torch.Tensor, state: SlidingState) -> tuple[torch.Tensor, SlidingState]:
+        history = torch.cat([state.history, tokens[:, None]], dim=1)  # (B, W + 1)
+        history_mask = F.pad(state.history_mask, (0, 1), value=1)
+        if bool((state.inner.next_position < self.window).all()):
+            logits, inner = self.inner.step(tokens, state.inner)
+        else:
+            logits, inner = self.inner.prefill(history[:, -self.window :], history_mask[:, -self.window :])
+        return logits, SlidingState(inner, history, history_mask)
+
+    def reorder(self, state: SlidingState, index: torch.Tensor) -> SlidingState:
+        return SlidingState(self.inner.reorder(state.inner, index), state.history[index], state.history_mask[index])
+
+
+@dataclass
 class EncoderDecoderState:
     # One nn.layers.LayerCache per decoder layer: the self-attention's keys so far, the cross-attention's once.
     cache: Any

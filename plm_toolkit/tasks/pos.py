@@ -13,6 +13,7 @@ its first sub-token; a word past data.max_seq_len gets no prediction and counts 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,8 +68,19 @@ def read_conllu(path: str | Path, column: str = "upos") -> list[Sentence]:
                 f"{path}:{number}: {len(fields)} tab-separated column(s), expected CoNLL-U's 10 (ID FORM LEMMA UPOS "
                 "XPOS FEATS HEAD DEPREL DEPS MISC)"
             )
-        if "-" in fields[0] or "." in fields[0]:  # a multiword token's line or an empty node: not a syntactic word
+        kind = _id_kind(fields[0])
+        if kind is None:
+            raise DataError(
+                f"{path}:{number}: ID {fields[0]!r} is not a word number (1, 2, ...), a multiword token's range "
+                "(3-4) or an empty node (5.1); expected CoNLL-U's first column"
+            )
+        if kind != "word":  # a multiword token's line or an empty node: not a syntactic word
             continue
+        if int(fields[0]) != len(words) + 1:
+            raise DataError(
+                f"{path}:{number}: word ID {fields[0]} where the sentence's word {len(words) + 1} comes; IDs count a "
+                "sentence's words from 1, and a blank line ends each sentence"
+            )
         tag = fields[index]
         if tag in ("", "_"):
             raise DataError(
@@ -85,6 +97,22 @@ def read_conllu(path: str | Path, column: str = "upos") -> list[Sentence]:
             f"{path}: no sentences; expected CoNLL-U (10 tab-separated columns a word, blank line after each sentence)"
         )
     return sentences
+
+
+_WORD_ID = re.compile(r"[1-9][0-9]*")
+_RANGE_ID = re.compile(r"([1-9][0-9]*)-([1-9][0-9]*)")
+_EMPTY_NODE_ID = re.compile(r"(0|[1-9][0-9]*)\.[1-9][0-9]*")
+
+
+def _id_kind(value: str) -> str | None:
+    """ "word", "range" (a multiword token, its first word not after its last) or "empty" (an empty node) for a
+    CoNLL-U ID as universaldependencies.org/format.html defines them, else None."""
+    if _WORD_ID.fullmatch(value):
+        return "word"
+    matched = _RANGE_ID.fullmatch(value)
+    if matched:
+        return "range" if int(matched[1]) < int(matched[2]) else None
+    return "empty" if _EMPTY_NODE_ID.fullmatch(value) else None
 
 
 def tag_accuracy(gold: list[Sentence], predicted: list[list[str | None]]) -> dict[str, float]:

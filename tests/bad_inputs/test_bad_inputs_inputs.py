@@ -94,7 +94,7 @@ CASES = [
     InputCase("generate_length_penalty_extreme", "generate", (*GENERATE, "prompt=The", "num_beams=2", "length_penalty=1e308"), "length_penalty=1e+308: expected a finite number in [-10, 10]"),
     InputCase("generate_top_k_past_64_bits", "generate", (*GENERATE, "prompt=The", "do_sample=true", "top_k=99999999999999999999"), "top_k=99999999999999999999: does not fit in 64 bits"),
     InputCase("generate_seed_negative", "generate", (*GENERATE, "prompt=The", "seed=-1"), "seed=-1: must be 0 or positive"),
-    InputCase("generate_max_length_a_past_positions", "generate", ("checkpoint={gpt2}", "prompt=The", "max_new_tokens=2", "max_length_a=50"), "prompt: 1 tokens, with max_new_tokens=2 + max_length_a=50.0 x 1 53 positions, more than the model's 32"),
+    InputCase("generate_max_length_a_past_positions", "generate", ("checkpoint={gpt2}", "prompt=The", "max_new_tokens=2", "max_length_a=50", "slide_context=false"), "prompt: 1 tokens, with max_new_tokens=2 + max_length_a=50.0 x 1 53 positions, more than the model's 32"),
     InputCase("train_vocab_size_three", "train", ("data.tokenizer.vocab_size=3",), "data.tokenizer.vocab_size=3: expected a size from 6 (a wordpiece vocabulary holds 5 special tokens and a piece)"),
     InputCase("train_vocab_size_negative", "train", ("data.tokenizer.vocab_size=-1",), "data.tokenizer.vocab_size=-1: expected a size from 6"),
     InputCase("train_bpe_vocab_below_bytes", "train", ("data.tokenizer.kind=bpe", "data.tokenizer.vocab_size=200"), "data.tokenizer.vocab_size=200: expected a size from 261 (a bpe vocabulary holds 5 special tokens and the 256 byte symbols)"),

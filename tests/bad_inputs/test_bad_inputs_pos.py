@@ -24,6 +24,8 @@ CASES = [
     Case("pos_dev_tag_unknown", "finetune", (*POS, "data.validation_file={files}/pos_unknown_tag.conllu"), "{files}/pos_unknown_tag.conllu:6: tag 'INTJ' does not occur in the training file"),
     Case("pos_dev_xpos_unknown", "finetune", (*POS, "task.column=xpos", "data.validation_file={files}/pos_unknown_tag.conllu"), "{files}/pos_unknown_tag.conllu:6: tag 'UH' does not occur in the training file"),
     Case("pos_column_unknown", "finetune", (*POS, "task.column=lemma"), "task.column=lemma: expected upos or xpos"),
+    Case("pos_id_not_a_number", "finetune", (*POS, "data.train_file={files}/pos_bad_id.conllu"), "{files}/pos_bad_id.conllu:3: ID 'x' is not a word number (1, 2, ...), a multiword token's range (3-4) or an empty node (5.1); expected CoNLL-U's first column"),
+    Case("pos_missing_blank_line", "finetune", (*POS, "data.validation_file={files}/pos_missing_blank_line.conllu"), "{files}/pos_missing_blank_line.conllu:6: word ID 1 where the sentence's word 4 comes; IDs count a sentence's words from 1, and a blank line ends each sentence"),
     # A file in another format (a GLUE TSV) given as the validation file.
     Case("pos_not_conllu", "finetune", ("task=pos", "data.train_file={files}/pos_train.conllu", f"data.validation_file={resource_path('corpora/sst2/dev.tsv')}"), f"{resource_path('corpora/sst2/dev.tsv')}:1: 2 tab-separated column(s), expected CoNLL-U's 10"),
 ]  # fmt: skip

@@ -34,7 +34,7 @@ from tests.bad_inputs.test_bad_inputs_store import CORPUS, GPT
 from tests.bad_inputs.test_bad_inputs_store_kinds import PAIRS
 
 STORE = (*GPT, "data.train_files=[{tmp}/corpus.txt]", "data.store={tmp}/store")
-DAMAGED = "the token store data.store={tmp}/store is damaged; remove the folder {tmp}/store and prepare it again"
+DAMAGED = "the token store {tmp}/store is damaged; plm-prepare with the overrides that prepared it repairs it"
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,9 @@ CASES = [
     # --- the store trusts its bytes no more --------------------------------------------------------------------
     Round3Case(Case("store_flipped_bytes", "train", ("data.store={tmp}/store",), "token store shard {tmp}/store/train/00000.bin does not match the checksum its index records", base=GPT), "flipped"),
     Round3Case(Case("store_id_beyond_vocabulary", "train", ("data.store={tmp}/store",), "token store shard {tmp}/store/train/00001.bin holds token id 65000 at position 3, beyond the vocabulary of its tokenizer", base=GPT), "beyond_vocabulary"),
-    Round3Case(Case("store_index_missing_prepare", "prepare", STORE, "token store shard {tmp}/store/train/00000.idx is missing: " + DAMAGED), "index_missing"),
-    Round3Case(Case("store_manifest_missing_prepare", "prepare", STORE, "{tmp}/store/manifest.json is missing: " + DAMAGED), "manifest_missing"),
+    # plm-prepare repairs these (test_bad_inputs_round4_data.py); plm-train refuses them, naming it.
+    Round3Case(Case("store_index_missing", "train", ("data.store={tmp}/store",), "token store shard {tmp}/store/train/00000.idx is missing: " + DAMAGED, base=GPT), "index_missing"),
+    Round3Case(Case("store_manifest_missing", "train", ("data.store={tmp}/store",), "{tmp}/store/manifest.json is missing: " + DAMAGED, base=GPT), "manifest_missing"),
     Round3Case(Case("store_tokenizer_replaced", "train", ("data.store={tmp}/store",), "{tmp}/store/tokenizer.json is not the tokenizer the store's ids come from", base=GPT), "tokenizer_replaced"),
     Round3Case(Case("zst_cut_in_a_later_frame", "prepare", (*GPT, "data.train_files=[{tmp}/corpus.txt.zst]", "data.store={tmp}/store"), "{tmp}/corpus.txt.zst: corrupt zstd data near compressed byte offset"), "zst_cut"),
     Round3Case(Case("zst_small_cut", "prepare", (*GPT, "data.train_files=[{tmp}/small.txt.zst]", "data.store={tmp}/store"), "{tmp}/small.txt.zst: corrupt zstd data near compressed byte offset"), "zst_cut"),

@@ -50,7 +50,26 @@ def test_plm_generate_refuses_bad_input(gpt_run):
     with pytest.raises(ConfigError, match=r"top_p=1.5: expected a probability in \(0, 1\]"):
         generate(generate_config(f"checkpoint={checkpoint}", "prompt=a", "top_p=1.5"))
     with pytest.raises(DataError, match=r"^prompt: \d+ tokens, with max_new_tokens=10 \d+ positions, more than .* 64"):
-        generate(generate_config(f"checkpoint={checkpoint}", f"prompt='{'word ' * 60}'", "max_new_tokens=10"))
+        generate(generate_config(f"checkpoint={checkpoint}", f"prompt='{'word ' * 60}'", "max_new_tokens=10",
+                                 "slide_context=false"))  # fmt: skip
+
+
+@pytest.mark.slow
+def test_plm_generate_past_the_position_table_slides_the_context_and_says_so(gpt_run, caplog):
+    """A prompt of 60 words and 30 new tokens on a 64-position GPT-2: every new token is the argmax of the model
+    over the last 64 tokens (nanoGPT's crop), and the log says the context slides."""
+    checkpoint = gpt_run / "checkpoints" / "last"
+    with caplog.at_level("INFO", logger="plm_toolkit"):
+        row = generate(generate_config(f"checkpoint={checkpoint}", f"prompt='{'word ' * 60}'", "max_new_tokens=30",
+                                       "stop_at_eos=false"))[0]  # fmt: skip
+    assert len(row["token_ids"]) == 30 and len(row["prompt_ids"]) + 30 > 64
+    assert "more than the model's 64 (max_position_embeddings): the context slides" in caplog.text
+    lm = load_language_model(checkpoint)
+    tokens = list(row["prompt_ids"])
+    with torch.no_grad():
+        for _ in range(30):
+            tokens.append(int(lm.head(lm.model(torch.tensor([tokens[-64:]])).hidden[0, -1]).argmax()))
+    assert tokens[len(row["prompt_ids"]) :] == row["token_ids"]
 
 
 def test_plm_generate_refuses_a_bidirectional_checkpoint(tmp_path):

@@ -1,12 +1,14 @@
-"""Each generating family serves the one decoding module: Transformer-XL through its memory, BERT not at all."""
+"""Each generating family serves the one decoding module: Transformer-XL through its memory, GPT past its position
+table through a sliding context, BERT not at all."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from plm_toolkit.core.errors import ConfigError
-from plm_toolkit.generation.decoding import SearchConfig, generate
+from plm_toolkit.generation.decoding import SearchConfig, SlidingDecoder, generate
 from plm_toolkit.models.bert import Bert, BertConfig
+from plm_toolkit.models.gpt import GPT, GPTConfig
 from plm_toolkit.models.transformer_xl import TransformerXL, TransformerXLConfig
 
 
@@ -46,3 +48,30 @@ def test_bert_cannot_generate():
     bert = Bert(BertConfig(vocab_size=20, hidden_size=12, num_layers=1, num_heads=2))
     with pytest.raises(ConfigError, match="model=bert is bidirectional: it cannot generate text"):
         bert.decoder(lambda hidden: hidden)
+
+
+def test_gpt_past_its_position_table_slides_its_context_as_nanogpt_crops_it():
+    """Greedy decoding 20 tokens past a 12-position table: each token is the argmax of the model read afresh over the
+    last 12 tokens from position 0 (nanoGPT's generate), for two left-padded prompts of different lengths."""
+    torch.manual_seed(0)
+    window = 12
+    model = GPT(GPTConfig(vocab_size=53, hidden_size=36, num_layers=2, num_heads=3, intermediate_size=37,
+                          max_position_embeddings=window)).eval()  # fmt: skip
+    head = lambda hidden: F.linear(hidden, model.input_embeddings.weight)
+    prompts = [torch.randint(1, 53, (9,)).tolist(), torch.randint(1, 53, (5,)).tolist()]
+    ids = torch.tensor([prompts[0], [0] * 4 + prompts[1]])
+    mask = torch.tensor([[1] * 9, [0] * 4 + [1] * 5])
+    decoder = SlidingDecoder(model.decoder(head), window)
+    generated = generate(decoder, ids, mask, SearchConfig(max_new_tokens=20))
+    with torch.no_grad():
+        for prompt, tokens in zip(prompts, generated, strict=True):
+            expected = list(prompt)
+            for _ in range(20):
+                context = torch.tensor([expected[-window:]])
+                expected.append(int(head(model(context).hidden[:, -1]).argmax()))
+            assert tokens == expected[len(prompt) :]
+    # Within the table the slide changes nothing: the cached decoder's own tokens.
+    short = generate(decoder, ids, mask, SearchConfig(max_new_tokens=3))
+    assert short == generate(model.decoder(head), ids, mask, SearchConfig(max_new_tokens=3))
+    beams = generate(decoder, ids, mask, SearchConfig(max_new_tokens=20, num_beams=2))
+    assert [len(tokens) for tokens in beams] == [20, 20]

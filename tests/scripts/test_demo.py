@@ -1,12 +1,34 @@
 """scripts/demo.py (make demo) runs end to end, shortened: pretraining, fine-tuning from it and from random weights
-of the same architecture, and its summary."""
+of the same architecture, and its summary; its commands run with the arithmetic pinned (threads, AVX2)."""
 
+import importlib.util
 import json
 
 import pytest
+import torch
+from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
-from tests.scripts import run_script
+from tests.scripts import SCRIPTS, run_script
+
+
+def load_demo():
+    spec = importlib.util.spec_from_file_location("demo", SCRIPTS / "demo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("capability", "pinned"), [("AVX512", True), ("AVX2", True), ("DEFAULT", False)])
+def test_the_demo_pins_avx2_where_the_cpu_has_it(monkeypatch, capsys, capability, pinned):
+    demo = load_demo()
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    environment = demo.pinned_environment()
+    if pinned:
+        assert {k: environment[k] for k in demo.PINNED} == {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+        assert capsys.readouterr().out == ""
+    else:
+        assert environment is None and "figures will differ from README's" in capsys.readouterr().out
 
 
 @pytest.mark.slow
@@ -41,5 +63,8 @@ def test_demo_prints_the_curve_and_both_fine_tunings(tmp_path):
     assert any(not (pretrained[k] == fresh[k]).all() for k in pretrained)
     # Drawn as BERT draws them (std 0.02), not with the demo pretraining's 0.05.
     assert fresh["embeddings.word_embeddings.weight"].std().item() == pytest.approx(0.02, rel=0.05)
+    # Two threads, whatever the machine's cores (the rounding of float sums depends on it).
+    assert OmegaConf.load(run / "pretrain" / "checkpoints" / "last" / "config.yaml").hardware.num_threads == 2
+    assert OmegaConf.load(run / "pos" / ".hydra" / "config.yaml").hardware.num_threads == 2
     tokenizer = (run / "random_init" / "checkpoints" / "step_0" / "tokenizer.json").read_text()
     assert tokenizer == (run / "pretrain" / "checkpoints" / "last" / "tokenizer.json").read_text()

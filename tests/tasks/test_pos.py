@@ -86,6 +86,22 @@ def test_missing_tag_names_the_line_and_the_column(tmp_path, column, blanked):
         read_conllu(path, column)
 
 
+@pytest.mark.parametrize("bad", ["x", "1a", "0", "-1", "2-2", "3-2", "2.", "2.0", "2:1", "²"])
+def test_an_id_that_is_no_word_range_or_empty_node_names_the_line(tmp_path, bad):
+    path = write(tmp_path / "a.conllu", SAMPLE.replace("2\tlikes\tlike\tVERB", f"{bad}\tlikes\tlike\tVERB"))
+    with pytest.raises(DataError, match=rf"^{path}:13: ID '{bad}' is not a word number \(1, 2, \.\.\.\), a multiword"):
+        read_conllu(path)
+
+
+def test_word_ids_out_of_order_or_a_missing_blank_line_name_the_line(tmp_path):
+    skipped = write(tmp_path / "a.conllu", SAMPLE.replace("3\tcoffee\tcoffee", "4\tcoffee\tcoffee"))
+    with pytest.raises(DataError, match=rf"^{skipped}:14: word ID 4 where the sentence's word 3 comes"):
+        read_conllu(skipped)
+    glued = write(tmp_path / "b.conllu", SAMPLE.replace("\n\n# sent_id = doc-1-0002", "\n# sent_id = doc-1-0002"))
+    with pytest.raises(DataError, match=rf"^{glued}:11: word ID 1 where the sentence's word 6 comes; .* a blank line"):
+        read_conllu(glued)
+
+
 def test_a_file_without_sentences_is_refused(tmp_path):
     path = write(tmp_path / "a.conllu", "# only a comment\n\n")
     with pytest.raises(DataError, match=rf"^{path}: no sentences"):

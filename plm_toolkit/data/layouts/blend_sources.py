@@ -95,7 +95,8 @@ def blend_tokenizer(data_cfg: Any) -> Path:
             yield from sample_texts(sources, share, boundary, column)
 
     named = ", ".join(s.path for sources, _, _ in read for s in sources)
-    return _saved(train_cached(data_cfg, fingerprint, texts, source=named), cache_root(data_cfg) / "tokenizers")
+    tokenizer = train_cached(data_cfg, fingerprint, texts, source=named, sample=(budget, total))
+    return _saved(tokenizer, cache_root(data_cfg) / "tokenizers")
 
 
 def _saved(tokenizer: Tokenizer, folder: Path) -> Path:

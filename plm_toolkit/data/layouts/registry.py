@@ -30,6 +30,7 @@ from plm_toolkit.data.layouts.pretraining import (
 )
 from plm_toolkit.data.layouts.translation_pairs import prepare_parallel_data
 from plm_toolkit.data.sources.corpus import SPLITS, split_files
+from plm_toolkit.data.store.foreign import foreign_split_file
 from plm_toolkit.data.store.preparation import resumed_store
 from plm_toolkit.data.store.token_store import TokenStore
 from plm_toolkit.data.store.translation_pairs import resumed_parallel_store
@@ -189,6 +190,8 @@ def naming_split(data_cfg: Any, split: str):
     try:
         yield
     except DataError as err:
+        if getattr(data_cfg, "store", None):  # the store (or token file) the split is read from
+            raise _store_named(err, str(data_cfg.store), split) from err
         sources = [str(data_cfg.dataset_path)] if data_cfg.dataset_path else split_files(data_cfg, split)
         if not sources or any(source in str(err) for source in sources):
             raise
@@ -196,3 +199,16 @@ def naming_split(data_cfg: Any, split: str):
         if data_cfg.dataset_path:
             where = f"data.dataset_path={data_cfg.dataset_path} ({split} split)"
         raise DataError(f"{where}: {err}") from err
+
+
+def _store_named(err: DataError, store: str, split: str) -> DataError:
+    """``err`` with the data.store key (and for a foreign token file, the split's file) in front, unless it names
+    them already."""
+    file = foreign_split_file(store, split)
+    where = f"data.store={store}"
+    if file is not None and str(file) != store:
+        where += f", its {split} file {file}"
+    elif file is None:
+        where += f" ({split} split)"
+    named = str(file) if file is not None else store
+    return err if named in str(err) else DataError(f"{where}: {err}")

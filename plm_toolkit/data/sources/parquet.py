@@ -46,9 +46,17 @@ def open_parquet(path: str | Path, column: str | None, key: str = "data.text_col
     if column not in schema.names:
         raise DataError(f"{path}: no column {column!r} ({key}); its columns are {schema.names}")
     kind = schema.field(column).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
+    if not _holds_text(pa, kind):
         raise DataError(f"{path}: column {column!r} ({key}) holds {kind}, not text (a string column)")
     return parquet
+
+
+def _holds_text(pa, kind) -> bool:
+    """A column of strings: plain, large or view, or dictionary-encoded (each row an index into distinct strings,
+    as pandas' categoricals and many writers store a column with repeated values)."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
 
 
 def _first_line(err: Exception) -> str:

@@ -81,6 +81,27 @@ class Piece:
     end: int
 
 
+def no_text(source: Source, boundary: str, column: str) -> str:
+    """The line for a source that gave no document, in the words of its format (``boundary``:
+    data.document_boundary, ``column``: data.text_column)."""
+    field = f"{column!r} (data.text_column)"
+    if source.format == "parquet":
+        metadata = open_parquet(source.path, None).metadata
+        if metadata.num_rows == 0:
+            return (
+                f"Parquet file {source.path} holds no rows ({metadata.num_row_groups} row groups); expected one "
+                f"document per row in column {field}"
+            )
+        return f"Parquet file {source.path} has no text: its {metadata.num_rows} row(s) are empty in column {field}"
+    if source.format == "saved":
+        return f"saved dataset {source.path} has no text: its {source.rows} row(s) are empty in column {field}"
+    if source.format == "jsonl":
+        return f"JSONL file {source.path} has no text; expected one JSON object a line with text in its field {field}"
+    expected = {"blank_line": "documents separated by blank lines", "line": "one document per line",
+                "file": "text"}[boundary]  # fmt: skip
+    return f"corpus file {source.path} has no text; expected {expected}"
+
+
 def _folder_stat(folder: Path) -> tuple[int, int]:
     files = [p for p in folder.rglob("*") if p.is_file()]
     return sum(p.stat().st_size for p in files), max((p.stat().st_mtime_ns for p in files), default=0)

@@ -4,8 +4,8 @@ A store's bytes are trusted by everything that reads it (layouts cut windows fro
 damaged after plm-prepare wrote it (a byte flipped on disk, a shard or index removed, a tokenizer.json replaced)
 would be trained on silently, or end in an IndexError deep in the model. Before use, each shard's size is checked
 against its index, its ids against the crc32 its index records (about 7 GB/s: seconds for a large store) and
-against the vocabulary, and the tokenizer against the manifest's digest. A failure names the file and says what to
-delete: plm-prepare writes a store into an empty folder only.
+against the vocabulary, and the tokenizer against the manifest's digest. A failure names the file and says what
+repairs it: plm-prepare with the overrides that prepared the store (``data/store/repair.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from plm_toolkit.core.errors import DataError
-from plm_toolkit.data.store.token_store import MANIFEST, Shard, read_manifest
+from plm_toolkit.data.store.token_store import MANIFEST, Shard, damaged, read_manifest
 
 _BLOCK = 1 << 24  # ids checked at a time
 _VERIFIED: set[tuple] = set()  # the stores this process checked, as ``_state`` saw them
@@ -26,14 +26,6 @@ _VERIFIED: set[tuple] = set()  # the stores this process checked, as ``_state`` 
 def file_sha256(path: Path) -> str:
     """The sha256 of a small file's bytes (the store's tokenizer.json, as written)."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def damaged(folder: Path, what: str) -> DataError:
-    """The one line for a damaged store: what is wrong, and what to do."""
-    return DataError(
-        f"{what}: the token store data.store={folder} is damaged; remove the folder {folder} and prepare it again "
-        "(plm-prepare with the same overrides)"
-    )
 
 
 def verify_store(folder: Path) -> None:
@@ -59,12 +51,7 @@ def verify_store(folder: Path) -> None:
     for split, recorded in manifest["splits"].items():
         tokens = 0
         for number in range(recorded["shards"]):
-            try:
-                shard = Shard.open(folder / split / f"{number:05d}")
-            except DataError as err:
-                raise damaged(folder, str(err)) from None
-            _check_ids(folder, shard, vocab_size)
-            tokens += shard.num_tokens
+            tokens += checked_shard(folder, folder / split / f"{number:05d}", vocab_size).num_tokens
         if "tokens" in recorded and tokens != recorded["tokens"]:
             raise damaged(
                 folder, f"the shards of {folder / split} hold {tokens} tokens, {MANIFEST} records {recorded['tokens']}"
@@ -76,6 +63,17 @@ def _state(folder: Path) -> tuple:
     """Every file of the store with its size, modification time and inode: what a change to it would change."""
     files = sorted(p for p in folder.rglob("*") if p.is_file())
     return (str(folder.resolve()), *((str(p), p.stat().st_size, p.stat().st_mtime_ns, p.stat().st_ino) for p in files))
+
+
+def checked_shard(folder: Path, stem: Path, vocab_size: int) -> Shard:
+    """The shard ``stem`` of the store at ``folder``, whole (its index, its size) and holding the ids its index
+    records, each within ``vocab_size``; else DamagedStore naming the file."""
+    try:
+        shard = Shard.open(stem)
+    except DataError as err:
+        raise damaged(folder, str(err)) from None
+    _check_ids(folder, shard, vocab_size)
+    return shard
 
 
 def _check_ids(folder: Path, shard: Shard, vocab_size: int) -> None:

@@ -179,6 +179,16 @@ def _stat(kind: str, path: Path) -> tuple[int, int]:
     return sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0)
 
 
+def foreign_split_file(store: Any, split: str) -> Path | None:
+    """The file a foreign ``data.store`` reads ``split`` from (nanoGPT's val.bin beside its train.bin, a Megatron
+    pair's prefix), None where it names no foreign file or has no such split."""
+    found = foreign_kind(store)
+    if found is None:
+        return None
+    kind, path = found
+    return path if split == "train" else _validation_beside(kind, path)
+
+
 def _validation_beside(kind: str, path: Path) -> Path | None:
     if "train" not in path.name:
         return None

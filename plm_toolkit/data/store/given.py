@@ -16,6 +16,9 @@ from plm_toolkit.core.resources import resource_path
 _BUNDLED = {"train": "corpora/wikitext2/train.txt", "validation": "corpora/wikitext2/valid.txt"}
 # The corpus key of each split.
 KEYS = {"train": "train_files", "validation": "validation_files"}
+# The way out for a run whose settings or files a finished data.store does not serve: plm-prepare refuses that
+# folder the same way, so a store for the run goes to another one.
+ANOTHER_STORE = "prepare a store for this run in another folder (plm-prepare with its overrides and a new data.store)"
 
 
 def given_entries(data_cfg: Any, split: str) -> list[str]:
@@ -39,7 +42,7 @@ def check_store_sources(folder: Path, manifest: dict, data_cfg: Any, resolve) ->
         if info is None:
             raise DataError(
                 f"data.{key}={_shown(entries)}: data.store={folder} has no {split} split (plm-prepare was given no "
-                f"data.{key}), so these files would be ignored; prepare the store with them, or drop data.{key}"
+                f"data.{key}), so these files would be ignored; drop data.{key}, or {ANOTHER_STORE}"
             )
         held = [os.path.abspath(r["path"]) for r in info.get("sources", [])]
         wanted = [os.path.abspath(s.path) for s in resolve(data_cfg, split) or []]
@@ -52,7 +55,7 @@ def check_store_sources(folder: Path, manifest: dict, data_cfg: Any, resolve) ->
             )
             raise DataError(
                 f"data.{key} {what} (it holds {_shown(held)}); the run trains on the store: drop data.{key}, or "
-                "prepare a store for these files (plm-prepare)"
+                f"{ANOTHER_STORE}"
             )
 
 

@@ -37,15 +37,24 @@ from plm_toolkit.core.cache import cache_root, stable_hash
 from plm_toolkit.core.choices import choice
 from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.sources.corpus import SPLITS, document_boundary
-from plm_toolkit.data.sources.pieces import Source, plan_pieces, resolve_sources
-from plm_toolkit.data.store.check import damaged, file_sha256, verify_store
+from plm_toolkit.data.sources.pieces import Source, no_text, plan_pieces, resolve_sources
+from plm_toolkit.data.store.check import file_sha256, verify_store
 from plm_toolkit.data.store.given import check_store_sources
 from plm_toolkit.data.store.lock import run_once
 from plm_toolkit.data.store.processes import CONTEXT, available_cores, worker_pool
+from plm_toolkit.data.store.repair import reopen, repairing
 from plm_toolkit.data.store.settings import channel_of, check_settings, setting_difference, store_settings
 from plm_toolkit.data.store.shard_worker import maybe_kill, start_worker, tokenize_piece
 from plm_toolkit.data.store.stop_signals import signals_stop_preparation
-from plm_toolkit.data.store.token_store import MANIFEST, Shard, id_dtype, read_manifest, write_json
+from plm_toolkit.data.store.token_store import (
+    MANIFEST,
+    DamagedStore,
+    Shard,
+    damaged,
+    id_dtype,
+    read_manifest,
+    write_json,
+)
 from plm_toolkit.data.tokenization.tokenizer import load_or_train_tokenizer, load_tokenizer, vocab_from_tokenizer
 
 if TYPE_CHECKING:
@@ -73,28 +82,59 @@ def prepare_store(data_cfg: DataConfig, unit: str, spellings: bool = False, unit
     ``unit`` finds its codes (``data/store/side_channels.py``; ERNIE's knowledge units: the objective config)."""
     settings = store_settings(data_cfg, unit, spellings, units)
     explicit = bool(getattr(data_cfg, "store", None))
+    damage = None
     if explicit:
         folder = Path(os.path.expanduser(str(data_cfg.store)))
         if folder.exists() and not folder.is_dir():
             raise DataError(f"data.store={folder} is a file; expected a folder for the token store")
-        manifest = read_manifest(folder)
-        if manifest is not None:
-            check_settings(manifest["settings"], settings, folder)
-            check_store_sources(folder, manifest, data_cfg, resolve_sources)
-            verify_store(folder)
-            return folder
-        if folder.is_dir() and not (folder / PLAN).is_file() and any(folder.iterdir()):
-            if (folder / TOKENIZER).is_file() or (folder / "train").is_dir():
-                raise damaged(folder, f"{folder / MANIFEST} is missing")
-            raise DataError(f"data.store={folder} holds other files; remove it or give another folder")
+        try:
+            if _given_store(folder, data_cfg, settings):
+                return folder
+        except DamagedStore as err:
+            if not repairing():
+                raise
+            damage = err
     splits = {split: resolve_sources(data_cfg, split) for split in SPLITS}
     folder = store_folder(data_cfg, settings, splits)
-    return finished_store(folder, lambda: _prepare(folder, data_cfg, settings, splits, explicit, units), settings)
+    plan = lambda: new_plan(data_cfg, settings, splits)  # noqa: E731
+    if damage is not None:
+        reopen(folder, damage, plan(), PLAN, TOKENIZER)
+    return finished_store(folder, lambda: _prepare(folder, data_cfg, settings, splits, explicit, units), settings, plan)
 
 
-def finished_store(folder: Path, prepare: Callable[[], None], settings: dict) -> Path:
+def _given_store(folder: Path, data_cfg: DataConfig, settings: dict) -> bool:
+    """True where data.store's ``folder`` holds a finished store that serves the run (DataError where it does not,
+    DamagedStore where it does not check out); False where it is to be prepared (or resumed)."""
+    manifest = read_manifest(folder)
+    if manifest is not None:
+        check_settings(manifest["settings"], settings, folder)
+        check_store_sources(folder, manifest, data_cfg, resolve_sources)
+        verify_store(folder)
+        return True
+    if folder.is_dir() and not (folder / PLAN).is_file() and any(folder.iterdir()):
+        if (folder / TOKENIZER).is_file() or (folder / "train").is_dir():
+            raise damaged(folder, f"{folder / MANIFEST} is missing")
+        raise DataError(f"data.store={folder} holds other files; remove it or give another folder")
+    return False
+
+
+def finished_store(
+    folder: Path, prepare: Callable[[], None], settings: dict, plan: Callable[[], dict] | None = None
+) -> Path:
     """``folder`` once it holds a finished store (prepared by ``prepare()`` here, or by another process, waited
-    for), whose settings are ``settings`` (else DataError naming the first that differs)."""
+    for), whose settings are ``settings`` (else DataError naming the first that differs). A damaged store is
+    refused, or within ``repairing_damaged_stores`` (plm-prepare) repaired from ``plan()``, its preparation's plan
+    (``data/store/repair.py``)."""
+    try:
+        return _finished(folder, prepare, settings)
+    except DamagedStore as err:
+        if plan is None or not repairing():
+            raise
+        reopen(folder, err, plan(), PLAN, TOKENIZER)
+    return _finished(folder, prepare, settings)
+
+
+def _finished(folder: Path, prepare: Callable[[], None], settings: dict) -> Path:
     done = lambda: (folder / MANIFEST).is_file()  # noqa: E731
     try:
         with signals_stop_preparation():  # SIGTERM or SIGHUP: one line, the lock removed, no worker tracebacks
@@ -160,16 +200,24 @@ def _prepare(
 
 def plan_and_tokenizer(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit: bool):
     """The store's plan (its pieces) and tokenizer: kept from an unfinished preparation, else made and written."""
-    records = {split: [s.record() for s in sources] for split, sources in splits.items() if sources}
-    plan = read_plan(folder, settings, records, explicit)
+    plan = read_plan(folder, settings, _records(splits), explicit)
     folder.mkdir(parents=True, exist_ok=True)
     if plan is None:  # written first: the tokenizer of a resumed preparation is the one its plan led to
-        boundary, shard_bytes = document_boundary(data_cfg), getattr(data_cfg, "shard_bytes", None)
-        pieces = {split: [vars(p) for p in plan_pieces(sources, shard_bytes, boundary)] for split, sources in
-                  splits.items() if sources}  # fmt: skip
-        plan = {"settings": settings, "sources": records, "pieces": pieces}
+        plan = new_plan(data_cfg, settings, splits)
         write_json(folder / PLAN, plan)
     return plan, _tokenizer(folder, data_cfg)
+
+
+def new_plan(data_cfg: Any, settings: dict, splits: dict) -> dict:
+    """A preparation's plan: its settings, its files' records and their pieces (the same on every run)."""
+    boundary, shard_bytes = document_boundary(data_cfg), getattr(data_cfg, "shard_bytes", None)
+    pieces = {split: [vars(p) for p in plan_pieces(sources, shard_bytes, boundary)] for split, sources in
+              splits.items() if sources}  # fmt: skip
+    return {"settings": settings, "sources": _records(splits), "pieces": pieces}
+
+
+def _records(splits: dict) -> dict:
+    return {split: [s.record() for s in sources] for split, sources in splits.items() if sources}
 
 
 def _finish(folder, data_cfg, settings, plan, tokenizer, started, processes, cpu) -> None:
@@ -186,7 +234,7 @@ def _finish(folder, data_cfg, settings, plan, tokenizer, started, processes, cpu
             source.check_unchanged()
         headers = [Shard.open(folder / split / f"{k:05d}").header for k in range(len(pieces))]
         characters[split] = sum(h.get("characters", 0) for h in headers)
-        _check_text(split, sources, pieces, headers, choice(data_cfg.document_boundary))
+        _check_text(sources, pieces, headers, choice(data_cfg.document_boundary), str(data_cfg.text_column))
         if channel is not None:  # what its codes add up to (ERNIE's units: a split with no letter is refused here)
             manifest["splits"][split] = {unit: channel.summary(folder, split, len(pieces), [s.path for s in sources])}
         manifest["splits"][split] = {
@@ -322,14 +370,11 @@ def run_jobs(jobs: list[dict], wanted: int, initializer, setup: tuple, work, enc
         bar.close()
 
 
-def _check_text(split: str, sources: list[Source], pieces: list[dict], headers: list[dict], boundary: str) -> None:
-    """DataError naming a source that gave no document, or a split with no token at all."""
+def _check_text(sources: list[Source], pieces: list[dict], headers: list[dict], boundary: str, column: str) -> None:
+    """DataError naming a source that gave no document, in the words of its format."""
     documents = [0] * len(sources)
     for piece, header in zip(pieces, headers, strict=True):
         documents[piece["source"]] += header["documents"]
-    expected = {"blank_line": "documents separated by blank lines", "line": "one document per line",
-                "file": "text"}[boundary]  # fmt: skip
     for source, count in zip(sources, documents, strict=True):
         if count == 0:
-            kind = "saved dataset" if source.format == "saved" else "corpus file"
-            raise DataError(f"{kind} {source.path} has no text; expected {expected}")
+            raise DataError(no_text(source, boundary, column))

@@ -11,6 +11,7 @@ import tokenizers
 from plm_toolkit.core.cache import stable_hash
 from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.sources.corpus import document_boundary
+from plm_toolkit.data.store.given import ANOTHER_STORE
 from plm_toolkit.data.store.side_channels import SideChannel, side_channel
 from plm_toolkit.data.tokenization.tokenizer import TRAINING_VERSION, load_tokenizer, lowercase_setting, tokenizer_kind
 
@@ -36,6 +37,11 @@ def channel_of(unit: str) -> SideChannel | None:
             "registers it when imported (data/store/side_channels.py; plm_toolkit.data.units registers 'units')"
         )
     return channel
+
+
+# The versions of the code that trains a tokenizer: they key the cache (a newer one trains again), but a finished
+# data.store serves a run whatever trained its tokenizer.
+CODE_VERSIONS = ("tokenizers", "training")
 
 
 def tokenizer_settings(data_cfg: DataConfig) -> dict:
@@ -116,22 +122,24 @@ def check_settings(stored: dict, wanted: dict, folder: Path) -> None:
                     "plm-train the data overrides plm-prepare had"
                 )
             for name, setting in value.items():
+                if name in CODE_VERSIONS:  # the store holds its tokenizer, whichever code trained it
+                    continue
                 if have.get(name) != setting:
                     shown = "the tokenizer file's contents" if name == "contents" else f"data.tokenizer.{name}"
                     raise DataError(
                         f"data.store={folder} was prepared with {shown}={have.get(name)}, this run asks for "
-                        f"{setting}: prepare a store with this run's settings (plm-prepare) or leave data.store unset"
+                        f"{setting}: {ANOTHER_STORE}, or leave data.store unset"
                     )
             continue
         if key == wanted["unit"] and have != value:  # the settings of the store's side channel
             raise DataError(
-                f"data.store={folder} {channel_of(key).difference(have, value)}: prepare a store for this run "
-                "(plm-prepare, same overrides) or leave data.store unset"
+                f"data.store={folder} {channel_of(key).difference(have, value)}: {ANOTHER_STORE}, or leave "
+                "data.store unset"
             )
         if have != value:
             raise DataError(
-                f"data.store={folder} holds {_described(key, have)}; this run needs {_described(key, value)}: prepare "
-                "a store for it (plm-prepare with the same overrides)"
+                f"data.store={folder} holds {_described(key, have)}; this run needs {_described(key, value)}: "
+                f"{ANOTHER_STORE}, or leave data.store unset"
             )
 
 

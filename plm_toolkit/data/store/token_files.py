@@ -129,6 +129,8 @@ def check_nanogpt(path: Path) -> int:
     if not path.is_file():
         raise DataError(f"{path} is missing (nanoGPT's token file: flat uint16 ids)")
     size = path.stat().st_size
+    if size == 0:
+        raise DataError(f"{path} is empty (0 bytes); nanoGPT's .bin holds uint16 token ids, 2 bytes each")
     if size % NANOGPT_DTYPE.itemsize:
         raise DataError(
             f"{path} holds {size} bytes, an odd number: nanoGPT's .bin is uint16 token ids, 2 bytes each (a copy cut "

@@ -185,8 +185,10 @@ class Shard:
                 raise DataError(f"{index}: index format {version}; this plm_toolkit reads {INDEX_VERSION}")
             try:
                 header = json.loads(f.read(length))
-            except ValueError:
+            except (ValueError, UnicodeDecodeError):
                 raise DataError(f"{index} is truncated (its header does not parse)") from None
+        if not isinstance(header, dict) or any(key not in header for key in ("arrays", "tokens", "dtype")):
+            raise DataError(f"{index}: its header is not a shard's (no arrays, tokens and dtype)")
         start = len(MAGIC) + 8 + length
         expected = start + sum(-(-p["length"] * np.dtype(p["dtype"]).itemsize // 8) * 8 for p in
                                header["arrays"].values())  # fmt: skip
@@ -241,15 +243,46 @@ class Shard:
         return self.header["documents"]
 
 
+class DamagedStore(DataError):
+    """A finished store whose files are not what plm-prepare wrote (``damaged``); ``what`` says what is wrong."""
+
+    what = ""
+
+
+def damaged(folder: Path, what: str) -> DamagedStore:
+    """The one line for a damaged store: what is wrong, and what to do (plm-prepare repairs a store:
+    ``data/store/repair.py``)."""
+    err = DamagedStore(
+        f"{what}: the token store {folder} is damaged; plm-prepare with the overrides that prepared it repairs it "
+        "(the shards that check out are kept)"
+    )
+    err.what = what
+    return err
+
+
+# What every manifest holds (a manifest without them was cut short or written by something else).
+_MANIFEST_KEYS = ("settings", "splits", "vocab_size", "fingerprint")
+
+
 def read_manifest(folder: Path) -> dict | None:
-    """The manifest of a finished store, or None where there is none yet."""
+    """The manifest of a finished store, or None where there is none yet; DamagedStore where it does not parse."""
     path = Path(folder) / MANIFEST
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError:
-        raise DataError(f"{path} does not parse; prepare the store again (plm-prepare)") from None
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise damaged(Path(folder), f"{path} does not parse") from None
+    if not isinstance(manifest, dict):
+        raise damaged(Path(folder), f"{path} is not a JSON object")
+    missing = [key for key in _MANIFEST_KEYS if key not in manifest]
+    if missing:
+        raise damaged(Path(folder), f"{path} lacks {', '.join(missing)}")
+    splits = manifest["splits"]
+    if not isinstance(splits, dict) or not all(isinstance(v, dict) and isinstance(v.get("shards"), int) for v in
+                                               splits.values()):  # fmt: skip
+        raise damaged(Path(folder), f"{path} does not give each split's number of shards")
+    return manifest
 
 
 def write_json(path: Path, value: dict) -> None:

@@ -107,7 +107,8 @@ def prepare_parallel_store(data_cfg: DataConfig) -> Path:
     """The folder of a finished store of ``data_cfg``'s sentence pairs, prepared here (or by another process,
     waited for) when it is missing or unfinished."""
     splits, settings, records, folder, explicit = _located(data_cfg)
-    return finished_store(folder, lambda: _prepare(folder, data_cfg, settings, splits, records, explicit), settings)
+    return finished_store(folder, lambda: _prepare(folder, data_cfg, settings, splits, records, explicit), settings,
+                          lambda: _new_plan(data_cfg, settings, splits, records))  # fmt: skip
 
 
 def resumed_parallel_store(data_cfg: DataConfig, tokenizer_file: Path) -> Any:
@@ -178,18 +179,23 @@ def plan_pairs(entries: list[ParallelSource], shard_bytes: int) -> list[dict]:
     return pieces
 
 
+def _new_plan(data_cfg: DataConfig, settings: dict, splits: dict, records: dict) -> dict:
+    """A preparation's plan: its settings, its files' records and their pieces (the same on every run)."""
+    for entries in splits.values():  # UTF-8 text, not empty, no NUL byte: checked once, before any work
+        for path in {p for e in entries or () for p in (e.source_path, e.target_path)}:
+            check_text_file(path, PAIRS)
+    total = sum(e.source_path.stat().st_size for entries in splits.values() if entries for e in entries)
+    shard_bytes = int(getattr(data_cfg, "shard_bytes", None) or min(max(total // 64, 1 << 20), 64_000_000))
+    pieces = {split: plan_pairs(entries, shard_bytes) for split, entries in splits.items() if entries}
+    return {"settings": settings, "sources": records, "pieces": pieces}
+
+
 def _prepare(folder: Path, data_cfg: DataConfig, settings: dict, splits: dict, records: dict, explicit: bool) -> None:
     started = time.perf_counter()
     plan = read_plan(folder, settings, records, explicit)
     folder.mkdir(parents=True, exist_ok=True)
     if plan is None:
-        for entries in splits.values():  # UTF-8 text, not empty, no NUL byte: checked once, before any work
-            for path in {p for e in entries or () for p in (e.source_path, e.target_path)}:
-                check_text_file(path, PAIRS)
-        total = sum(e.source_path.stat().st_size for entries in splits.values() if entries for e in entries)
-        shard_bytes = int(getattr(data_cfg, "shard_bytes", None) or min(max(total // 64, 1 << 20), 64_000_000))
-        pieces = {split: plan_pairs(entries, shard_bytes) for split, entries in splits.items() if entries}
-        plan = {"settings": settings, "sources": records, "pieces": pieces}
+        plan = _new_plan(data_cfg, settings, splits, records)
         write_json(folder / PLAN, plan)
     tokenizer = _tokenizer(folder, data_cfg, splits["train"])
     jobs = []
@@ -252,6 +258,7 @@ def _tokenizer(folder: Path, data_cfg: DataConfig, entries: list[ParallelSource]
                     yield pair[side]
 
         records = [f.record() for e in entries for f in _files(e)]
-        tokenizer = train_cached(data_cfg, stable_hash("parallel", records, languages, budget), texts)
+        sample = (2 * budget, sum(f.size for e in entries for f in _files(e)))
+        tokenizer = train_cached(data_cfg, stable_hash("parallel", records, languages, budget), texts, sample=sample)
     write_text(path, tokenizer.to_str())
     return tokenizer

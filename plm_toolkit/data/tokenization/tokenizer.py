@@ -67,7 +67,7 @@ log = logging.getLogger("plm_toolkit")
 
 
 # Bump when a change to training (or to the text it reads) changes what a trained tokenizer holds.
-TRAINING_VERSION = 2
+TRAINING_VERSION = 3
 
 
 def load_or_train_tokenizer(data_cfg: DataConfig, documents: Any = None) -> Tokenizer:
@@ -186,22 +186,30 @@ def train_tokenizer(data_cfg: DataConfig, documents: Any = None) -> Tokenizer:
     budget = int(getattr(data_cfg.tokenizer, "train_sample_bytes", 100_000_000))
     fingerprint = stable_hash("sources", [s.record() for s in sources], boundary, column, budget)
     named = ", ".join(s.path for s in sources)
-    tokenizer = train_cached(
-        data_cfg, fingerprint, lambda: sample_texts(sources, budget, boundary, column), source=named
+    sample = (budget, sum(s.size for s in sources))
+    return train_cached(
+        data_cfg, fingerprint, lambda: sample_texts(sources, budget, boundary, column), source=named, sample=sample
     )
-    _say_if_sample_was_short(data_cfg, tokenizer, sum(s.size for s in sources), budget)
-    return tokenizer
 
 
-def _say_if_sample_was_short(data_cfg: Any, tokenizer: Tokenizer, total: int, budget: int) -> None:
-    """One line where a trained subword vocabulary came out smaller than asked because its sample was."""
-    asked = int(data_cfg.tokenizer.vocab_size)
-    if tokenizer_kind(data_cfg) in ("word", "character") or total <= budget or tokenizer.get_vocab_size() >= asked:
+def say_if_smaller(data_cfg: Any, tokenizer: Tokenizer, sample: tuple[int, int] | None) -> None:
+    """One line where a trained subword vocabulary came out smaller than data.tokenizer.vocab_size asked: because
+    its sample was (``sample``: (data.tokenizer.train_sample_bytes, the training text's bytes)), or because the
+    text holds no more pieces."""
+    asked, learned = int(data_cfg.tokenizer.vocab_size), tokenizer.get_vocab_size()
+    if tokenizer_kind(data_cfg) in ("word", "character") or learned >= asked:
         return
+    start = f"data.tokenizer.vocab_size={asked}: the vocabulary learned only {learned} tokens"
+    if sample is not None and sample[1] > sample[0]:
+        log.warning(
+            "%s from its sample of %d bytes (data.tokenizer.train_sample_bytes) of the %.1f MB of training text; "
+            "raise train_sample_bytes for more", start, sample[0], sample[1] / 1e6,
+        )  # fmt: skip
+        return
+    read = f" ({sample[1] / 1e6:.2f} MB)" if sample is not None else ""
     log.warning(
-        "data.tokenizer.vocab_size=%d: the vocabulary learned only %d tokens from its sample of %d bytes "
-        "(data.tokenizer.train_sample_bytes) of the %.1f MB of training text; raise train_sample_bytes for more",
-        asked, tokenizer.get_vocab_size(), budget, total / 1e6,
+        "%s: the whole training text%s gives no more pieces seen data.tokenizer.min_frequency=%d times; the model's "
+        "vocabulary has %d rows", start, read, int(data_cfg.tokenizer.min_frequency), learned,
     )  # fmt: skip
 
 
@@ -211,14 +219,18 @@ def train_cached(
     texts: Callable[[], Iterable[str]],
     length: int | None = None,
     source: str = "",
+    sample: tuple[int, int] | None = None,
 ) -> Tokenizer:
     """The vocabulary trained on ``texts()``, cached under ``fingerprint`` (what identifies the texts); ``source``
-    names them in messages."""
+    names them in messages; ``sample``: (data.tokenizer.train_sample_bytes, the bytes of text it was taken from)
+    where ``texts()`` is a sample. Says so where the vocabulary came out smaller than asked (``say_if_smaller``)."""
     path = tokenizer_cache_path(data_cfg, fingerprint)
     if path.is_file():
-        return load_tokenizer(path)
-    tokenizer = train_on_texts(data_cfg, texts, length, source)
-    _atomic_save(tokenizer, path)
+        tokenizer = load_tokenizer(path)
+    else:
+        tokenizer = train_on_texts(data_cfg, texts, length, source)
+        _atomic_save(tokenizer, path)
+    say_if_smaller(data_cfg, tokenizer, sample)
     return tokenizer
 
 

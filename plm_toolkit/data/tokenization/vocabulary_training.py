@@ -26,6 +26,11 @@ from plm_toolkit.data.tokenization.pipelines import (
     byte_level_tokenizer,
     unigram_tokenizer,
 )
+from plm_toolkit.data.tokenization.reproducible_training import (
+    as_plain_tokens,
+    canonical_unigram,
+    continuation_symbols,
+)
 from plm_toolkit.data.tokenization.sentinels import NUM_SENTINELS, T5_SPECIAL_TOKENS, add_sentinels, t5_unigram_trainer
 from plm_toolkit.data.tokenization.vocabulary_files import vocabulary_size
 from plm_toolkit.data.tokenization.word_vocabulary import train_word_tokenizer
@@ -101,6 +106,18 @@ def train_on_texts(
     yields (``length``: how many, for the trainer's own bookkeeping; ``source``: the files, for messages)."""
     t = data_cfg.tokenizer
     kind = tokenizer_kind(data_cfg)
+
+    def batches():
+        batch = []
+        for text in texts():
+            batch.append(text)
+            if len(batch) == 1000:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    symbols: list[str] = []
     if kind == "word":
         return train_word_tokenizer(texts())
     if kind == "character":
@@ -127,25 +144,21 @@ def train_on_texts(
         tokenizer, trainer = unigram_tokenizer(lowercase=False), t5_unigram_trainer(int(t.vocab_size))
         finish = add_sentinels
     else:
-        tokenizer = bert_tokenizer(models.WordPiece(unk_token="[UNK]"), lowercase_setting(data_cfg))
+
+        def wordpiece() -> Tokenizer:
+            return bert_tokenizer(models.WordPiece(unk_token="[UNK]"), lowercase_setting(data_cfg))
+
+        # The `##` symbols take their ids before any merge (data/tokenization/reproducible_training.py).
+        symbols = continuation_symbols(wordpiece, batches, "##")
+        tokenizer = wordpiece()
         trainer = trainers.WordPieceTrainer(
             vocab_size=int(t.vocab_size),
             min_frequency=int(t.min_frequency),
-            special_tokens=list(SPECIAL_TOKENS),
+            special_tokens=[*SPECIAL_TOKENS, *symbols],
             continuing_subword_prefix="##",
             show_progress=False,
         )
         finish = _add_specials
-
-    def batches():
-        batch = []
-        for text in texts():
-            batch.append(text)
-            if len(batch) == 1000:
-                yield batch
-                batch = []
-        if batch:
-            yield batch
 
     try:
         tokenizer.train_from_iterator(batches(), trainer=trainer, length=length)
@@ -155,6 +168,10 @@ def train_on_texts(
         characters = len({c for texts in batches() for text in texts for c in text if not c.isspace()})
         needs = f"every distinct character ({characters}) and its special tokens"
         raise _too_small(t.vocab_size, kind, source, needs) from None
+    if symbols:
+        tokenizer = as_plain_tokens(tokenizer, symbols)
+    if kind in ("unigram", "t5_unigram"):
+        tokenizer = canonical_unigram(tokenizer, len(T5_SPECIAL_TOKENS if kind == "t5_unigram" else SPECIAL_TOKENS))
     finish(tokenizer)  # the template needs the ids of [CLS] and [SEP], which exist only now
     if vocabulary_size(tokenizer) > int(t.vocab_size):  # the trainer keeps every character, whatever the size
         needs = f"at least {vocabulary_size(tokenizer)} tokens (its special tokens and every distinct character)"

@@ -179,7 +179,9 @@ def test_plm_export_then_plm_train_on_the_files(prepared, tmp_path, fmt, store):
     assert export_main([str(prepared["tmp"] / "store"), str(tmp_path / "out"), "--format", fmt]) == 0
     manifest = json.loads((tmp_path / "out" / "exported.json").read_text())
     assert manifest["format"] == fmt and manifest["splits"]["train"]["documents"] == 97
-    overrides = [f"data.store={tmp_path / 'out' / store}", f"data.tokenizer.path={prepared['tmp'] / 'tokenizer.json'}",
+    assert manifest["vocab_size"] == prepared["store"].tokenizer.get_vocab_size()
+    # The export is whole: plm-train reads its ids with the tokenizer written beside them.
+    overrides = [f"data.store={tmp_path / 'out' / store}", f"data.tokenizer.path={tmp_path / 'out' / 'tokenizer.json'}",
                  "model=gpt2_tiny", "data.max_seq_len=24", f"data.cache_dir={tmp_path / 'cache'}",
                  "trainer.max_steps=2", "trainer.progress_bar=false", "trainer.tensorboard=false", "hardware=cpu",
                  f"hydra.run.dir={tmp_path / 'run'}"]  # fmt: skip
@@ -190,3 +192,43 @@ def test_plm_export_then_plm_train_on_the_files(prepared, tmp_path, fmt, store):
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any("eval_loss" in m for m in metrics)  # the validation file beside the training one was found
+
+
+def test_nanogpt_export_carries_its_tokenizer_and_meta_as_json(prepared, tmp_path):
+    """What nanoGPT's sample.py and train.py read from meta.pkl (vocab_size, itos, stoi), as meta.json, and the
+    tokenizer that decodes train.bin back to the store's first document."""
+    from tokenizers import Tokenizer
+
+    from plm_toolkit.commands.export import main as export_main
+
+    assert export_main([str(prepared["tmp"] / "store"), str(tmp_path / "out"), "--format", "nanogpt"]) == 0
+    out, store = tmp_path / "out", prepared["store"]
+    assert not list(out.glob("*.pkl"))
+    meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))  # a nanoGPT-style reader
+    itos = {int(i): token for i, token in meta["itos"].items()}
+    assert meta["vocab_size"] == store.tokenizer.get_vocab_size() == len(itos) == len(meta["stoi"])
+    assert all(meta["stoi"][token] == i for i, token in itos.items())
+    ids = np.memmap(out / "train.bin", dtype=np.uint16, mode="r")
+    assert int(ids.max()) < meta["vocab_size"]
+    first = sum(next(store.split("train").documents()), [])
+    tokenizer = Tokenizer.from_file(str(out / "tokenizer.json"))
+    assert ids[: len(first)].tolist() == first and ids[len(first)] == meta["stoi"]["<|endoftext|>"]
+    assert tokenizer.decode(first) == store.tokenizer.decode(first)
+    assert [itos[i] for i in first] == [store.tokenizer.id_to_token(i) for i in first]
+
+
+@pytest.mark.slow
+def test_megatron_core_loads_the_tokenizer_beside_our_export(prepared, tmp_path):
+    """megatron-core's MegatronTokenizer.from_pretrained(OUT): the vocabulary's size, and the store's ids for the
+    store's text."""
+    pytest.importorskip("megatron.core.tokenizers")
+    from megatron.core.tokenizers import MegatronTokenizer
+
+    from plm_toolkit.commands.export import main as export_main
+
+    assert export_main([str(prepared["tmp"] / "store"), str(tmp_path / "out"), "--format", "megatron"]) == 0
+    tokenizer = MegatronTokenizer.from_pretrained(str(tmp_path / "out"))
+    store = prepared["store"]
+    assert tokenizer.vocab_size == store.tokenizer.get_vocab_size()
+    sentence = next(store.split("train").documents())[0]
+    assert tokenizer.tokenize(store.tokenizer.decode(sentence)) == sentence
