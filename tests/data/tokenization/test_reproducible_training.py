@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer, models, trainers
 
-from plm_toolkit.data.sources.corpus import resource_path
+from plm_toolkit.core.resources import resource_path
 from plm_toolkit.data.tokenization.pipelines import SPECIAL_TOKENS, bert_tokenizer
 from plm_toolkit.data.tokenization.reproducible_training import canonical_unigram
 from plm_toolkit.data.tokenization.vocabulary_training import train_on_texts
