@@ -6,7 +6,7 @@ tells which a folder holds; every command that loads a model (``interop/pretrain
 A ``plm-train`` checkpoint is rebuilt through the model registry from the ``model`` section of its ``config.yaml`` (a
 fine-tuned checkpoint keeps the backbone's under ``backbone``). A Hugging Face folder goes through ``interop/hf.py``'s
 ``import_hf``, which dispatches on ``config.json``'s ``model_type`` to the family's adapter; nothing here names a
-family. A tokenizer is checked against the weights it comes with (``check_vocabulary``).
+family. A tokenizer is read once and checked against the weights it comes with (``TokenizerFile``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from plm_toolkit.core import registry
 from plm_toolkit.core.catalog import load_all
 from plm_toolkit.core.errors import CheckpointError, ConfigError
 from plm_toolkit.core.weights import check_values, load_weights
+from plm_toolkit.data.tokenization.template import Template, template_of
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer
 from plm_toolkit.data.tokenization.vocabulary_files import vocabulary_size
 from plm_toolkit.interop.config_check import check_model_config
@@ -97,9 +98,13 @@ def register_format(fmt: CheckpointFormat) -> None:
 
 def model_config_of(checkpoint_dir: Path):
     """The typed backbone config saved in a checkpoint's config.yaml."""
-    load_all()
     path = checkpoint_dir / ckpt.CONFIG_FILE
-    saved = read_config_yaml(path)
+    return model_config_from(read_config_yaml(path), path)
+
+
+def model_config_from(saved: DictConfig, path: Path):
+    """The typed backbone config in ``saved``, the config.yaml at ``path`` as ``read_config_yaml`` read it."""
+    load_all()
     section = saved.get("backbone") or saved.get("model")
     if section is None or "name" not in section:
         raise CheckpointError(f"{path}: no model section with a family name; is this a plm-train checkpoint?")
@@ -143,7 +148,7 @@ class Checkpoint:
     source: Path
     kind: str
     model: nn.Module
-    # Checked against the model (``check_vocabulary``) where the folder keeps it as a file.
+    # Checked against the model (``TokenizerFile``) where the folder keeps it as a file.
     tokenizer: Tokenizer
     # That file; None where a format builds the tokenizer (bilm-tf's vocabulary).
     tokenizer_file: Path | None
@@ -215,8 +220,9 @@ def read_checkpoint(path: str | Path, key: str = "model.checkpoint", **options: 
     if (path / "config.json").is_file():
         model, tokenizer_file, imported = import_hf_backbone(path, **options)
         kind = f"hf:{json.loads((path / 'config.json').read_text()).get('model_type')}"
-        tokenizer = _checked_tokenizer(model, tokenizer_file)
-        return Checkpoint(path, kind, model, tokenizer, tokenizer_file, imported=imported)
+        tokenizer = TokenizerFile.read(tokenizer_file)
+        tokenizer.check(model)
+        return Checkpoint(path, kind, model, tokenizer.tokenizer, tokenizer_file, imported=imported)
     fmt = next((fmt for fmt in FORMATS if fmt.detect(path)), None)
     if fmt is None:
         kinds = [
@@ -230,22 +236,47 @@ def read_checkpoint(path: str | Path, key: str = "model.checkpoint", **options: 
 
 
 def _plm_checkpoint(step_dir: Path) -> Checkpoint:
-    config = model_config_of(step_dir)
-    with _inconsistent(step_dir / ckpt.CONFIG_FILE):
+    """A plm-train checkpoint, read in one pass (its config.yaml, the model it describes, its tokenizer, its weights)
+    before the tokenizer is checked against the model."""
+    config_file = step_dir / ckpt.CONFIG_FILE
+    saved = read_config_yaml(config_file)
+    config = model_config_from(saved, config_file)
+    with _inconsistent(config_file):
         model = registry.MODELS.get(config.name).builder(config)
-    load_weights(model, step_dir / ckpt.MODEL_FILE)
     tokenizer_file = step_dir / ckpt.TOKENIZER_FILE
     if not tokenizer_file.is_file():
         raise CheckpointError(f"{step_dir}: no {ckpt.TOKENIZER_FILE}; the checkpoint needs its tokenizer")
-    tokenizer = _checked_tokenizer(model, tokenizer_file)
-    saved = read_config_yaml(step_dir / ckpt.CONFIG_FILE)
-    return Checkpoint(step_dir, "plm_train", model, tokenizer, tokenizer_file, saved=saved)
+    tokenizer = TokenizerFile.read(tokenizer_file)
+    load_weights(model, step_dir / ckpt.MODEL_FILE)
+    tokenizer.check(model)
+    return Checkpoint(step_dir, "plm_train", model, tokenizer.tokenizer, tokenizer_file, saved=saved)
 
 
-def _checked_tokenizer(model: nn.Module, tokenizer_file: Path) -> Tokenizer:
-    tokenizer = load_tokenizer(tokenizer_file)
-    check_vocabulary(model, tokenizer, tokenizer_file)
-    return tokenizer
+@dataclass(frozen=True)
+class TokenizerFile:
+    """A checkpoint's tokenizer, read from its file with what the checks against the weights need of it."""
+
+    path: Path
+    tokenizer: Tokenizer
+    # Its highest id + 1 (``vocabulary_size``) and where it puts special tokens around one text.
+    size: int
+    template: Template
+
+    @classmethod
+    def read(cls, path: Path) -> TokenizerFile:
+        tokenizer = load_tokenizer(path)
+        return cls(path, tokenizer, vocabulary_size(tokenizer), template_of(tokenizer, pair=False))
+
+    def check(self, model: nn.Module) -> None:
+        """Refuse a tokenizer that does not belong to ``model``'s weights: more ids than embedding rows
+        (``check_vocabulary``), special tokens where the family does not read them (``check_tokenizer_roles``)."""
+        try:
+            rows = model.input_embeddings.num_embeddings
+        except (NotImplementedError, AttributeError):  # ELMo reads characters; adaptive embeddings have no one table
+            return
+        check_vocabulary(rows, self.size, self.path)
+        family = getattr(getattr(model, "config", None), "name", "")
+        check_tokenizer_roles(family, self.tokenizer, self.template, self.path)
 
 
 def load_plm_checkpoint(checkpoint_dir: Path) -> tuple[nn.Module, Path]:
@@ -254,20 +285,15 @@ def load_plm_checkpoint(checkpoint_dir: Path) -> tuple[nn.Module, Path]:
     return found.model, found.tokenizer_file
 
 
-def check_vocabulary(model: nn.Module, tokenizer: Tokenizer, tokenizer_file: Path) -> None:
-    """Refuse a tokenizer with more ids than the model has embedding rows: its higher ids would index outside them
-    (a tokenizer.json from another checkpoint). Fewer is fine: vocabularies are often padded to a round size."""
-    try:
-        rows = model.input_embeddings.num_embeddings
-    except (NotImplementedError, AttributeError):  # ELMo reads characters; adaptive embeddings have no one table
-        return
-    size = vocabulary_size(tokenizer)
+def check_vocabulary(rows: int, size: int, tokenizer_file: Path) -> None:
+    """Refuse a tokenizer of ``size`` ids for a model of ``rows`` embedding rows when it has more: its higher ids
+    would index outside them (a tokenizer.json from another checkpoint). Fewer is fine: vocabularies are often padded
+    to a round size."""
     if size > rows:
         raise CheckpointError(
             f"{tokenizer_file}: {size} tokens, but the model's word embeddings have {rows} rows; expected at most "
             f"{rows} (the tokenizer of the checkpoint these weights came from)"
         )
-    check_tokenizer_roles(getattr(getattr(model, "config", None), "name", ""), tokenizer, tokenizer_file)
 
 
 def typed_objective_config(name: str, section):

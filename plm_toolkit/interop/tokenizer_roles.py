@@ -29,14 +29,14 @@ from plm_toolkit.core.catalog import load_all
 from plm_toolkit.core.choices import choice
 from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.core.registry import MODELS
-from plm_toolkit.data.tokenization.template import template_of
+from plm_toolkit.data.tokenization.template import Template
 
 
-def check_tokenizer_roles(family: str, tokenizer: Tokenizer, tokenizer_file: Path) -> None:
-    """CheckpointError naming ``tokenizer_file`` when its template of one text lacks the special token where
-    ``family`` (a model config's name) reads the text's summary, or, for a family that reads a text from its first
-    token, puts a special token before the text that the family's own tokenizer does not."""
-    pieces = template_of(tokenizer, pair=False).pieces
+def check_tokenizer_roles(family: str, tokenizer: Tokenizer, template: Template, tokenizer_file: Path) -> None:
+    """CheckpointError naming ``tokenizer_file`` when ``template`` (its tokenizer's of one text) lacks the special
+    token where ``family`` (a model config's name) reads the text's summary, or, for a family that reads a text from
+    its first token, puts a special token before the text that the family's own tokenizer does not."""
+    pieces = template.pieces
     shown = " ".join(p if p in ("A", "B") else str(tokenizer.id_to_token(p)) for p, _ in pieces)
     load_all()
     family_class = model_class(family) if family in MODELS else None

@@ -50,6 +50,11 @@ def shown(tokenizer: Tokenizer) -> str:
     return " ".join(p if p in ("A", "B") else tokenizer.id_to_token(p) for p, _ in pieces)
 
 
+def check_roles(family: str, tokenizer: Tokenizer, tokenizer_file: Path) -> None:
+    """check_tokenizer_roles as the checkpoint reader calls it, with the tokenizer's template of one text."""
+    check_tokenizer_roles(family, tokenizer, template_of(tokenizer, pair=False), tokenizer_file)
+
+
 def family_of(preset: str) -> tuple[str, str]:
     """(model config name, resolved data.tokenizer.kind) of ``model=preset``, as plm-train composes it."""
     with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
@@ -69,9 +74,9 @@ def folder(tmp_path: Path, config: dict | None = None) -> Path:
 def test_each_family_passes_with_the_tokenizer_plm_train_trains_for_it(preset, tmp_path):
     family, kind = family_of(preset)
     assert (kind, shown(tokenizer := trained(kind))) == OWN[preset]
-    check_tokenizer_roles(family, tokenizer, folder(tmp_path))  # a Hugging Face folder: nothing says it was chosen
+    check_roles(family, tokenizer, folder(tmp_path))  # a Hugging Face folder: nothing says it was chosen
     run = {"model": {"name": family, "checkpoint": None}, "data": {"tokenizer": {"kind": kind, "path": None}}}
-    check_tokenizer_roles(family, tokenizer, folder(tmp_path, run))
+    check_roles(family, tokenizer, folder(tmp_path, run))
 
 
 def test_the_tokenizers_interop_reads_from_hugging_face_folders_pass(tmp_path):
@@ -81,14 +86,14 @@ def test_the_tokenizers_interop_reads_from_hugging_face_folders_pass(tmp_path):
     (tmp_path / "tokenizer.json").write_text(gpt2.to_str())
     loaded = load_tokenizer(tmp_path / "tokenizer.json")
     assert shown(loaded) == "A <|endoftext|>"
-    check_tokenizer_roles("gpt2", loaded, tmp_path / "tokenizer.json")
+    check_roles("gpt2", loaded, tmp_path / "tokenizer.json")
     # openai-gpt's: a BPE with no special token and no template.
     openai = Tokenizer(models.BPE({"a": 0, "b": 1, "<unk>": 2}, [], unk_token="<unk>"))
     openai.pre_tokenizer = pre_tokenizers.Whitespace()
     assert shown(openai) == "A"
-    check_tokenizer_roles("gpt", openai, tmp_path / "tokenizer.json")
+    check_roles("gpt", openai, tmp_path / "tokenizer.json")
     # A released T5 tokenizer.json is laid out as t5_unigram trains it: A </s>.
-    check_tokenizer_roles("t5", trained("t5_unigram"), tmp_path / "tokenizer.json")
+    check_roles("t5", trained("t5_unigram"), tmp_path / "tokenizer.json")
 
 
 @pytest.mark.parametrize(
@@ -103,18 +108,18 @@ def test_a_bert_tokenizer_in_a_text_first_family_is_refused(family, expected, tm
         "belong to these weights (give the tokenizer.json of the checkpoint they came from)"
     )
     with pytest.raises(CheckpointError) as error:
-        check_tokenizer_roles(family, bert, folder(tmp_path))
+        check_roles(family, bert, folder(tmp_path))
     assert str(error.value) == message
     # A plm-train checkpoint whose config says its run trained the family's own kind: the same.
     run = {"model": {"name": family, "checkpoint": None}, "data": {"tokenizer": {"kind": OWN[family][0], "path": None}}}
     with pytest.raises(CheckpointError, match="does not belong to these weights"):
-        check_tokenizer_roles(family, bert, folder(tmp_path, run))
+        check_roles(family, bert, folder(tmp_path, run))
 
 
 def test_roberta_and_word_tokenizers_in_a_gpt2_folder_are_refused(tmp_path):
     for kind, first in (("bpe", "<s>"), ("word", "<S>")):
         with pytest.raises(CheckpointError, match=f"with {first} before it where model=gpt2 reads a text from"):
-            check_tokenizer_roles("gpt2", trained(kind), folder(tmp_path))
+            check_roles("gpt2", trained(kind), folder(tmp_path))
 
 
 @pytest.mark.parametrize(
@@ -125,7 +130,7 @@ def test_a_tokenizer_the_run_chose_passes(tokenizer_section, tmp_path):
     """A character-level GPT-2 (tinyshakespeare), a GPT-2 over a WordPiece vocabulary, one given a vocab.txt: the
     run that wrote the weights trained them with this tokenizer, whatever its template."""
     run = {"model": {"name": "gpt2", "checkpoint": None}, "data": {"tokenizer": tokenizer_section}}
-    check_tokenizer_roles("gpt2", trained("character"), folder(tmp_path, run))
+    check_roles("gpt2", trained("character"), folder(tmp_path, run))
 
 
 @pytest.mark.parametrize(
@@ -137,12 +142,12 @@ def test_a_tokenizer_the_run_chose_passes(tokenizer_section, tmp_path):
     ids=["started_from_a_checkpoint", "no_tokenizer_record"],
 )
 def test_a_checkpoint_that_does_not_say_its_run_trained_the_familys_own_kind_keeps_its_tokenizer(run, tmp_path):
-    check_tokenizer_roles("gpt2", trained("character"), folder(tmp_path, run))
+    check_roles("gpt2", trained("character"), folder(tmp_path, run))
 
 
 def test_a_gpt2_tokenizer_in_a_bert_folder_is_still_refused(tmp_path):
     with pytest.raises(CheckpointError, match="wraps a text as 'A <|endoftext|>', with no \\[CLS\\] \\(or <s>\\)"):
-        check_tokenizer_roles("bert", trained("gpt2_bpe"), folder(tmp_path))
+        check_roles("bert", trained("gpt2_bpe"), folder(tmp_path))
 
 
 def test_a_hugging_face_folder_keeps_the_tokenizer_its_tokenizer_config_names(tmp_path):
@@ -150,7 +155,7 @@ def test_a_hugging_face_folder_keeps_the_tokenizer_its_tokenizer_config_names(tm
     own names <|endoftext|> alone, so a BERT tokenizer.json put beside it is refused."""
     bert = trained("wordpiece")
     (tmp_path / "tokenizer_config.json").write_text('{"cls_token": "[CLS]", "sep_token": "[SEP]"}')
-    check_tokenizer_roles("gpt2", bert, tmp_path / "tokenizer.json")
+    check_roles("gpt2", bert, tmp_path / "tokenizer.json")
     (tmp_path / "tokenizer_config.json").write_text('{"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}')
     with pytest.raises(CheckpointError, match="with \\[CLS\\] before it where model=gpt2"):
-        check_tokenizer_roles("gpt2", bert, tmp_path / "tokenizer.json")
+        check_roles("gpt2", bert, tmp_path / "tokenizer.json")
