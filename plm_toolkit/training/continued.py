@@ -106,7 +106,9 @@ def override_values(overrides: list[str]) -> dict[str, str]:
 def adopt_checkpoint(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> StartingPoint | None:
     """With ``model.checkpoint`` set: the run's model becomes the checkpoint's (explicit changes of adjustable fields
     kept, contradictions refused), its tokenizer the run's (``data.tokenizer.path``), and its objective the run's
-    unless ``objective=`` was given. Changes ``cfg`` in place; returns what the checkpoint holds, or None."""
+    unless ``objective=`` was given. The checkpoint is read once and every decision over the config is made before
+    the vocabulary is extended and the tokenizer written. Changes ``cfg`` in place; returns what the checkpoint
+    holds, or None."""
     path = cfg.model.get("checkpoint")
     extend = cfg.data.tokenizer.get("extend")
     recipe = cfg.get("recipe")
@@ -126,6 +128,8 @@ def adopt_checkpoint(cfg: DictConfig, run_dir: Path, overrides: list[str] | None
     own = None if Path(path).expanduser().exists() else own_checkpoint(cfg, run_dir, path)
     start = read_starting_point(own or path, generator)
     refuse_contradictions(cfg, keys, start.model_config, path)
+    continued_defaults(cfg, keys)
+    adopt_objective(cfg, start, keys)
     if own is not None:  # its tokenizer is the run's, extended already where the run extended it
         log.info(
             "model.checkpoint=%s is no longer there; the run resumes from its own checkpoint %s, which holds every "
@@ -145,11 +149,17 @@ def adopt_checkpoint(cfg: DictConfig, run_dir: Path, overrides: list[str] | None
         written.parent.mkdir(parents=True, exist_ok=True)
         write_text(written, start.tokenizer.to_str())  # every process writes the same file
         cfg.data.tokenizer.path = str(written)
-    continued_defaults(cfg, keys)
+    return start
+
+
+def adopt_objective(cfg: DictConfig, start: StartingPoint, keys: dict[str, str]) -> None:
+    """The checkpoint's objective becomes the run's unless ``objective=`` or a recipe chose one; a chosen objective
+    that is the checkpoint's takes its head sizes (ELECTRA's generator) where the command line leaves them."""
+    recipe = cfg.get("recipe")
     chosen = "objective" in keys or (recipe is not None and recipe.get("continues_checkpoint"))
     if not chosen and start.objective is not None:
         cfg.objective = objective_node(start.objective, start.objective_values, cfg, keys)
-    elif start.objective == cfg.objective.name:  # the checkpoint's head sizes (ELECTRA's generator)
+    elif start.objective == cfg.objective.name:
         for key, value in start.objective_values.items():
             if (
                 f"objective.{key}" not in keys
@@ -157,7 +167,6 @@ def adopt_checkpoint(cfg: DictConfig, run_dir: Path, overrides: list[str] | None
                 and not OmegaConf.is_interpolation(cfg.objective, key)
             ):
                 cfg.objective[key] = value
-    return start
 
 
 def own_checkpoint(cfg: DictConfig, run_dir: Path, source: str) -> Path | None:
