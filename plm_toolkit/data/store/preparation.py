@@ -182,12 +182,15 @@ def _prepare(
     """Plan, tokenizer, shards, manifest; ``part`` (``data/store/parts.py``): a function that keeps the jobs of
     one part of a preparation across nodes, which then stops before the manifest."""
     started = time.perf_counter()
-    plan, tokenizer = plan_and_tokenizer(folder, data_cfg, settings, splits, explicit)
-    unk_id = vocab_from_tokenizer(tokenizer).require("unk_id", "keeping the spelling of unknown words") if (
-        settings["spellings"]) else None  # fmt: skip
+    plan = store_plan(folder, data_cfg, settings, splits, explicit)
     wanted = int(getattr(data_cfg, "num_proc", None) or available_cores())
     channel = channel_of(settings["unit"])
+    # The side channel first: a corpus its units cannot use (ERNIE's, without letters) is refused before a
+    # tokenizer is trained on it.
     encoder = channel.encoder(folder, data_cfg, plan, units, wanted) if channel is not None else None
+    tokenizer = _tokenizer(folder, data_cfg)
+    unk_id = vocab_from_tokenizer(tokenizer).require("unk_id", "keeping the spelling of unknown words") if (
+        settings["spellings"]) else None  # fmt: skip
     if encoder is not None and encoder.main_process_only:
         wanted = 1
     jobs = _jobs(folder, data_cfg, plan, tokenizer)
@@ -200,12 +203,18 @@ def _prepare(
 
 def plan_and_tokenizer(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit: bool):
     """The store's plan (its pieces) and tokenizer: kept from an unfinished preparation, else made and written."""
+    plan = store_plan(folder, data_cfg, settings, splits, explicit)
+    return plan, _tokenizer(folder, data_cfg)
+
+
+def store_plan(folder: Path, data_cfg: Any, settings: dict, splits: dict, explicit: bool) -> dict:
+    """The store's plan (its pieces): kept from an unfinished preparation, else made and written."""
     plan = read_plan(folder, settings, _records(splits), explicit)
     folder.mkdir(parents=True, exist_ok=True)
     if plan is None:  # written first: the tokenizer of a resumed preparation is the one its plan led to
         plan = new_plan(data_cfg, settings, splits)
         write_json(folder / PLAN, plan)
-    return plan, _tokenizer(folder, data_cfg)
+    return plan
 
 
 def new_plan(data_cfg: Any, settings: dict, splits: dict) -> dict:
