@@ -37,7 +37,7 @@ from plm_toolkit.core.command_schema import DecodingOptions
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.data.sources.user_files import iter_lines, not_a_file, output_file
 from plm_toolkit.data.tokenization.tokenizer import vocab_from_tokenizer
-from plm_toolkit.generation.decoding import SearchConfig, SlidingDecoder, generate
+from plm_toolkit.generation.decoding import SearchConfig, SlidingDecoder, generate, new_tokens
 from plm_toolkit.interop.pretrained import LoadedLanguageModel, load_language_model
 from plm_toolkit.models.base import ENCODER_DECODER
 
@@ -107,7 +107,7 @@ def encode_prompts(
         ids = encoding.ids or ([vocab.bos_id] if vocab.bos_id is not None else [])
         if not ids:
             raise DataError(f"{where}: an empty prompt, and the tokenizer has no start-of-text token to start from")
-        new = int(max_new_tokens + max_length_a * len(ids))  # as decoding.row_limits counts them
+        new = new_tokens(len(ids), max_new_tokens, max_length_a)
         if longest is not None and len(ids) + new > longest and not slide:
             relative = f" + max_length_a={max_length_a} x {len(ids)}" if max_length_a else ""
             raise DataError(
@@ -125,7 +125,7 @@ def sliding(lm: LoadedLanguageModel, decoder, prompt_ids: list[list[int]], place
     longest = type(lm.model).max_length(lm.model.config)
     if longest is None or ENCODER_DECODER in type(lm.model).capabilities:
         return decoder
-    needs = [len(ids) + int(cfg.max_new_tokens + cfg.max_length_a * len(ids)) for ids in prompt_ids]
+    needs = [len(ids) + new_tokens(len(ids), cfg.max_new_tokens, cfg.max_length_a) for ids in prompt_ids]
     if max(needs) <= longest:
         return decoder
     row = needs.index(max(needs))

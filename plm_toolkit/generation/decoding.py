@@ -63,6 +63,11 @@ def generate(
     return sample(decoder, input_ids, attention_mask, config, generator)
 
 
+def new_tokens(length: int, max_new_tokens: int, max_length_a: float) -> int:
+    """The tokens a row of ``length`` input tokens may generate: max_new_tokens + max_length_a x its length."""
+    return int(max_new_tokens + max_length_a * length)
+
+
 def row_limits(
     decoder: Decoder, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, config: SearchConfig
 ) -> list[int]:
@@ -73,7 +78,7 @@ def row_limits(
     else:
         lengths = attention_mask.sum(dim=1).tolist()
     cap = getattr(decoder, "max_new_tokens", None) or float("inf")
-    return [int(max(1, min(cap, config.max_new_tokens + config.max_length_a * n))) for n in lengths]
+    return [max(1, min(cap, new_tokens(n, config.max_new_tokens, config.max_length_a))) for n in lengths]
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
