@@ -71,16 +71,20 @@ def composed(*overrides: str):
         return compose("train", overrides=list(overrides))
 
 
-def user_data(recipe: str) -> list[str]:
-    """Parallel text for the Transformer's recipes (they name no corpus of their own), else nothing."""
+def user_data(recipe: str, prefix: Path = EN_DE / "train") -> list[str]:
+    """Parallel text (``prefix``.en and .de) for the Transformer's recipes (they name no corpus of their own), else
+    nothing."""
     if not recipe.startswith("transformer_") or "_xl_" in recipe:
         return []
-    return [f"data.train_files=[{EN_DE / 'train'}]"]
+    return [f"data.train_files=[{prefix}]"]
 
 
-def test_every_recipe_composes_validates_and_names_its_paper():
+def test_every_recipe_composes_validates_and_names_its_paper(tmp_path):
+    pair = tmp_path / "train"  # validation checks that both languages' files exist; the shared corpus may not
+    for language, text in (("en", "A house.\n"), ("de", "Ein Haus.\n")):
+        pair.with_suffix(f".{language}").write_text(text, encoding="utf-8")
     for recipe in RECIPES:
-        cfg = composed(f"experiment={recipe}", *user_data(recipe))
+        cfg = composed(f"experiment={recipe}", *user_data(recipe, pair))
         OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
         assert problems(cfg) == [], recipe
         assert cfg.recipe.name == recipe and cfg.model.name in cfg.recipe.families, recipe
