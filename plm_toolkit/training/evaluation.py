@@ -23,17 +23,33 @@ from plm_toolkit.training.window import Window, eval_summary, merged_windows, re
 log = logging.getLogger("plm_toolkit")
 
 
-def evaluates(trainer_cfg: TrainerConfig, validation) -> bool:
-    """Whether the run evaluates during training: it has validation examples and trainer.eval_every or
-    trainer.eval_strategy=epoch."""
-    by_epoch = trainer_cfg.get("eval_strategy", "steps") == "epoch"
-    return validation is not None and (by_epoch or bool(trainer_cfg.eval_every))
+@dataclass(frozen=True)
+class EvaluationSchedule:
+    """When the run evaluates, decided once from the config and whether it has validation examples: during
+    training (every trainer.eval_every steps, or with trainer.eval_strategy=epoch at the step that completes an
+    epoch), and when training ends (trainer.eval_at_end, whatever trainer.eval_every says)."""
 
+    by_epoch: bool
+    every: int
+    # Whether the run evaluates during training, and when it ends.
+    during: bool
+    at_end: bool
 
-def evaluates_at_end(trainer_cfg: TrainerConfig, validation) -> bool:
-    """Whether the run evaluates when training ends: it has validation examples and trainer.eval_at_end, whatever
-    trainer.eval_every says."""
-    return validation is not None and bool(trainer_cfg.get("eval_at_end", True))
+    @classmethod
+    def from_config(cls, trainer_cfg: TrainerConfig, has_validation: bool) -> EvaluationSchedule:
+        by_epoch = trainer_cfg.get("eval_strategy", "steps") == "epoch"
+        every = int(trainer_cfg.eval_every or 0)
+        at_end = has_validation and bool(trainer_cfg.get("eval_at_end", True))
+        return cls(by_epoch, every, has_validation and (by_epoch or every > 0), at_end)
+
+    def due(self, step: int, last_step: int, examples: int, global_batch: int) -> bool:
+        """Whether ``step``, before the ``last_step``, evaluates: a multiple of trainer.eval_every, or (by epoch) the
+        step that completes an epoch of the ``examples``."""
+        if not self.during or step == last_step:
+            return False
+        if self.by_epoch:
+            return step * global_batch // examples > (step - 1) * global_batch // examples
+        return step % self.every == 0
 
 
 def sources(examples) -> dict:

@@ -24,7 +24,7 @@ from plm_toolkit.training.batches import Batching, check_streams, rows_per_batch
 from plm_toolkit.training.best_model import BestModel
 from plm_toolkit.training.compilation import CompileWatch, speed_switches
 from plm_toolkit.training.distributed import all_reduce_max, barrier
-from plm_toolkit.training.evaluation import Evaluator, evaluates, evaluates_at_end
+from plm_toolkit.training.evaluation import EvaluationSchedule, Evaluator
 from plm_toolkit.training.flops import ModelFlops, peak_tflops
 from plm_toolkit.training.logging import MetricsWriter, ProgressBar
 from plm_toolkit.training.optim import build_optimizer, build_scheduler
@@ -33,7 +33,7 @@ from plm_toolkit.training.phases import TrainingPhase, blend_metrics, phase_at, 
 from plm_toolkit.training.precision import LossScaler, Runtime
 from plm_toolkit.training.preemption import Preempted, StepAbandoned, StopSignals, TrainingClock, saves_after
 from plm_toolkit.training.resume import check_length, final_evaluation_missing
-from plm_toolkit.training.selection import Selection, evaluation_due
+from plm_toolkit.training.selection import Selection
 from plm_toolkit.training.state import Checkpointer, TrainingState
 from plm_toolkit.training.step import OptimizerStep, PretrainingModule
 from plm_toolkit.training.step_log import StepLog
@@ -126,6 +126,8 @@ class Trainer:
             clip_grad_norm=float(trainer_cfg.clip_grad_norm),
         )
         self.evaluator = Evaluator(self.module, objective, runtime, self.batching, trainer_cfg)
+        # When the run evaluates (its phases all have validation examples or none do).
+        self.schedule = EvaluationSchedule.from_config(trainer_cfg, has_validation=eval_examples is not None)
         self.checkpointer = Checkpointer(
             module=self.module,
             optimizer=self.optimizer,
@@ -158,7 +160,7 @@ class Trainer:
             run_dir / "checkpoints",
             self.process,
             has_validation=eval_examples is not None,
-            evaluates=evaluates(trainer_cfg, eval_examples),
+            evaluates=self.schedule.during,
             trains=self.max_steps > 0,
             fsdp=runtime.fsdp,
         )
@@ -198,7 +200,7 @@ class Trainer:
             plan = self.batching.plan
             if self.max_steps > 0 and self.step < self.max_steps:
                 check_streams(self.train_examples, self.layout.batch_size, self.process, self.data_keys[0], plan)
-            evaluating = self._evaluates() or self._evaluates_at_end()
+            evaluating = self.schedule.during or self.schedule.at_end
             if evaluating or (self.eval_examples is not None and self.max_steps == 0):
                 check_streams(self.eval_examples, self.cfg.batch_size, self.process, self.data_keys[1], plan)
                 self.evaluator.log_scope(self.eval_examples)
@@ -206,7 +208,7 @@ class Trainer:
                 return self.evaluate()
             if self.step >= self.max_steps or (self.clock.budgeted and self.clock.next_step_overruns()):
                 # A resumed run with nothing left to train: its final evaluation, where metrics.jsonl lacks it.
-                args = (self.cfg, self.step, self.max_steps, self._evaluates_at_end(), self.metrics, self.process)
+                args = (self.cfg, self.step, self.max_steps, self.schedule.at_end, self.metrics, self.process)
                 return self.evaluate() if final_evaluation_missing(*args) else {}
             if self.best.stopped:
                 return self.best.finish_stopped()
@@ -229,12 +231,6 @@ class Trainer:
         finally:
             self.metrics.close()
 
-    def _evaluates(self) -> bool:
-        return evaluates(self.cfg, self.eval_examples)
-
-    def _evaluates_at_end(self) -> bool:
-        return evaluates_at_end(self.cfg, self.eval_examples)
-
     def _batches(self):
         """The micro-batches from the current data position (training/batches.py)."""
         position = (self.train_examples, self.layout, self.samples_seen, self.step, self.cfg.group_by_length)
@@ -247,11 +243,6 @@ class Trainer:
             self.layout = start.layout
             self.train_examples, self.eval_examples = start.phase.data.train, start.phase.data.validation
             yield from start.batches
-
-    def _evaluation_due(self) -> bool:
-        """Whether this step, before the last, evaluates (trainer.eval_every or eval_strategy=epoch)."""
-        due = evaluation_due(self.cfg, self.step, len(self.train_examples), self.layout.global_batch)
-        return self._evaluates() and due and self.step != self.max_steps
 
     def _run(self, loader, bar: ProgressBar) -> dict:
         cfg = self.cfg
@@ -285,7 +276,9 @@ class Trainer:
                         self._stop_on_signal(signals)
                     if stop == "budget":
                         log.info("trainer.time_budget reached after %.0f s at step %d", self.clock.elapsed, self.step)
-                    elif self._evaluation_due():
+                    elif self.schedule.due(
+                        self.step, self.max_steps, len(self.train_examples), self.layout.global_batch
+                    ):
                         with signals.abandonable(f"the evaluation at step {self.step}"):
                             evaluation = self._evaluate_or_save(bar)
                         if self._consider(evaluation):
@@ -293,7 +286,7 @@ class Trainer:
                     due = cfg.save_every and self.step % cfg.save_every == 0 and self.saved_step != self.step
                     if due and self.step != self.max_steps and not stop:
                         self.save()
-                if self._evaluates_at_end() and stop != "early":
+                if self.schedule.at_end and stop != "early":
                     with signals.abandonable(f"the final evaluation at step {self.step}"):
                         evaluation = self._evaluate_or_save(bar, final=True)
                     record.update(evaluation)

@@ -26,14 +26,6 @@ BEST_LINK = "best"
 LOWER_IS_BETTER = ("loss", "perplexity")
 
 
-def evaluation_due(trainer_cfg, step: int, examples: int, global_batch: int) -> bool:
-    """Whether ``step`` evaluates: every trainer.eval_every steps, or (trainer.eval_strategy=epoch) the step that
-    completes an epoch of the ``examples``."""
-    if trainer_cfg.get("eval_strategy", "steps") == "epoch":
-        return step * global_batch // examples > (step - 1) * global_batch // examples
-    return bool(trainer_cfg.eval_every) and step % trainer_cfg.eval_every == 0
-
-
 def default_metric(objective) -> str:
     """The metric a run keeps its best model by when trainer.metric_for_best_model is empty: the task's main metric
     (``main_metric`` on the task class, else its first of task.metrics), else the evaluation loss."""
