@@ -25,7 +25,6 @@ from plm_toolkit.data.build import build_run_data
 from plm_toolkit.data.sources.bundled import validation_note
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.training.continued import adopt_checkpoint, load_starting_weights
-from plm_toolkit.training.phases import training_phases
 
 log = logging.getLogger("plm_toolkit")
 
@@ -62,7 +61,6 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> d
     data = build_run_data(
         resolved.data, plan, cfg.trainer.seed, tokenizer_file=tokenizer_file, phase_plans=resolved.phase_plans
     )
-    phases = training_phases(cfg.trainer, data.phases) if data.phases else None
 
     seed_everything(cfg.trainer.seed)
     model, model_config = build_model(cfg.model, data.vocab.size, vocab=data.vocab)
@@ -88,7 +86,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> d
         run_dir,
         runtime,
         checkpoint,
-        resolved=saved_config(cfg, model_config),
+        resolved=saved_config(cfg, model_config, resolved.data),
         tokenizer_json=data.tokenizer.to_str(),
         model=model,
         objective=objective,
@@ -96,7 +94,7 @@ def run(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> d
         eval_examples=data.validation,
         collate=objective.collator(data.vocab),
         plan=plan,
-        phases=phases,
+        phase_data=data.phases,
     )
     if process.is_main:
         log.info("metrics: %s", run_dir / "metrics.jsonl")

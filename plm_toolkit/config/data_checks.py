@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from plm_toolkit.config.resolve import tokenizer_kind
 from plm_toolkit.core.errors import PlmError
 from plm_toolkit.data.sources.parallel_text import resolve
 from plm_toolkit.data.sources.pieces import source_problems
-from plm_toolkit.data.tokenization.vocabulary_training import MAXIMUM_VOCABULARY, MINIMUM_VOCABULARY, tokenizer_kind
+from plm_toolkit.data.tokenization.vocabulary_training import MAXIMUM_VOCABULARY, MINIMUM_VOCABULARY
 
 
 def tokenizer_problems(cfg: DictConfig) -> list[str]:
@@ -16,7 +17,7 @@ def tokenizer_problems(cfg: DictConfig) -> list[str]:
     (the tokenizers library raised OverflowError for a negative one; vocab_size=3 trained 102 tokens without a
     word). A trained vocabulary that the corpus makes larger still is refused after training
     (data/tokenization/vocabulary_training.py)."""
-    t, kind = cfg.data.tokenizer, tokenizer_kind(cfg.data, cfg.model)
+    t, kind = cfg.data.tokenizer, tokenizer_kind(cfg)
     out: list[str] = []
     if t.min_frequency < 0:
         out.append(f"data.tokenizer.min_frequency={t.min_frequency}: must be 0 or positive")

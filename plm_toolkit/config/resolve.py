@@ -13,9 +13,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from plm_toolkit.core.choices import choice
 from plm_toolkit.core.registry import MODELS, OBJECTIVES, TASKS
 from plm_toolkit.data.layouts.plan import DataPlan
-from plm_toolkit.data.tokenization.vocabulary_training import tokenizer_kind
 
 # The model config's vocabulary facts that the tokenizer decides when the preset leaves them null.
 VOCABULARY_KEYS = ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id")
@@ -37,6 +37,14 @@ def task_class(name: str) -> type:
     return entry.info.get("cls", entry.builder)
 
 
+def tokenizer_kind(cfg: DictConfig) -> str:
+    """data.tokenizer.kind with ``auto`` resolved: the model preset's vocabulary (``model.tokenizer``), else wordpiece
+    (a family without one). The one place that decides it: the resolved data group (``ResolvedRun.data``) carries
+    the answer to the data build and the saved config."""
+    kind = choice(cfg.data.tokenizer.kind)
+    return kind if kind != "auto" else choice(cfg.model.get("tokenizer", "wordpiece"))
+
+
 @dataclass(frozen=True)
 class ResolvedRun:
     # The data group with data.tokenizer.kind resolved.
@@ -51,7 +59,7 @@ def resolve_run(cfg: DictConfig) -> ResolvedRun:
     """The data group and the objective's data plan of a plm-train config, each phase's plan too; ConfigError when
     the objective cannot read the data as configured (validation reports it with the other problems). Validation
     resolves the config and hands the result to the run (``validate`` returns it), so this runs once."""
-    data = OmegaConf.merge(cfg.data, {"tokenizer": {"kind": tokenizer_kind(cfg.data, cfg.model)}})
+    data = OmegaConf.merge(cfg.data, {"tokenizer": {"kind": tokenizer_kind(cfg)}})
     objective = objective_class(cfg.objective.name)
     plan = objective.data_plan(cfg.objective, cfg.data, cfg.model)
     phase_plans = []
@@ -61,14 +69,15 @@ def resolve_run(cfg: DictConfig) -> ResolvedRun:
     return ResolvedRun(data, plan, tuple(phase_plans))
 
 
-def saved_config(cfg: DictConfig, model_config: Any) -> dict:
-    """The config saved with every checkpoint: interpolations resolved, data.tokenizer.kind chosen, and the
-    vocabulary size and token ids the model was built with (``model_config``) where the preset left them null."""
+def saved_config(cfg: DictConfig, model_config: Any, data: DictConfig) -> dict:
+    """The config saved with every checkpoint: interpolations resolved, data.tokenizer.kind as the run resolved it
+    (``data``: ``ResolvedRun.data``), and the vocabulary size and token ids the model was built with
+    (``model_config``) where the preset left them null."""
     saved = OmegaConf.to_container(cfg, resolve=True)
     for key in VOCABULARY_KEYS:
         if key in saved["model"]:
             saved["model"][key] = getattr(model_config, key)
-    saved["data"]["tokenizer"]["kind"] = tokenizer_kind(cfg.data, cfg.model)
+    saved["data"]["tokenizer"]["kind"] = choice(data.tokenizer.kind)
     return saved
 
 

@@ -18,9 +18,10 @@ from torch import nn
 from plm_toolkit.core import checkpoint as ckpt
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.data.batching.loader import BatchLayout
+from plm_toolkit.data.layouts.examples import PretrainingData
 from plm_toolkit.data.layouts.plan import DataPlan
 from plm_toolkit.objectives.base import Objective
-from plm_toolkit.training.batches import Batching, check_streams, rows_per_batch, train_loader
+from plm_toolkit.training.batches import Batching, check_streams, rows_per_batch, training_stretches
 from plm_toolkit.training.best_model import BestModel
 from plm_toolkit.training.compilation import CompileWatch, speed_switches
 from plm_toolkit.training.distributed import all_reduce_max, barrier
@@ -29,7 +30,7 @@ from plm_toolkit.training.flops import ModelFlops, peak_tflops
 from plm_toolkit.training.logging import MetricsWriter, ProgressBar
 from plm_toolkit.training.optim import build_optimizer, build_scheduler
 from plm_toolkit.training.parallel import prepare_module
-from plm_toolkit.training.phases import TrainingPhase, blend_metrics, phase_at, phase_readers
+from plm_toolkit.training.phases import blend_metrics, phase_at, training_phases
 from plm_toolkit.training.precision import LossScaler, Runtime
 from plm_toolkit.training.preemption import Preempted, StepAbandoned, StopSignals, TrainingClock, saves_after
 from plm_toolkit.training.resume import check_length, final_evaluation_missing
@@ -77,7 +78,7 @@ class Trainer:
         tokenizer_json: str | None,
         num_workers: int = 0,
         plan: DataPlan | None = None,
-        phases: list[TrainingPhase] | None = None,
+        phase_data: list[PretrainingData] | None = None,
         data_keys: tuple[str, str] = ("data.train_files", "data.validation_files"),
         longest: int | None = None,
     ):
@@ -88,8 +89,9 @@ class Trainer:
         self.module = PretrainingModule(model, objective).to(runtime.device)
         self.objective = objective
         self.train_examples, self.eval_examples = train_examples, eval_examples
-        # trainer.phases: examples and batch sizes by step (training/phases.py); None reads train_examples.
-        self.phases = phases
+        # trainer.phases: each phase's steps, batch size and examples (``phase_data``, built by the data entry point
+        # at each phase's length; training/phases.py); None reads train_examples.
+        self.phases = training_phases(trainer_cfg, phase_data) if phase_data else None
         # How batches are read and transformed (order, static copies, the objective's batch transform).
         plan = plan if plan is not None else DataPlan(transform=objective.batch_transform())
         self.layout = BatchLayout(
@@ -102,7 +104,8 @@ class Trainer:
         self.flops = ModelFlops(self.module, model)
         switches = speed_switches(hardware_cfg, runtime.device, type(objective), type(model))
         seed = int(trainer_cfg.seed)
-        self.batching = Batching.for_run(plan, collate, switches, longest, seed, num_workers, runtime.device)
+        grouped = trainer_cfg.group_by_length
+        self.batching = Batching.for_run(plan, collate, switches, longest, seed, num_workers, runtime.device, grouped)
         # FSDP shards the parameters in place, so the optimizer is built after it.
         forward, ddp = prepare_module(self.module, runtime, hardware_cfg, switches.compile)
         self.optimizer = build_optimizer(self.module, optimizer_cfg, hardware_cfg.optimizer_implementation)
@@ -225,24 +228,20 @@ class Trainer:
                 lines=self.process.is_main,
             )
             try:
-                return self._run(self._phased_batches() if self.phases else self._batches(), bar)
+                return self._run(self._batches(), bar)
             finally:
                 bar.close()
         finally:
             self.metrics.close()
 
     def _batches(self):
-        """The micro-batches from the current data position (training/batches.py)."""
-        position = (self.train_examples, self.layout, self.samples_seen, self.step, self.cfg.group_by_length)
-        return train_loader(self.batching, *position)
-
-    def _phased_batches(self):
-        """The micro-batches phase after phase (training/phases.py); entering a phase switches the examples and the
-        batch layout to its own, so that evaluation and the examples counted follow it."""
-        for start in phase_readers(self.phases, self.batching, self.layout, self.step):
-            self.layout = start.layout
-            self.train_examples, self.eval_examples = start.phase.data.train, start.phase.data.validation
-            yield from start.batches
+        """The micro-batches from the current data position (training/batches.py); with trainer.phases, entering a
+        phase switches the examples and the batch layout to its own, so that evaluation and the examples counted
+        follow it."""
+        examples, position = (self.train_examples, self.eval_examples), (self.layout, self.samples_seen, self.step)
+        for stretch in training_stretches(self.batching, *examples, *position, self.phases):
+            self.layout, self.train_examples, self.eval_examples = stretch.layout, stretch.examples, stretch.validation
+            yield from stretch.batches
 
     def _run(self, loader, bar: ProgressBar) -> dict:
         cfg = self.cfg

@@ -5,7 +5,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import plm_toolkit.training.phases as phases_module
+import plm_toolkit.training.batches as batches_module
 from plm_toolkit.commands.train import run
 from plm_toolkit.config.validate import problems
 from plm_toolkit.training.phases import phase_bounds
@@ -25,12 +25,12 @@ def test_phase_bounds_are_shares_of_the_run():
 def test_phases_switch_length_and_batch_and_resume_inside_the_second_exactly(make_config, tmp_path, monkeypatch):
     readers = []  # (first micro-batch, rows per micro-batch, longest example) of every phase reader built
 
-    class Recorded(phases_module.MicroBatches):
+    class Recorded(batches_module.MicroBatches):
         def __init__(self, examples, layout, start, *args, **kwargs):
             super().__init__(examples, layout, start, *args, **kwargs)
             readers.append((start, layout.batch_size, max(len(e["input_ids"]) for e in examples)))
 
-    monkeypatch.setattr(phases_module, "MicroBatches", Recorded)
+    monkeypatch.setattr(batches_module, "MicroBatches", Recorded)
     straight = tmp_path / "straight"
     run(make_config(*COMMON, "trainer.save_every=7", "trainer.keep_last=0"), straight)
     # Phase 1 from its start at 24 tokens, phase 2 from its start at 48 (its examples longer than phase 1's).

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
@@ -39,14 +39,12 @@ if TYPE_CHECKING:
     from plm_toolkit.core.data_schema import DataConfig
 
 
-def tokenizer_kind(data_cfg: DataConfig, model_cfg: Any = None) -> str:
-    """data.tokenizer.kind: wordpiece, bpe, gpt2_bpe, unigram, t5_unigram, character or word; ``auto`` takes the
-    model preset's vocabulary (``model.tokenizer``), else wordpiece (a family without one; a caller that knows no
-    model, which a run's resolved data config never leaves at auto)."""
+def tokenizer_kind(data_cfg: DataConfig) -> str:
+    """data.tokenizer.kind: wordpiece, bpe, gpt2_bpe, unigram, t5_unigram, character or word. A run's data group
+    has it resolved already (``auto`` takes the model preset's vocabulary: config/resolve.py); ``auto`` in a data
+    group that no run resolved is wordpiece."""
     kind = choice(data_cfg.tokenizer.kind)
-    if kind != "auto":
-        return kind
-    return choice(model_cfg.get("tokenizer", "wordpiece")) if model_cfg is not None else "wordpiece"
+    return "wordpiece" if kind == "auto" else kind
 
 
 # Kinds whose pipeline lower-cases when data.tokenizer.lowercase says so, with their default (lowercase: null).
