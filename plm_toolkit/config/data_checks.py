@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from plm_toolkit.config.resolve import tokenizer_kind
+from plm_toolkit.config.resolve import resolved_tokenizer_kind
 from plm_toolkit.core.errors import PlmError
 from plm_toolkit.data.sources.parallel_text import resolve
 from plm_toolkit.data.sources.pieces import source_problems
@@ -17,7 +17,7 @@ def tokenizer_problems(cfg: DictConfig) -> list[str]:
     (the tokenizers library raised OverflowError for a negative one; vocab_size=3 trained 102 tokens without a
     word). A trained vocabulary that the corpus makes larger still is refused after training
     (data/tokenization/vocabulary_training.py)."""
-    t, kind = cfg.data.tokenizer, tokenizer_kind(cfg)
+    t, kind = cfg.data.tokenizer, resolved_tokenizer_kind(cfg)
     out: list[str] = []
     if t.min_frequency < 0:
         out.append(f"data.tokenizer.min_frequency={t.min_frequency}: must be 0 or positive")

@@ -37,7 +37,7 @@ def task_class(name: str) -> type:
     return entry.info.get("cls", entry.builder)
 
 
-def tokenizer_kind(cfg: DictConfig) -> str:
+def resolved_tokenizer_kind(cfg: DictConfig) -> str:
     """data.tokenizer.kind with ``auto`` resolved: the model preset's vocabulary (``model.tokenizer``), else wordpiece
     (a family without one). The one place that decides it: the resolved data group (``ResolvedRun.data``) carries
     the answer to the data build and the saved config."""
@@ -59,7 +59,7 @@ def resolve_run(cfg: DictConfig) -> ResolvedRun:
     """The data group and the objective's data plan of a plm-train config, each phase's plan too; ConfigError when
     the objective cannot read the data as configured (validation reports it with the other problems). Validation
     resolves the config and hands the result to the run (``validate`` returns it), so this runs once."""
-    data = OmegaConf.merge(cfg.data, {"tokenizer": {"kind": tokenizer_kind(cfg)}})
+    data = OmegaConf.merge(cfg.data, {"tokenizer": {"kind": resolved_tokenizer_kind(cfg)}})
     objective = objective_class(cfg.objective.name)
     plan = objective.data_plan(cfg.objective, cfg.data, cfg.model)
     phase_plans = []

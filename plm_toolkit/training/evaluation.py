@@ -15,7 +15,7 @@ from torch import nn
 from plm_toolkit.core.schema import TrainerConfig
 from plm_toolkit.data.batching.loader import eval_loader, eval_scope
 from plm_toolkit.objectives.base import Objective
-from plm_toolkit.training.batches import Batching, rows_per_batch
+from plm_toolkit.training.batches import Batching
 from plm_toolkit.training.distributed import all_gather_objects, in_lockstep
 from plm_toolkit.training.precision import Runtime
 from plm_toolkit.training.window import Window, eval_summary, merged_windows, reduce_window
@@ -66,16 +66,18 @@ class Evaluator:
     objective: Objective
     runtime: Runtime
     batching: Batching
-    trainer_cfg: TrainerConfig  # trainer.batch_size, trainer.eval_batches
+    # Items per validation batch: trainer.batch_size examples, or one where they come in ready-made batches.
+    rows: int
+    # trainer.eval_batches: the batches an evaluation scores (0: all).
+    max_batches: int
 
     def log_scope(self, examples) -> None:
         """Which validation batches every evaluation scores (a fixed sample, or all of them)."""
         process = self.runtime.process
         if process.is_main:
-            rows = rows_per_batch(examples, self.trainer_cfg)
             streams = self.batching.plan.streams
             for name, part in sources(examples).items():
-                scope = eval_scope(len(part), rows, process.world_size, self.trainer_cfg.eval_batches, streams)
+                scope = eval_scope(len(part), self.rows, process.world_size, self.max_batches, streams)
                 log.info(f"{name}: {scope}" if name else scope)  # data.sources: each source's own sample
 
     def batches(self, examples, world: int, rank: int, max_batches: int):
@@ -83,7 +85,7 @@ class Evaluator:
         trainer.eval_batches)."""
         return eval_loader(
             examples,
-            rows_per_batch(examples, self.trainer_cfg),
+            self.rows,
             world,
             rank,
             self.batching.collate,
@@ -120,7 +122,7 @@ class Evaluator:
         """Loss sums, target counts and metrics of ``examples``' validation batches, over all processes."""
         window = Window.empty()
         process, runtime = self.runtime.process, self.runtime
-        batches = self.batches(examples, process.world_size, process.rank, self.trainer_cfg.eval_batches)
+        batches = self.batches(examples, process.world_size, process.rank, self.max_batches)
         for batch, real in in_lockstep(batches, process, lambda: next(iter(self.batches(examples, 1, 0, 1)))):
             counts = self.objective.target_counts(batch)
             batch = {k: v.to(runtime.device) for k, v in batch.items()}

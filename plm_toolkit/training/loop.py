@@ -92,20 +92,26 @@ class Trainer:
         # trainer.phases: each phase's steps, batch size and examples (``phase_data``, built by the data entry point
         # at each phase's length; training/phases.py); None reads train_examples.
         self.phases = training_phases(trainer_cfg, phase_data) if phase_data else None
-        # How batches are read and transformed (order, static copies, the objective's batch transform).
+        # The data side: how batches are read and transformed (order, static copies, the objective's batch
+        # transform), the training batch layout, how validation is scored and when.
         plan = plan if plan is not None else DataPlan(transform=objective.batch_transform())
+        switches = speed_switches(hardware_cfg, runtime.device, type(objective), type(model))
+        seed = int(trainer_cfg.seed)
+        grouped = trainer_cfg.group_by_length
+        self.batching = Batching.for_run(plan, collate, switches, longest, seed, num_workers, runtime.device, grouped)
         self.layout = BatchLayout(
             rows_per_batch(train_examples, trainer_cfg),
             trainer_cfg.grad_accum_steps,
             self.process.world_size,
             self.process.rank,
         )
+        rows = rows_per_batch(eval_examples, trainer_cfg)
+        self.evaluator = Evaluator(self.module, objective, runtime, self.batching, rows, int(trainer_cfg.eval_batches))
+        # When the run evaluates (its phases all have validation examples or none do).
+        self.schedule = EvaluationSchedule.from_config(trainer_cfg, has_validation=eval_examples is not None)
+        # The module side: the run's length, the forward, optimizer and schedule, the optimizer step.
         self.max_steps = run_length(trainer_cfg, len(train_examples), self.layout.global_batch)
         self.flops = ModelFlops(self.module, model)
-        switches = speed_switches(hardware_cfg, runtime.device, type(objective), type(model))
-        seed = int(trainer_cfg.seed)
-        grouped = trainer_cfg.group_by_length
-        self.batching = Batching.for_run(plan, collate, switches, longest, seed, num_workers, runtime.device, grouped)
         # FSDP shards the parameters in place, so the optimizer is built after it.
         forward, ddp = prepare_module(self.module, runtime, hardware_cfg, switches.compile)
         self.optimizer = build_optimizer(self.module, optimizer_cfg, hardware_cfg.optimizer_implementation)
@@ -128,9 +134,6 @@ class Trainer:
             seed=seed,
             clip_grad_norm=float(trainer_cfg.clip_grad_norm),
         )
-        self.evaluator = Evaluator(self.module, objective, runtime, self.batching, trainer_cfg)
-        # When the run evaluates (its phases all have validation examples or none do).
-        self.schedule = EvaluationSchedule.from_config(trainer_cfg, has_validation=eval_examples is not None)
         self.checkpointer = Checkpointer(
             module=self.module,
             optimizer=self.optimizer,

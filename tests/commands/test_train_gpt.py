@@ -8,7 +8,7 @@ from hydra import compose, initialize_config_module
 
 from plm_toolkit.commands.finetune import run as finetune
 from plm_toolkit.commands.train import run
-from plm_toolkit.config.resolve import resolve_run, tokenizer_kind
+from plm_toolkit.config.resolve import resolve_run, resolved_tokenizer_kind
 from plm_toolkit.core.errors import CheckpointError
 from tests.tasks.conftest import QUIET, SST2_DEV, SST2_TRAIN
 from tests.training.conftest import GPT2_SMALL, read_metrics, train_records
@@ -26,7 +26,7 @@ def test_windows_are_shuffled_for_gpt_and_read_in_order_for_transformer_xl(gpt_c
     cfg = gpt_config()
     plan = resolve_run(cfg).plan
     assert (plan.layout, plan.order, plan.window, plan.stride) == ("streams", "shuffled", 33, 32)
-    assert tokenizer_kind(cfg) == "gpt2_bpe"
+    assert resolved_tokenizer_kind(cfg) == "gpt2_bpe"
     assert resolve_run(make_config("model=transformer_xl", "data.max_seq_len=32", tiny=False)).plan.order == "stream"
 
 

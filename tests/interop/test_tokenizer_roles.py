@@ -15,7 +15,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from tokenizers import processors as post_processors
 
 import plm_toolkit.commands.train  # noqa: F401  (registers schemas, registries and resolvers)
-from plm_toolkit.config.resolve import tokenizer_kind
+from plm_toolkit.config.resolve import resolved_tokenizer_kind
 from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.data.tokenization.template import template_of
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer
@@ -60,7 +60,7 @@ def family_of(preset: str) -> tuple[str, str]:
     """(model config name, resolved data.tokenizer.kind) of ``model=preset``, as plm-train composes it."""
     with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
         cfg = compose("train", overrides=[f"model={preset}"])
-    return cfg.model.name, tokenizer_kind(cfg)
+    return cfg.model.name, resolved_tokenizer_kind(cfg)
 
 
 def folder(tmp_path: Path, config: dict | None = None) -> Path:
