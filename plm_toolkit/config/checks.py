@@ -1,16 +1,13 @@
-"""Checks shared by the validators: numbers in intervals, every optimizer and schedule key, and a paper recipe's
-model family."""
+"""Checks shared by the validators: numbers in intervals, every trainer, optimizer, schedule and hardware key, and
+the field ranges of any family's model config."""
 
 from __future__ import annotations
 
 import math
 
-from hydra.core.hydra_config import HydraConfig
-
 from plm_toolkit.config.resolve import model_class
 from plm_toolkit.core.registry import MODELS
 from plm_toolkit.core.schema import OptimizerConfig
-from plm_toolkit.data.layouts.registry import LAYOUTS
 
 DEFAULTS = OptimizerConfig()
 
@@ -127,34 +124,6 @@ def optimizer_problems(opt, max_steps: int | None, d_model_from_backbone: bool =
     return out
 
 
-def phase_problems(t, layout: str, streams: bool, longest: int | None) -> list[str]:
-    """trainer.phases: shares that sum to 1 and each last a step, lengths the model holds, a layout that a phase
-    can end in the middle of (not streams, whose rows continue from batch to batch, nor sentence pairs for
-    translation), and a run length in steps."""
-    phases = list(t.get("phases") or [])
-    if not phases:
-        return []
-    out: list[str] = []
-    if t.max_steps is None:
-        out.append("trainer.phases are shares of trainer.max_steps: give trainer.max_steps, not trainer.epochs")
-    if streams or (layout in LAYOUTS and not LAYOUTS[layout].phases):
-        out.append(f"trainer.phases: the {layout} layout cannot change its sequence length within a run")
-    for i, phase in enumerate(phases):
-        key = f"trainer.phases[{i}]"
-        check_range(out, f"{key}.fraction", phase.fraction, 0.0, 1.0, low_open=True)
-        if t.max_steps is not None and finite(phase.fraction) and round(phase.fraction * t.max_steps) < 1:
-            out.append(f"{key}.fraction={phase.fraction}: less than one of trainer.max_steps={t.max_steps}")
-        if phase.max_seq_len < 8 or (longest is not None and phase.max_seq_len > longest):
-            most = f" and at most the model's {longest} positions" if longest is not None else ""
-            out.append(f"{key}.max_seq_len={phase.max_seq_len}: needs at least 8 tokens{most}")
-        if phase.batch_size < 0:
-            out.append(f"{key}.batch_size={phase.batch_size}: must be 0 (trainer.batch_size) or positive")
-    total = sum(p.fraction for p in phases if finite(p.fraction))
-    if abs(total - 1.0) > 1e-6:
-        out.append(f"trainer.phases: the fractions sum to {total:g}; they must sum to 1")
-    return out
-
-
 def kernel_problems(opt, hardware) -> list[str]:
     """hardware.optimizer_implementation=fused for an update rule torch has no fused kernel of."""
     name = value_of(opt.name)
@@ -164,25 +133,6 @@ def kernel_problems(opt, hardware) -> list[str]:
         rule = "adamw with optimizer.parameter_scale=true" if name == "adamw" else name
         return [f"hardware.optimizer_implementation=fused: optimizer.name={rule} has no fused kernel; use auto"]
     return []
-
-
-def recipe_problems(cfg) -> list[str]:
-    """A paper recipe (experiment=...) asked of a model family it is not written for, named by the preset the
-    command line chose where Hydra knows it."""
-    recipe = cfg.get("recipe")
-    if recipe is None or not recipe.families or cfg.model.name in recipe.families:
-        return []
-    preset = _chosen("model") or cfg.model.name
-    families = " or ".join(recipe.families)
-    return [
-        f"experiment={recipe.name} is a recipe for {families} models and model={preset} is a {cfg.model.name} "
-        f"model: pick a {families} preset (model={recipe.families[0]}_...) or leave out experiment="
-    ]
-
-
-def _chosen(group: str) -> str | None:
-    """The option of a config group that Hydra composed (None outside a Hydra run)."""
-    return HydraConfig.get().runtime.choices.get(group) if HydraConfig.initialized() else None
 
 
 def evaluation_only(t) -> bool:

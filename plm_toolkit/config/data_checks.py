@@ -1,7 +1,9 @@
-"""Checks of plm-train's data group: the corpus files or the store, the token store's keys, parallel text, and the
-size of a vocabulary to train."""
+"""Checks of plm-train's data group (``data_problems``): its numbers, the corpus files or the store, the token
+store's keys, parallel text, and the size of a vocabulary to train."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from omegaconf import DictConfig
 
@@ -9,6 +11,8 @@ from plm_toolkit.config.resolve import resolved_tokenizer_kind
 from plm_toolkit.core.errors import PlmError
 from plm_toolkit.data.sources.parallel_text import resolve
 from plm_toolkit.data.sources.pieces import source_problems
+from plm_toolkit.data.sources.user_files import not_a_file
+from plm_toolkit.data.store.given import KEYS, given_entries
 from plm_toolkit.data.tokenization.vocabulary_training import MAXIMUM_VOCABULARY, MINIMUM_VOCABULARY
 
 
@@ -79,4 +83,45 @@ def parallel_problems(d) -> list[str]:
         )
     if d.max_sentences < 0:
         out.append(f"data.max_sentences={d.max_sentences}: must be 0 (no limit) or positive")
+    return out
+
+
+def data_problems(cfg: DictConfig) -> list[str]:
+    """The data group: its numbers, the token store's keys, the vocabulary to train, the files or the store."""
+    m, d = cfg.model, cfg.data
+    out: list[str] = []
+    if d.num_workers < 0:
+        out.append(f"data.num_workers={d.num_workers}: must be 0 (load in the training process) or positive")
+    out += store_problems(d)
+    out += tokenizer_problems(cfg)
+    if m.get("vocab_size") is not None and d.tokenizer.path is None and m.vocab_size < d.tokenizer.vocab_size:
+        out.append(
+            f"model.vocab_size={m.vocab_size} is smaller than data.tokenizer.vocab_size={d.tokenizer.vocab_size}; "
+            "leave model.vocab_size=null to take the tokenizer's size"
+        )
+    for key in ("short_seq_prob", "random_next_prob"):
+        if not 0.0 <= d[key] <= 1.0:
+            out.append(f"data.{key}={d[key]}: expected a probability in [0, 1]")
+    if d.get("pair_draws", 1) < 1:
+        out.append(f"data.pair_draws={d.pair_draws}: expected how many times to draw the sentence pairs, 1 or more")
+    parallel = "source_lang" in d
+    if parallel and not d.train_files:
+        out.append(
+            "data.train_files is empty: give data.train_files=[corpus/train] (reads corpus/train.<lang> for "
+            "data.source_lang and data.target_lang) or a .jsonl file with one key per language"
+        )
+    elif not d.train_files and not d.dataset_path and not d.get("store") and not d.get("sources"):
+        out.append("data.train_files is empty and data.dataset_path is not set: give one (or use data=default)")
+    out += parallel_problems(d) if parallel else file_problems(d)
+    if d.dataset_path and not Path(d.dataset_path).expanduser().is_dir():
+        out.append(f"data.dataset_path={d.dataset_path} is not a directory written by datasets' save_to_disk")
+    given = [f"data.{KEYS[split]}" for split in KEYS if not parallel and given_entries(d, split)]
+    if d.dataset_path and given:  # the saved dataset replaces the files: they would be ignored
+        out.append(f"data.dataset_path and {' and '.join(given)} are both given; the saved dataset replaces the "
+                   "files, which would be ignored: give one")  # fmt: skip
+    if d.tokenizer.path and not_a_file(d.tokenizer.path):
+        out.append(
+            f"data.tokenizer.path={d.tokenizer.path} is not a file ({not_a_file(d.tokenizer.path)}); expected a "
+            "tokenizer.json, vocab.txt or vocab.json"
+        )
     return out

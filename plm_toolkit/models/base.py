@@ -115,7 +115,7 @@ class Backbone(nn.Module):
     # is the input embedding alone): the causal LM objective follows it, so its checkpoints export exactly.
     lm_head_bias: ClassVar[bool] = True
     # Fields of this family's config that validation range-checks by name, besides the ones every family has
-    # (config/validate.py: model_field_problems): counts that may be 0, counts of at least 1, positive numbers.
+    # (config/checks.py: model_field_problems): counts that may be 0, counts of at least 1, positive numbers.
     fields_at_least_zero: ClassVar[frozenset[str]] = frozenset()
     fields_at_least_one: ClassVar[frozenset[str]] = frozenset()
     fields_above_zero: ClassVar[frozenset[str]] = frozenset()

@@ -140,9 +140,9 @@ def test_impossible_combinations_name_the_keys(overrides, expected):
 
 
 def test_objective_the_model_cannot_serve_is_refused(monkeypatch):
-    from plm_toolkit.config import validate as v
+    from plm_toolkit.config.resolve import objective_class
 
-    nsp = v.objective_class("nsp")
+    nsp = objective_class("nsp")
     monkeypatch.setattr(nsp, "required_capabilities", nsp.required_capabilities | {"two_stream"})
     with pytest.raises(ConfigError, match="objective=nsp needs a model that is .*two_stream.*model=bert is not"):
         validate(composed("objective=nsp"))
