@@ -1,13 +1,13 @@
 """The loop's training batches: how the run's examples become batches (``Batching``), the items a micro-batch holds,
-the loader from the run's data position (phase after phase with trainer.phases), each example's length for
-trainer.group_by_length, and the check before step 1 that a stream layout has enough windows for its streams (a
-Transformer-XL whose validation text held fewer windows than trainer.batch_size used to train up to its first
-evaluation, then stop there)."""
+what is left to train from the run's data position (``stretches_ahead``: phase after phase with trainer.phases) and
+its loader, each example's length for trainer.group_by_length, and the check before step 1 that a stream layout has
+enough windows for its streams (a Transformer-XL whose validation text held fewer windows than trainer.batch_size
+used to train up to its first evaluation, then stop there)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +38,6 @@ class Batching:
     num_workers: int = 0
     # A CUDA run pins its batches, so that the copy to the device runs asynchronously.
     pin_memory: bool = False
-    # trainer.group_by_length: the training rows of a batch are of similar length (not with trainer.phases).
-    group_by_length: bool = False
 
     @classmethod
     def for_run(
@@ -51,50 +49,38 @@ class Batching:
         seed: int,
         num_workers: int,
         device: torch.device,
-        group_by_length: bool = False,
     ) -> Batching:
         """The batching of a run: a compiled step gets a few fixed batch shapes, ``longest`` the longest row
         (windows of a token stream, a plan with a window, all have its width already); hardware.unpad packs rows."""
         shapes = Shapes.compiled(longest) if switches.compile and plan.window is None else None
         transform = PackingTransform(plan.transform, shapes) if switches.unpad else plan.transform
         pin_memory = device.type == "cuda"
-        return cls(collate, transform, plan, int(seed), shapes, num_workers, pin_memory, bool(group_by_length))
+        return cls(collate, transform, plan, int(seed), shapes, num_workers, pin_memory)
 
     @property
     def takes_step(self) -> bool:
         """Whether the transform changes with training (ERNIE's masking stages) and gets each batch's step."""
         return getattr(self.transform, "takes_step", False)
 
-    def reader(
-        self,
-        examples,
-        layout: BatchLayout,
-        start: int,
-        step: int,
-        group_lengths: Sequence[int] | None = None,
-        stop: int | None = None,
-        max_seq_len: int | None = None,
-    ):
-        """Micro-batches of ``examples`` from the data position ``start`` (after ``step`` optimizer steps), in the
-        loader's workers: ``stop`` of them (None: endless), their rows of similar length side by side where
-        ``group_lengths`` are given (trainer.group_by_length), in the run's batch shapes up to ``max_seq_len`` (a
-        phase's length)."""
-        shapes = self.shapes.capped(max_seq_len) if self.shapes and max_seq_len else self.shapes
+    def reader(self, stretch: TrainingStretch):
+        """The micro-batches of a stretch of training (``stretches_ahead``), in the loader's workers."""
+        lengths = _lengths(stretch.examples) if stretch.group_by_length else None
+        longest = stretch.max_seq_len
         micro = MicroBatches(
-            examples,
-            layout,
-            start,
+            stretch.examples,
+            stretch.layout,
+            stretch.start,
             self.collate,
             self.transform,
             self.seed,
             static_copies=self.plan.static_copies,
             streams=self.plan.streams,
             backward_half=self.plan.backward_half,
-            group_lengths=group_lengths,
-            first_step=step if self.takes_step else None,
-            shapes=shapes,
+            group_lengths=lengths,
+            first_step=stretch.first_step if self.takes_step else None,
+            shapes=self.shapes.capped(longest) if self.shapes and longest else self.shapes,
         )
-        return micro_batch_loader(micro, num_workers=self.num_workers, stop=stop, pin_memory=self.pin_memory)
+        return micro_batch_loader(micro, self.num_workers, stop=stretch.stop, pin_memory=self.pin_memory)
 
 
 def rows_per_batch(examples, trainer_cfg) -> int:
@@ -119,45 +105,52 @@ def check_streams(examples, batch_size: int, process: ProcessInfo, key: str, pla
 
 @dataclass(frozen=True)
 class TrainingStretch:
-    """Training batches over one set of examples: the run's, or with trainer.phases one phase's. When it begins, the
-    Trainer takes its examples, validation examples and batch layout as its own, so that evaluation and the
-    examples counted follow it."""
+    """Training over one set of examples, the run's or with trainer.phases one phase's, from the data position where
+    it starts. When it begins, the Trainer takes its examples, validation examples and batch layout as its own, so
+    that evaluation and the examples counted follow it; ``Batching.reader`` reads its micro-batches."""
 
     examples: Any
     validation: Any
     layout: BatchLayout
-    batches: Iterable[dict[str, torch.Tensor]]
+    # The data position of its first micro-batch, and the optimizer steps before it (counted from the run's start).
+    start: int
+    first_step: int
+    # Its micro-batches (None: as many as the loop reads).
+    stop: int | None = None
+    # A phase's data.max_seq_len, which caps the run's batch shapes.
+    max_seq_len: int | None = None
+    # trainer.group_by_length: rows of similar length side by side (the run's examples only, not a phase's).
+    group_by_length: bool = False
 
 
-def training_stretches(
-    batching: Batching,
+def stretches_ahead(
     examples,
     validation,
     layout: BatchLayout,
     samples_seen: int,
     step: int,
     phases: list[TrainingPhase] | None,
-) -> Iterator[TrainingStretch]:
-    """The training micro-batches from the data position ``samples_seen`` (after ``step`` optimizer steps): of the
-    run's ``examples``, or of the ``phases`` still ahead, phase after phase, each phase's built as it begins.
+    group_by_length: bool,
+) -> list[TrainingStretch]:
+    """What is left to train from the data position ``samples_seen`` (after ``step`` optimizer steps): the run's
+    ``examples``, or the ``phases`` still ahead, phase after phase.
 
     A phase reads its examples from its own start: micro-batch k of a phase is a pure function of (seed, k), so a
     run resumed at step s inside phase p starts that phase's reader at (s - start of p) global batches, where the
     run that was not interrupted is at that step."""
     if not phases:
-        lengths = _lengths(examples) if batching.group_by_length else None
-        batches = batching.reader(examples, layout, samples_seen, step, lengths)
-        yield TrainingStretch(examples, validation, layout, batches)
-        return
+        return [TrainingStretch(examples, validation, layout, samples_seen, step, group_by_length=group_by_length)]
+    stretches = []
     for phase in phases:
         if phase.end <= step:
             continue
         done = max(step - phase.start, 0)  # steps of this phase already taken (a run resumed inside it)
-        layout = dataclasses.replace(layout, batch_size=phase.batch_size)
-        stop = (phase.end - phase.start - done) * layout.grad_accum_steps
-        start = done * layout.global_batch
-        batches = batching.reader(phase.data.train, layout, start, phase.start + done, None, stop, phase.max_seq_len)
-        yield TrainingStretch(phase.data.train, phase.data.validation, layout, batches)
+        phase_layout = dataclasses.replace(layout, batch_size=phase.batch_size)
+        start, stop = done * phase_layout.global_batch, (phase.end - phase.start - done) * layout.grad_accum_steps
+        data = phase.data
+        stretch = TrainingStretch(data.train, data.validation, phase_layout, start, phase.start + done, stop)
+        stretches.append(dataclasses.replace(stretch, max_seq_len=phase.max_seq_len))
+    return stretches
 
 
 def _column(examples, name: str):

@@ -21,7 +21,7 @@ from plm_toolkit.data.batching.loader import BatchLayout
 from plm_toolkit.data.layouts.examples import PretrainingData
 from plm_toolkit.data.layouts.plan import DataPlan
 from plm_toolkit.objectives.base import Objective
-from plm_toolkit.training.batches import Batching, check_streams, rows_per_batch, training_stretches
+from plm_toolkit.training.batches import Batching, check_streams, rows_per_batch, stretches_ahead
 from plm_toolkit.training.best_model import BestModel
 from plm_toolkit.training.compilation import CompileWatch, speed_switches
 from plm_toolkit.training.distributed import all_reduce_max, barrier
@@ -97,8 +97,7 @@ class Trainer:
         plan = plan if plan is not None else DataPlan(transform=objective.batch_transform())
         switches = speed_switches(hardware_cfg, runtime.device, type(objective), type(model))
         seed = int(trainer_cfg.seed)
-        grouped = trainer_cfg.group_by_length
-        self.batching = Batching.for_run(plan, collate, switches, longest, seed, num_workers, runtime.device, grouped)
+        self.batching = Batching.for_run(plan, collate, switches, longest, seed, num_workers, runtime.device)
         self.layout = BatchLayout(
             rows_per_batch(train_examples, trainer_cfg),
             trainer_cfg.grad_accum_steps,
@@ -242,9 +241,9 @@ class Trainer:
         phase switches the examples and the batch layout to its own, so that evaluation and the examples counted
         follow it."""
         examples, position = (self.train_examples, self.eval_examples), (self.layout, self.samples_seen, self.step)
-        for stretch in training_stretches(self.batching, *examples, *position, self.phases):
+        for stretch in stretches_ahead(*examples, *position, self.phases, self.cfg.group_by_length):
             self.layout, self.train_examples, self.eval_examples = stretch.layout, stretch.examples, stretch.validation
-            yield from stretch.batches
+            yield from self.batching.reader(stretch)  # built as the stretch begins
 
     def _run(self, loader, bar: ProgressBar) -> dict:
         cfg = self.cfg
