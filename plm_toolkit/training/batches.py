@@ -7,7 +7,7 @@ used to train up to its first evaluation, then stop there)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,10 +147,34 @@ def stretches_ahead(
         done = max(step - phase.start, 0)  # steps of this phase already taken (a run resumed inside it)
         phase_layout = dataclasses.replace(layout, batch_size=phase.batch_size)
         start, stop = done * phase_layout.global_batch, (phase.end - phase.start - done) * layout.grad_accum_steps
-        data = phase.data
-        stretch = TrainingStretch(data.train, data.validation, phase_layout, start, phase.start + done, stop)
-        stretches.append(dataclasses.replace(stretch, max_seq_len=phase.max_seq_len))
+        data, first_step = phase.data, phase.start + done
+        stretches.append(
+            TrainingStretch(data.train, data.validation, phase_layout, start, first_step, stop, phase.max_seq_len)
+        )
     return stretches
+
+
+class StretchBatches:
+    """The micro-batches of ``stretches``, one stretch after the other, each read by ``batching.reader``;
+    ``begin(stretch)`` is called as each begins (the Trainer takes its examples and layout). The first stretch's
+    loader is built at once, its workers started by ``start``, each later one's as it begins."""
+
+    def __init__(self, batching: Batching, stretches: list[TrainingStretch], begin: Callable[[TrainingStretch], None]):
+        self.batching, self.stretches, self.begin = batching, stretches, begin
+        self.first = batching.reader(stretches[0]) if stretches else ()
+
+    def start(self) -> Iterator[dict[str, torch.Tensor]]:
+        """The micro-batches; the first stretch's loader starts its workers now (the loop starts them inside its
+        signal handlers, which they inherit: training/loop.py)."""
+        if self.stretches:
+            self.begin(self.stretches[0])
+        return self._one_after_the_other(iter(self.first))
+
+    def _one_after_the_other(self, first: Iterator) -> Iterator[dict[str, torch.Tensor]]:
+        yield from first
+        for stretch in self.stretches[1:]:
+            self.begin(stretch)
+            yield from self.batching.reader(stretch)
 
 
 def _column(examples, name: str):

@@ -21,7 +21,14 @@ from plm_toolkit.data.batching.loader import BatchLayout
 from plm_toolkit.data.layouts.examples import PretrainingData
 from plm_toolkit.data.layouts.plan import DataPlan
 from plm_toolkit.objectives.base import Objective
-from plm_toolkit.training.batches import Batching, check_streams, rows_per_batch, stretches_ahead
+from plm_toolkit.training.batches import (
+    Batching,
+    StretchBatches,
+    TrainingStretch,
+    check_streams,
+    rows_per_batch,
+    stretches_ahead,
+)
 from plm_toolkit.training.best_model import BestModel
 from plm_toolkit.training.compilation import CompileWatch, speed_switches
 from plm_toolkit.training.distributed import all_reduce_max, barrier
@@ -236,16 +243,18 @@ class Trainer:
         finally:
             self.metrics.close()
 
-    def _batches(self):
+    def _batches(self) -> StretchBatches:
         """The micro-batches from the current data position (training/batches.py); with trainer.phases, entering a
         phase switches the examples and the batch layout to its own, so that evaluation and the examples counted
         follow it."""
         examples, position = (self.train_examples, self.eval_examples), (self.layout, self.samples_seen, self.step)
-        for stretch in stretches_ahead(*examples, *position, self.phases, self.cfg.group_by_length):
-            self.layout, self.train_examples, self.eval_examples = stretch.layout, stretch.examples, stretch.validation
-            yield from self.batching.reader(stretch)  # built as the stretch begins
+        stretches = stretches_ahead(*examples, *position, self.phases, self.cfg.group_by_length)
+        return StretchBatches(self.batching, stretches, self._begin)
 
-    def _run(self, loader, bar: ProgressBar) -> dict:
+    def _begin(self, stretch: TrainingStretch) -> None:
+        self.layout, self.train_examples, self.eval_examples = stretch.layout, stretch.examples, stretch.validation
+
+    def _run(self, loader: StretchBatches, bar: ProgressBar) -> dict:
         cfg = self.cfg
         self.step_log.restart_timer()
         record: dict = {}
@@ -255,7 +264,7 @@ class Trainer:
                 # The loader's workers start here, inside StopSignals: they inherit its handlers, so Ctrl-C (which
                 # the terminal sends to them too) leaves them running until the step ends and the checkpoint is
                 # written.
-                batches = iter(loader)
+                batches = loader.start()
                 self.clock.restart(self.clock.elapsed)
                 while self.step < self.max_steps and stop is None:
                     lr = self.optimizer.param_groups[0]["lr"]
