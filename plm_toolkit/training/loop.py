@@ -66,7 +66,7 @@ def run_length(trainer_cfg, num_examples: int, global_batch: int) -> int:
 class Trainer:
     """Owns the run's state (step, data position, examples and batch layout, checkpoints written) and is its only
     writer; its collaborators get what they need and hand results back: OptimizerStep, Evaluator, Checkpointer,
-    StepLog, BestModel, the batch readers of training/batches.py and training/phases.py."""
+    StepLog, BestModel, EvaluationSchedule, StretchBatches (training/batches.py: the training batches, phases too)."""
 
     def __init__(
         self,
@@ -117,14 +117,18 @@ class Trainer:
         self.schedule = EvaluationSchedule.from_config(trainer_cfg, has_validation=eval_examples is not None)
         # The module side: the run's length, the forward, optimizer and schedule, the optimizer step.
         self.max_steps = run_length(trainer_cfg, len(train_examples), self.layout.global_batch)
+        # The model's FLOPs per token and the device's peak: the model FLOPs utilization logged.
         self.flops = ModelFlops(self.module, model)
+        peak = peak_tflops(
+            runtime.device, runtime.precision, bool(hardware_cfg.allow_tf32), float(hardware_cfg.peak_tflops)
+        )
         # FSDP shards the parameters in place, so the optimizer is built after it.
         forward, ddp = prepare_module(self.module, runtime, hardware_cfg, switches.compile)
+        self.watch = CompileWatch(switches.compile)
         self.optimizer = build_optimizer(self.module, optimizer_cfg, hardware_cfg.optimizer_implementation)
         self.clock = TrainingClock(trainer_cfg.time_budget)
         self.scheduler = build_scheduler(self.optimizer, optimizer_cfg, self.max_steps, self.clock.budgeted)
         self.scaler = LossScaler(runtime, hardware_cfg.min_loss_scale, hardware_cfg.max_overflow_steps)
-        self.watch = CompileWatch(switches.compile)
         self.stepper = OptimizerStep(
             module=self.module,
             forward=forward,
@@ -161,11 +165,7 @@ class Trainer:
         self.metrics = MetricsWriter(
             run_dir, "tensorboard" in loggers, self.process.is_main, "jsonl" in loggers, take_trackers(run_dir)
         )
-        peak = peak_tflops(
-            runtime.device, runtime.precision, bool(hardware_cfg.allow_tf32), float(hardware_cfg.peak_tflops)
-        )
-        denominators = objective.metric_denominators
-        self.step_log = StepLog(self.metrics, self.process, denominators, self.clock, self.watch, peak)
+        self.step_log = StepLog(self.metrics, self.process, objective.metric_denominators, self.clock, self.watch, peak)
         # trainer.load_best_model_at_end / early_stopping_patience (training/selection.py).
         self.best = BestModel(
             Selection.from_config(trainer_cfg, objective),
@@ -244,14 +244,13 @@ class Trainer:
             self.metrics.close()
 
     def _batches(self) -> StretchBatches:
-        """The micro-batches from the current data position (training/batches.py); with trainer.phases, entering a
-        phase switches the examples and the batch layout to its own, so that evaluation and the examples counted
-        follow it."""
+        """The micro-batches from the current data position (training/batches.py)."""
         examples, position = (self.train_examples, self.eval_examples), (self.layout, self.samples_seen, self.step)
         stretches = stretches_ahead(*examples, *position, self.phases, self.cfg.group_by_length)
         return StretchBatches(self.batching, stretches, self._begin)
 
     def _begin(self, stretch: TrainingStretch) -> None:
+        """A phase begins: its examples and batch layout become the run's (evaluation and the count follow them)."""
         self.layout, self.train_examples, self.eval_examples = stretch.layout, stretch.examples, stretch.validation
 
     def _run(self, loader: StretchBatches, bar: ProgressBar) -> dict:
