@@ -122,10 +122,11 @@ def _valid_rows(targets: torch.Tensor, ignore_index: int | None) -> tuple[torch.
     return valid, targets.masked_fill(~valid, 0)
 
 
-def _scan(hidden, weight, bias, targets, chunk, ignore_index, gradients: bool):
+def _scan(hidden, weight, bias, targets, chunk, ignore_index, gradients: bool, compute: torch.dtype | None = None):
     """The chunks' summed loss and hits, and with ``gradients`` the loss's gradients with respect to ``hidden``
-    (compute dtype), ``weight`` and ``bias`` (fp32), folded in chunk by chunk; otherwise None for each."""
-    compute = _compute_dtype(weight)
+    (``compute`` dtype: by default autocast's or the weight's), ``weight`` and ``bias`` (fp32), folded in chunk by
+    chunk; otherwise None for each."""
+    compute = compute or _compute_dtype(weight)
     valid, targets = _valid_rows(targets, ignore_index)
     weight_c, hidden_c = weight.to(compute), hidden.to(compute)
     loss = hidden.new_zeros((), dtype=torch.float32)
@@ -164,10 +165,50 @@ def _scan(hidden, weight, bias, targets, chunk, ignore_index, gradients: bool):
     return loss, correct, grad_hidden, grad_weight, grad_bias
 
 
+@torch.library.custom_op("plm_toolkit::linear_cross_entropy_scan", mutates_args=())
+def _opaque_scan(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    chunk: int,
+    ignore_index: int | None,
+    compute: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``_scan`` with gradients as one operator torch.compile calls rather than traces (a CPU compiled step): it
+    runs eagerly, with its vocabulary blocks and workspace. Inductor's own code for the (rows, V) softmax and
+    its gradient took 1.3x the eager time (docs/speed-and-benchmarks.md). ``compute``: the matmuls' dtype where the
+    step was traced (autocast's there); no bias: an empty bias gradient."""
+    loss, correct, grad_hidden, grad_weight, grad_bias = _scan(
+        hidden, weight, bias, targets, chunk, ignore_index, gradients=True, compute=compute
+    )
+    return loss, correct, grad_hidden, grad_weight, grad_bias if grad_bias is not None else weight.new_empty(0)
+
+
+@_opaque_scan.register_fake
+def _(hidden, weight, bias, targets, chunk, ignore_index, compute):
+    return (
+        hidden.new_empty((), dtype=torch.float32),
+        hidden.new_empty((), dtype=torch.long),
+        hidden.new_empty(hidden.shape, dtype=compute),
+        weight.new_empty(weight.shape, dtype=torch.float32),
+        weight.new_empty(0) if bias is None else bias.new_empty(bias.shape, dtype=torch.float32),
+    )
+
+
+def _scan_with_gradients(hidden, weight, bias, targets, chunk, ignore_index):
+    if torch.compiler.is_compiling() and hidden.device.type == "cpu":
+        loss, correct, grad_hidden, grad_weight, grad_bias = _opaque_scan(
+            hidden, weight, bias, targets, chunk, ignore_index, _compute_dtype(weight)
+        )
+        return loss, correct, grad_hidden, grad_weight, None if bias is None else grad_bias
+    return _scan(hidden, weight, bias, targets, chunk, ignore_index, gradients=True)
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, chunk, ignore_index):
-        loss, correct, *grads = _scan(hidden, weight, bias, targets, chunk, ignore_index, gradients=True)
+        loss, correct, *grads = _scan_with_gradients(hidden, weight, bias, targets, chunk, ignore_index)
         ctx.save_for_backward(*grads)
         ctx.hidden_dtype, ctx.weight_dtype = hidden.dtype, weight.dtype
         ctx.bias_dtype = None if bias is None else bias.dtype

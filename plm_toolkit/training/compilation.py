@@ -83,13 +83,27 @@ def _compile_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def compile_module(module: nn.Module, mode: str | None = None, backend: str = "inductor"):
-    """``module`` through torch.compile with static shapes (one graph per batch shape)."""
+def configure_compiler(device: torch.device) -> None:
+    """Process-wide torch.compile settings of a training run, set before anything compiles.
+
+    On a CPU, random numbers (dropout) come from ATen's generator rather than inductor's own: inductor draws them
+    per element inside the kernels it generates, which then run unvectorized (BERT-Tiny's fused
+    mask-softmax-dropout kernel took 8.3 ms a layer against 1.0 with ATen's draws). A compiled step then also drops
+    the same units as an eager one with the same seed.
+    """
     config = torch._dynamo.config
     for limit in ("recompile_limit", "cache_size_limit"):  # the name changed in torch 2.6
         if hasattr(config, limit):
             setattr(config, limit, max(getattr(config, limit), RECOMPILE_LIMIT))
             break
+    if device.type == "cpu":
+        from torch._inductor import config as inductor_config
+
+        inductor_config.fallback_random = True
+
+
+def compile_module(module: nn.Module, mode: str | None = None, backend: str = "inductor"):
+    """``module`` through torch.compile with static shapes (one graph per batch shape)."""
     return torch.compile(module, mode=mode, backend=backend, dynamic=False)
 
 

@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from plm_toolkit.core.errors import ConfigError
-from plm_toolkit.training.compilation import CompiledForward
+from plm_toolkit.training.compilation import CompiledForward, configure_compiler
 from plm_toolkit.training.precision import Runtime
 
 log = logging.getLogger("plm_toolkit")
@@ -86,6 +86,8 @@ def prepare_module(module: nn.Module, runtime: Runtime, hw, compiled: bool) -> t
     the forward goes through torch.compile (per block under FSDP)."""
     mode = getattr(hw.compile_mode, "value", hw.compile_mode)
     mode = None if mode == "default" else mode
+    if compiled:
+        configure_compiler(runtime.device)
     if runtime.fsdp:
         apply_fsdp(module, runtime, bool(hw.reshard_after_forward), compiled, mode)
         return module, None

@@ -127,9 +127,52 @@ def test_cuda_autocast_keeps_the_projection_in_bf16_and_matches_plain():
     assert ours[1].dtype == torch.float32
 
 
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16-autocast"])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_a_compiled_cpu_step_calls_the_scan_as_one_operator_with_the_eager_values(with_bias, bf16):
+    """On a CPU torch.compile calls the chunked scan (vocabulary blocks, workspace) as one operator instead of
+    tracing its softmax into generated code; values, hits and gradients stay the eager ones, in autocast's
+    precision where the step was traced under it."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    torch._dynamo.reset()
+    forward_graphs = []
+
+    def keep(graph_module, _inputs):
+        forward_graphs.append(graph_module.graph)
+        return make_boxed_func(graph_module.forward)
+
+    backend = aot_autograd(fw_compiler=keep, bw_compiler=lambda gm, _: make_boxed_func(gm.forward))
+    hidden, weight, bias, targets = problem_with_ignored_rows(4, 37, 12, 211, every=5)
+    bias = bias if with_bias else None
+    parameters = [p for p in (hidden, weight, bias) if p is not None]
+
+    def loss_of(h, w, b, t):
+        loss, correct = linear_cross_entropy(torch.tanh(h) @ torch.eye(12), w, b, t, chunk=16, ignore_index=-100)
+        return loss * 3, correct
+
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        compiled_loss, compiled_correct = torch.compile(loss_of, backend=backend)(hidden, weight, bias, targets)
+    compiled_loss.backward()
+    compiled = [p.grad.clone() for p in parameters]
+    for p in parameters:
+        p.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        eager_loss, eager_correct = loss_of(hidden, weight, bias, targets)
+    eager_loss.backward()
+    torch._dynamo.reset()
+    scan = torch.ops.plm_toolkit.linear_cross_entropy_scan.default
+    assert [node.target for graph in forward_graphs for node in graph.nodes].count(scan) == 1
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-6, atol=1e-5)
+    assert compiled_correct == eager_correct
+    for mine, eager in zip(compiled, [p.grad for p in parameters], strict=True):
+        torch.testing.assert_close(mine, eager, rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.slow
 def test_compiles_into_one_graph_with_the_eager_loss_and_gradients():
-    """hardware.compile traces the objective's loss with the backbone: no graph break, no workspace inside."""
+    """hardware.compile compiles the objective's loss with the backbone: no graph break."""
     if compilation.compiler_problem(torch.device("cpu")):
         pytest.skip("no working compiler here")
     torch._dynamo.reset()

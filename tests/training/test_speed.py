@@ -132,6 +132,41 @@ def test_packed_batch_and_gathered_head_give_the_padded_loss():
         assert out.metrics["mlm_correct"] == reference.metrics["mlm_correct"]
 
 
+@pytest.mark.slow
+def test_cpu_compiled_step_drops_what_the_eager_step_drops(monkeypatch):
+    """hardware.compile on a CPU draws dropout's random numbers with ATen's generator (compilation.py): the
+    inductor-compiled training step with dropout gives the eager step's loss and gradients for the same seed."""
+    from torch._inductor import config as inductor_config
+
+    from plm_toolkit.training.step import PretrainingModule
+
+    if compilation.compiler_problem(torch.device("cpu")):
+        pytest.skip("no working compiler here")
+    monkeypatch.setattr(inductor_config, "fallback_random", inductor_config.fallback_random)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = Bert(BertConfig(vocab_size=97, hidden_size=36, num_layers=2, num_heads=3, intermediate_size=37,
+                            max_position_embeddings=64, hidden_dropout=0.2, attention_dropout=0.2))  # fmt: skip
+    module = PretrainingModule(model, MaskedLanguageModeling(MlmConfig(), model, VOCAB)).train()
+    batch = masked_batch(module.objective, [30, 12, 40, 25], width=40)
+
+    def step(forward):
+        module.zero_grad()
+        torch.manual_seed(11)
+        loss = forward(batch).loss_sums["mlm"]
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in module.parameters() if p.grad is not None]
+
+    eager_loss, eager_grads = step(module)
+    compilation.configure_compiler(torch.device("cpu"))
+    compiled_loss, compiled_grads = step(compilation.compile_module(module))
+    torch._dynamo.reset()
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-5)
+    assert len(compiled_grads) == len(eager_grads)
+    for compiled, eager in zip(compiled_grads, eager_grads, strict=True):
+        torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
+
+
 def test_unpadded_pretraining_run_matches_the_padded_one(make_config, tmp_path):
     # Sentence lengths vary with data.short_seq_prob=1, so the batches have padding to remove.
     common = [
