@@ -136,6 +136,26 @@ def run_variant(case: Case, switches: list[str], folder: Path, data: list[str], 
     return entry
 
 
+def median_run(entries: list[dict]) -> dict:
+    """The run of median tokens/s (the lower middle one of an even count), with every run's tokens/s beside it."""
+    timed = sorted((e for e in entries if e.get("tokens_per_s")), key=lambda e: e["tokens_per_s"])
+    if len(entries) == 1 or not timed:
+        return entries[0]
+    return {**timed[(len(timed) - 1) // 2], "rounds_tokens_per_s": [e.get("tokens_per_s") for e in entries]}
+
+
+def paired_speedups(runs: dict[str, list[dict]]) -> dict[str, dict]:
+    """Each variant's tokens/s over eager's of the same round: the median and every round's."""
+    out = {}
+    for variant, entries in runs.items():
+        pairs = zip(entries, runs["eager"], strict=True)
+        ratios = [round(e["tokens_per_s"] / base["tokens_per_s"], 3) for e, base in pairs
+                  if e.get("tokens_per_s") and base.get("tokens_per_s")]  # fmt: skip
+        if variant != "eager" and ratios:
+            out[variant] = {"median": statistics.median(ratios), "rounds": ratios}
+    return out
+
+
 def after_warmup(records: list[dict], warmup: int) -> dict:
     """tokens/s, step seconds and MFU over the steps after warm-up (and after the last step that compiled)."""
     compiled = [r["step"] for r, before in zip(records[1:], records, strict=False)
@@ -256,6 +276,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--suite", choices=sorted(SUITES), help="cpu or gpu: the cases of that suite")
     parser.add_argument("--variants", nargs="+", help="only these variants of each case")
     parser.add_argument("--steps", type=int, default=0, help="steps per variant (default: the case's)")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each variant, in turns; the median is kept")
     parser.add_argument("--warmup-steps", type=int, default=20, help="steps left out of the figures at least")
     parser.add_argument("--reference-steps", type=int, default=20)
     parser.add_argument("--reference-warmup", type=int, default=3)
@@ -285,12 +306,17 @@ def main(argv=None) -> dict:
             folder.mkdir()
             data = corpus(folder, case.corpus_mb if args.corpus_mb is None else args.corpus_mb)
             variants = {v: s for v, s in case.variants.items() if not args.variants or v in args.variants}
-            entries = {}
-            for variant, switches in variants.items():
-                (folder / variant).mkdir()
-                entries[variant] = run_variant(case, switches, folder / variant, data, args)
-                print(f"{name} {variant}: {json.dumps(entries[variant])[:300]}", file=sys.stderr, flush=True)
+            runs: dict[str, list[dict]] = {variant: [] for variant in variants}
+            for round_index in range(args.rounds):  # the variants take turns: a busy spell hits all of them
+                for variant, switches in variants.items():
+                    where = folder / f"{variant}.{round_index}"
+                    where.mkdir()
+                    runs[variant].append(run_variant(case, switches, where, data, args))
+                    print(f"{name} {variant}: {json.dumps(runs[variant][-1])[:300]}", file=sys.stderr, flush=True)
+            entries = {variant: median_run(entries) for variant, entries in runs.items()}
             out = {"overrides": case.overrides, "variants": entries}
+            if args.rounds > 1 and "eager" in runs:
+                out["speedup_vs_eager_by_round"] = paired_speedups(runs)
             ok = [e for e in entries.values() if e.get("tokens_per_s")]
             if ok and not args.no_reference:
                 shape = batch_shape(case, ok[0], args.override)

@@ -16,7 +16,7 @@ def test_bench_command_reads_the_command_metrics_beside_the_reference(tmp_path):
     out = tmp_path / "bench.json"
     args = ["--steps", "8", "--warmup-steps", "2", "--reference-steps", "2", "--reference-warmup", "1"]
     args += ["--variants", "eager", "compiled", "--override", "hardware.compile_backend=aot_eager", "--out", str(out)]
-    args += ["--override", "trainer.batch_size=4", "--override", "data.max_seq_len=64"]
+    args += ["--override", "trainer.batch_size=4", "--override", "data.max_seq_len=64", "--rounds", "2"]
     done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -31,3 +31,29 @@ def test_bench_command_reads_the_command_metrics_beside_the_reference(tmp_path):
         assert entry["tokens_per_step"] <= 4 * 64
     assert case["reference"]["rows"] == 4 and case["reference"]["width"] == 64
     assert set(case["speedup_vs_reference"]) == {"eager", "compiled"}
+    # Two rounds in turns: each variant's figures are its median run, the rounds' beside them.
+    assert len(eager["rounds_tokens_per_s"]) == 2 and eager["tokens_per_s"] == min(eager["rounds_tokens_per_s"])
+    paired = case["speedup_vs_eager_by_round"]["compiled"]
+    assert len(paired["rounds"]) == 2 and paired["median"] == sum(paired["rounds"]) / 2
+
+
+def load_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_command", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rounds_keep_the_median_run_and_pair_each_round_with_eager():
+    bench = load_script()
+    runs = {
+        "eager": [{"tokens_per_s": 100.0}, {"tokens_per_s": 50.0}, {"tokens_per_s": 80.0}],
+        "compiled": [{"tokens_per_s": 110.0}, {"tokens_per_s": 60.0}, {"exit": 1, "error": ["boom"]}],
+    }
+    assert bench.median_run(runs["eager"]) == {"tokens_per_s": 80.0, "rounds_tokens_per_s": [100.0, 50.0, 80.0]}
+    # A failed round counts for nothing; of two, the lower middle one is kept.
+    assert bench.median_run(runs["compiled"])["tokens_per_s"] == 60.0
+    assert bench.paired_speedups(runs) == {"compiled": {"median": 1.15, "rounds": [1.1, 1.2]}}
+    assert bench.median_run([{"exit": 1}]) == {"exit": 1}
