@@ -44,6 +44,35 @@ def gpt2_tokenizer(model: models.Model, add_prefix_space: bool = True) -> Tokeni
     return tokenizer
 
 
+def is_gpt2_vocabulary(vocabulary: Tokenizer | models.Model) -> bool:
+    """Whether a byte-level BPE vocabulary is GPT-2's: <|endoftext|> and none of RoBERTa's <s>."""
+    return vocabulary.token_to_id(END_OF_TEXT) is not None and vocabulary.token_to_id("<s>") is None
+
+
+def bpe_files_tokenizer(model: models.BPE) -> Tokenizer:
+    """The pipeline a vocab.json + merges.txt gets: GPT-2's for GPT-2's vocabulary, with no space added before a
+    text (GPT2Tokenizer's add_prefix_space=False), RoBERTa's for any other."""
+    if is_gpt2_vocabulary(model):
+        return gpt2_tokenizer(model, add_prefix_space=False)
+    return byte_level_tokenizer(model)
+
+
+def with_gpt2_template(tokenizer: Tokenizer) -> Tokenizer:
+    """``tokenizer`` (a loaded tokenizer.json) with GPT-2's template where it is a BPE of GPT-2's vocabulary that
+    wraps a text in no special token: GPT-2's tokenizer.json, or the export of a GPT language model
+    (interop/hf_tokenizer.py), encodes a text alone; fine-tuning wraps it as it does the same vocabulary's
+    vocab.json."""
+    if isinstance(tokenizer.model, models.BPE) and is_gpt2_vocabulary(tokenizer) and _adds_nothing(tokenizer):
+        _add_gpt2_specials(tokenizer)
+    return tokenizer
+
+
+def _adds_nothing(tokenizer: Tokenizer) -> bool:
+    """Whether the template of ``tokenizer`` (its post-processor) wraps a text or a pair in no special token."""
+    encodings = (tokenizer.encode("a", "b"), tokenizer.encode("a", "b", add_special_tokens=False))
+    return encodings[0].ids == encodings[1].ids
+
+
 def _add_gpt2_specials(tokenizer: Tokenizer) -> None:
     end = tokenizer.token_to_id(END_OF_TEXT)
     if end is None:

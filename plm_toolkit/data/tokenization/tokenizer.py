@@ -33,13 +33,11 @@ from plm_toolkit.data.sources.pieces import resolve_sources
 from plm_toolkit.data.sources.user_files import not_a_file, read_text
 from plm_toolkit.data.tokenization.pipelines import (
     BPE_SPECIAL_TOKENS,
-    END_OF_TEXT,
     GPT2_SPECIAL_TOKENS,
     SPECIAL_TOKENS,
-    _add_gpt2_specials,
     bert_tokenizer,
-    byte_level_tokenizer,
-    gpt2_tokenizer,
+    bpe_files_tokenizer,
+    with_gpt2_template,
 )
 from plm_toolkit.data.tokenization.sentinels import (
     T5_SPECIAL_TOKENS,
@@ -58,8 +56,6 @@ _BYTE_LEVEL_SPACE = "\u0120"
 # The characters byte-level BPE writes for the bytes that are not printable Latin-1 (controls, the space as "Ġ", the
 # newline as "Ċ", DEL, 0x80-0xA0, the soft hyphen): in a text a user writes, only as rare letters.
 BYTE_STAND_INS = range(0x100, 0x144)
-# The roles a vocab.txt (a BERT WordPiece vocabulary) must fill: its template and MLM need every one.
-_BERT_ROLES = ("pad_id", "unk_id", "cls_id", "sep_id", "mask_id")
 TOKENIZER_FILE = "tokenizer.json"
 BPE_VOCAB_FILE, BPE_MERGES_FILE = "vocab.json", "merges.txt"
 
@@ -102,7 +98,7 @@ def load_tokenizer(path: str | Path, lowercase: bool = True) -> Tokenizer:
     if reason is not None:
         raise DataError(f"tokenizer file {path}: {reason}; expected a tokenizer.json, vocab.txt or vocab.json")
     if path.name == BPE_VOCAB_FILE:
-        tokenizer = _load_bpe_files(path)
+        tokenizer = bpe_files_tokenizer(read_bpe_files(path, path.with_name(BPE_MERGES_FILE)))
     elif path.suffix == ".json":
         text = read_text(path)  # checked: a regular UTF-8 file, its byte-order mark dropped
         try:
@@ -110,43 +106,15 @@ def load_tokenizer(path: str | Path, lowercase: bool = True) -> Tokenizer:
         except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exceptions
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise DataError(f"tokenizer file {path} does not load ({first}); expected a tokenizer.json") from e
-        if _gpt2_vocabulary(tokenizer) and _adds_nothing(tokenizer):
-            # GPT-2's tokenizer.json, or the export of a GPT language model (interop/hf_tokenizer.py), encodes a text
-            # alone; fine-tuning wraps it in GPT-2's template, as it does the same vocabulary's vocab.json.
-            _add_gpt2_specials(tokenizer)
+        tokenizer = with_gpt2_template(tokenizer)
     else:
         tokenizer = bert_tokenizer(models.WordPiece(read_vocab_txt(path), unk_token="[UNK]"), lowercase)
-        vocab = vocab_from_tokenizer(tokenizer)
-        for role in _BERT_ROLES:  # fail now, naming the file, if a special token is missing
-            if getattr(vocab, role) is None:
-                names = " or ".join(ROLE_TOKENS[role])
-                raise DataError(f"tokenizer file {path} has no {names} token; expected BERT's special tokens")
     check_ids(tokenizer, path)
     # A tokenizer.json may keep the padding and truncation its creator used (all-MiniLM-L6-v2's fixed 128): every
     # text would be cut or padded to that length, and the pads masked and predicted. Windows are made here.
     tokenizer.no_padding()
     tokenizer.no_truncation()
     return tokenizer
-
-
-def _load_bpe_files(vocab_path: Path) -> Tokenizer:
-    model = read_bpe_files(vocab_path, vocab_path.with_name(BPE_MERGES_FILE))
-    if model.token_to_id(END_OF_TEXT) is not None and model.token_to_id("<s>") is None:
-        # GPT-2's files: its tokenizer adds no space before a text (GPT2Tokenizer's add_prefix_space=False).
-        return gpt2_tokenizer(model, add_prefix_space=False)
-    return byte_level_tokenizer(model)
-
-
-def _gpt2_vocabulary(tokenizer: Tokenizer) -> bool:
-    """Whether ``tokenizer`` is a BPE with GPT-2's one special token, <|endoftext|>, and none of RoBERTa's."""
-    bpe = isinstance(tokenizer.model, models.BPE)
-    return bpe and tokenizer.token_to_id(END_OF_TEXT) is not None and tokenizer.token_to_id("<s>") is None
-
-
-def _adds_nothing(tokenizer: Tokenizer) -> bool:
-    """Whether the template of ``tokenizer`` (its post-processor) wraps a text or a pair in no special token."""
-    encodings = (tokenizer.encode("a", "b"), tokenizer.encode("a", "b", add_special_tokens=False))
-    return encodings[0].ids == encodings[1].ids
 
 
 def tokenizer_cache_path(data_cfg: DataConfig, corpus_fingerprint: str) -> Path:

@@ -10,11 +10,16 @@ from tokenizers import Tokenizer, models
 
 from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.sources.user_files import iter_lines, read_json
+from plm_toolkit.data.tokenization.vocab import ROLE_TOKENS
+
+# The roles a vocab.txt (a BERT WordPiece vocabulary) must fill: its template and MLM need every one.
+BERT_ROLES = ("pad_id", "unk_id", "cls_id", "sep_id", "mask_id")
 
 
 def read_vocab_txt(path: Path) -> dict[str, int]:
     """A WordPiece vocab.txt: one token per line, the line number (from 0) is the id; a token on two lines is
-    refused (the ids of every later token would shift, an IndexError at the first forward)."""
+    refused (the ids of every later token would shift, an IndexError at the first forward), and so is a vocabulary
+    without one of BERT's special tokens (``BERT_ROLES``): its template and MLM need every one."""
     vocab: dict[str, int] = {}
     for number, token in iter_lines(path):
         if not token.strip():
@@ -27,6 +32,10 @@ def read_vocab_txt(path: Path) -> dict[str, int]:
         vocab[token] = number - 1
     if not vocab:
         raise DataError(f"vocab file {path} is empty; expected one WordPiece token per line")
+    for role in BERT_ROLES:  # fail now, naming the file, if a special token is missing
+        if not any(token in vocab for token in ROLE_TOKENS[role]):
+            names = " or ".join(ROLE_TOKENS[role])
+            raise DataError(f"tokenizer file {path} has no {names} token; expected BERT's special tokens")
     return vocab
 
 
