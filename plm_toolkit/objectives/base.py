@@ -72,6 +72,16 @@ class Objective(nn.Module):
     head_groups: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
+    def head_key(cls, name: str, key: str) -> tuple[str, str]:
+        """(group, key within it) of a key of this objective's state (``name``: the objective's registered name): a
+        combined objective's keys are grouped by their first part (``head_groups``), any other's under
+        ``head_group``, or ``name``."""
+        first, _, rest = key.partition(".")
+        if first in cls.head_groups:
+            return first, rest
+        return cls.head_group or name, key
+
+    @classmethod
     def check_config(cls, config) -> None:
         """Raise ConfigError naming the key for an impossible setting; validation calls it before any work."""
 

@@ -270,15 +270,11 @@ def objective_node(name: str, values: dict[str, Any], cfg: DictConfig, keys: dic
 
 
 def head_key(objective: str | None, key: str) -> tuple[str, str]:
-    """(group, key within it) of an objective-state key: heads of the same group fit each other's objectives
-    (``Objective.head_group``); a combined objective's keys are grouped by their first part (``head_groups``)."""
+    """(group, key within it) of a key of a checkpoint's objective state (``objective``: the name it saved), as that
+    objective groups its heads (``Objective.head_key``); keys of an objective no longer registered keep its name."""
     if not objective or objective not in registry.OBJECTIVES:
         return objective or "", key
-    chosen = objective_class(objective)
-    first, _, rest = key.partition(".")
-    if first in chosen.head_groups:
-        return first, rest
-    return chosen.head_group or objective, key
+    return objective_class(objective).head_key(objective, key)
 
 
 def load_starting_weights(start: StartingPoint, model: nn.Module, objective: nn.Module, name: str) -> None:
@@ -294,10 +290,11 @@ def load_starting_weights(start: StartingPoint, model: nn.Module, objective: nn.
     state = objective.state_dict()
     loaded, new, used = {}, [], set()
     for key, value in state.items():
-        found = source.get(head_key(name, key))
+        grouped = objective.head_key(name, key)
+        found = source.get(grouped)
         if found is not None and found.shape == value.shape:
             loaded[key] = found
-            used.add(head_key(name, key))
+            used.add(grouped)
         else:
             new.append(key)
     if loaded:
