@@ -43,23 +43,25 @@ def parameter_groups(module: nn.Module, weight_decay: float) -> list[dict]:
     return [g for g in groups if g["params"]]
 
 
-def kernel_options(
-    optimizer_class: type, params: list[torch.Tensor], implementation: str, fused_devices: tuple[str, ...] = ()
-) -> dict:
+def kernel_options(optimizer_class: type, params: list[torch.Tensor], implementation: str) -> dict:
     """``fused``/``foreach`` arguments for ``implementation``: auto takes the fused kernel where torch has one for
-    this optimizer and device (Adam, AdamW and SGD on CPU and CUDA since torch 2.4; ``fused_devices`` narrows the
-    list) and foreach elsewhere. A fused step over BERT-sized parameter lists is several times faster than the
-    per-parameter loop torch picks on CPU."""
+    this optimizer and device (Adam, AdamW and SGD on CPU and CUDA since torch 2.4; Adagrad on CPU only) and foreach
+    elsewhere, but for Adafactor, whose for-loop auto keeps. A fused step over BERT-sized parameter lists is several
+    times faster than the per-parameter loop torch picks on CPU."""
     if implementation == "for_loop":
         return {"foreach": False}
     if implementation == "foreach":
         return {"foreach": True}
+    if implementation == "auto" and optimizer_class is torch.optim.Adafactor:
+        # Its for-loop is torch's default on purpose: foreach holds a copy of every gradient more.
+        return {}
     from torch.optim.optimizer import _get_fused_kernels_supported_devices
 
     device = params[0].device.type if params else "cpu"
+    fused_devices = ("cpu",) if optimizer_class is torch.optim.Adagrad else _get_fused_kernels_supported_devices()
     fusable = (
         "fused" in inspect.signature(optimizer_class).parameters
-        and device in (fused_devices or _get_fused_kernels_supported_devices())
+        and device in fused_devices
         and all(p.is_floating_point() and p.device.type == device for p in params)
     )
     if fusable:
@@ -74,41 +76,39 @@ def kernel_options(
 
 def build_optimizer(module: nn.Module, cfg, implementation: str = "auto") -> torch.optim.Optimizer:
     groups = parameter_groups(module, cfg.weight_decay)
-    params = [p for g in groups for p in g["params"]]
     name = cfg.name.value if hasattr(cfg.name, "value") else cfg.name
     implementation = getattr(implementation, "value", implementation)
     betas = tuple(cfg.betas)
-    if name == "adamw" and getattr(cfg, "parameter_scale", False):  # a key only the schema need have
+    # Ours (training/scaled_adam.py), with one implementation each; parameter_scale: a key only the schema need have.
+    if name == "lamb" or (name == "adamw" and getattr(cfg, "parameter_scale", False)):
         _single_implementation(name, implementation)
+        if name == "lamb":
+            return Lamb(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, bias_correction=cfg.bias_correction)
         return AdamWScale(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, scale_epsilon=cfg.scale_epsilon)
+    optimizer_class, settings = torch_optimizer(name, cfg, betas)
+    kernels = kernel_options(optimizer_class, [p for g in groups for p in g["params"]], implementation)
+    return optimizer_class(groups, lr=cfg.lr, **settings, **kernels)
+
+
+def torch_optimizer(name: str, cfg, betas: tuple[float, ...]) -> tuple[type, dict]:
+    """torch's optimizer class for ``optimizer.name`` and its settings besides the groups, lr and kernel."""
     if name == "adamw":
-        kernels = kernel_options(torch.optim.AdamW, params, implementation)
-        return torch.optim.AdamW(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, **kernels)
+        return torch.optim.AdamW, {"betas": betas, "eps": cfg.eps}
     if name == "adam":
         # Adam's weight decay is an L2 term added to the gradient, as in the original Transformer recipe.
-        kernels = kernel_options(torch.optim.Adam, params, implementation)
-        return torch.optim.Adam(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, **kernels)
+        return torch.optim.Adam, {"betas": betas, "eps": cfg.eps}
     if name == "sgd":
-        kernels = kernel_options(torch.optim.SGD, params, implementation)
-        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, **kernels)
-    if name == "lamb":
-        _single_implementation(name, implementation)
-        return Lamb(groups, lr=cfg.lr, betas=betas, eps=cfg.eps, bias_correction=cfg.bias_correction)
+        return torch.optim.SGD, {"momentum": cfg.momentum}
     if name == "adafactor":
         # torch's Adafactor is T5's: relative step min(lr_t, 1/sqrt(t)) times max(eps2, RMS(w)), beta2_t = 1 -
-        # t^-0.8, update clipping at d, factored second moments for matrices, no momentum. Its for-loop is the
-        # default on purpose (foreach holds a copy of every gradient more), so auto keeps it.
-        kernels = {} if implementation == "auto" else kernel_options(torch.optim.Adafactor, params, implementation)
-        eps = (cfg.eps, cfg.scale_epsilon)
-        return torch.optim.Adafactor(
-            groups, lr=cfg.lr, beta2_decay=-cfg.decay_rate, eps=eps, d=cfg.clip_threshold, **kernels
-        )
+        # t^-0.8, update clipping at d, factored second moments for matrices, no momentum.
+        return torch.optim.Adafactor, {
+            "beta2_decay": -cfg.decay_rate,
+            "eps": (cfg.eps, cfg.scale_epsilon),
+            "d": cfg.clip_threshold,
+        }
     if name == "adagrad":
-        # torch's Adagrad fuses on CPU only.
-        kernels = kernel_options(torch.optim.Adagrad, params, implementation, fused_devices=("cpu",))
-        return torch.optim.Adagrad(
-            groups, lr=cfg.lr, eps=cfg.eps, initial_accumulator_value=cfg.initial_accumulator, **kernels
-        )
+        return torch.optim.Adagrad, {"eps": cfg.eps, "initial_accumulator_value": cfg.initial_accumulator}
     raise ValueError(f"unknown optimizer {name!r}")
 
 
