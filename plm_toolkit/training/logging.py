@@ -41,10 +41,17 @@ class MetricsWriter:
     """Appends records to ``metrics.jsonl`` and mirrors numeric values to TensorBoard and the started trackers
     (``training/trackers.py``: MLflow, W&B), rank 0 only."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool, enabled: bool = True, jsonl: bool = True, trackers=()):
+    def __init__(
+        self,
+        run_dir: Path,
+        tensorboard: bool,
+        enabled: bool = True,
+        jsonl: bool = True,
+        trackers: Trackers | None = None,
+    ):
         self.enabled = enabled
         self.jsonl = jsonl
-        self.trackers = Trackers(trackers)
+        self.trackers = trackers if trackers is not None else Trackers([])
         self.path = run_dir / METRICS_FILE
         if enabled:
             run_dir.mkdir(parents=True, exist_ok=True)

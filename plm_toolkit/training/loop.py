@@ -161,10 +161,9 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         # The step of last_checkpoint, from its training state (a resumed folder may have any name).
         self.saved_step: int | None = None
-        loggers = chosen_loggers(trainer_cfg)
-        self.metrics = MetricsWriter(
-            run_dir, "tensorboard" in loggers, self.process.is_main, "jsonl" in loggers, take_trackers(run_dir)
-        )
+        loggers, trackers = chosen_loggers(trainer_cfg), take_trackers(run_dir)
+        tensorboard, jsonl = "tensorboard" in loggers, "jsonl" in loggers
+        self.metrics = MetricsWriter(run_dir, tensorboard, self.process.is_main, jsonl, trackers)
         self.step_log = StepLog(self.metrics, self.process, objective.metric_denominators, self.clock, self.watch, peak)
         # trainer.load_best_model_at_end / early_stopping_patience (training/selection.py).
         self.best = BestModel(

@@ -191,14 +191,14 @@ def start_trackers(trainer_cfg, run_dir: Path, config: dict, is_main: bool) -> N
     _started[run_dir.resolve()] = started
 
 
-def take_trackers(run_dir: Path) -> list:
-    """The trackers started for ``run_dir`` (the MetricsWriter that takes them closes them)."""
-    return _started.pop(run_dir.resolve(), [])
+def take_trackers(run_dir: Path) -> Trackers:
+    """The trackers started for ``run_dir``, as one (whoever takes them closes them: the run's MetricsWriter)."""
+    return Trackers(_started.pop(run_dir.resolve(), []))
 
 
 def close_trackers(run_dir: Path) -> None:
     """Close trackers a run started and never handed over (it stopped before its loop)."""
-    Trackers(_started.pop(run_dir.resolve(), [])).close()
+    take_trackers(run_dir).close()
 
 
 def described(tracker) -> str:
