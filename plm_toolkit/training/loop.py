@@ -117,6 +117,7 @@ class Trainer:
         self.schedule = EvaluationSchedule.from_config(trainer_cfg, has_validation=eval_examples is not None)
         # The module side: the run's length, the forward, optimizer and schedule, the optimizer step.
         self.max_steps = run_length(trainer_cfg, len(train_examples), self.layout.global_batch)
+        self.clock = TrainingClock(trainer_cfg.time_budget)  # and trainer.time_budget, which may end it sooner
         # The model's FLOPs per token and the device's peak: the model FLOPs utilization logged.
         self.flops = ModelFlops(self.module, model)
         peak = peak_tflops(
@@ -126,7 +127,6 @@ class Trainer:
         forward, ddp = prepare_module(self.module, runtime, hardware_cfg, switches.compile)
         self.watch = CompileWatch(switches.compile)
         self.optimizer = build_optimizer(self.module, optimizer_cfg, hardware_cfg.optimizer_implementation)
-        self.clock = TrainingClock(trainer_cfg.time_budget)
         self.scheduler = build_scheduler(self.optimizer, optimizer_cfg, self.max_steps, self.clock.budgeted)
         self.scaler = LossScaler(runtime, hardware_cfg.min_loss_scale, hardware_cfg.max_overflow_steps)
         self.stepper = OptimizerStep(
