@@ -1,12 +1,14 @@
 """The loop's training batches: how the run's examples become batches (``Batching``), the items a micro-batch holds,
-what is left to train from the run's data position (``stretches_ahead``: phase after phase with trainer.phases) and
-its loader, each example's length for trainer.group_by_length, and the check before step 1 that a stream layout has
-enough windows for its streams (a Transformer-XL whose validation text held fewer windows than trainer.batch_size
-used to train up to its first evaluation, then stop there)."""
+the run's length in batches (``run_length``), what is left to train from the run's data position
+(``stretches_ahead``: phase after phase with trainer.phases) and its loader, each example's length for
+trainer.group_by_length, and the check before step 1 that a stream layout has enough windows for its streams (a
+Transformer-XL whose validation text held fewer windows than trainer.batch_size used to train up to its first
+evaluation, then stop there)."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -87,6 +89,16 @@ def rows_per_batch(examples, trainer_cfg) -> int:
     """Items per micro-batch: trainer.batch_size examples, or one item where the examples come in ready-made
     batches (``ready_batches``: token-count batches of sentence pairs, data/layouts/token_batches.py)."""
     return 1 if getattr(examples, "ready_batches", False) else trainer_cfg.batch_size
+
+
+def run_length(trainer_cfg, num_examples: int, global_batch: int) -> int:
+    """Optimizer steps of the run: trainer.max_steps, or trainer.epochs passes over the training examples in batches
+    of ``global_batch``."""
+    if trainer_cfg.max_steps is not None:
+        return int(trainer_cfg.max_steps)
+    if trainer_cfg.epochs == 0:  # plm-finetune's evaluation only
+        return 0
+    return max(1, math.ceil(trainer_cfg.epochs * num_examples / global_batch))
 
 
 def check_streams(examples, batch_size: int, process: ProcessInfo, key: str, plan: DataPlan) -> None:

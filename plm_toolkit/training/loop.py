@@ -9,7 +9,6 @@ log line or checkpoint (``StepLog.settle``), so the host can queue the next step
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 
 import torch
@@ -27,6 +26,7 @@ from plm_toolkit.training.batches import (
     TrainingStretch,
     check_streams,
     rows_per_batch,
+    run_length,
     stretches_ahead,
 )
 from plm_toolkit.training.best_model import BestModel
@@ -52,15 +52,6 @@ log = logging.getLogger("plm_toolkit")
 
 # Steps logged whatever trainer.log_every says.
 FIRST_LOGGED_STEPS = 3
-
-
-def run_length(trainer_cfg, num_examples: int, global_batch: int) -> int:
-    """Optimizer steps of the run: trainer.max_steps, or trainer.epochs passes over the training examples."""
-    if trainer_cfg.max_steps is not None:
-        return int(trainer_cfg.max_steps)
-    if trainer_cfg.epochs == 0:  # plm-finetune's evaluation only
-        return 0
-    return max(1, math.ceil(trainer_cfg.epochs * num_examples / global_batch))
 
 
 class Trainer:
@@ -112,13 +103,15 @@ class Trainer:
             self.process.rank,
         )
         rows = rows_per_batch(eval_examples, trainer_cfg)
-        self.evaluator = Evaluator(self.module, objective, runtime, self.batching, rows, int(trainer_cfg.eval_batches))
-        # When the run evaluates (its phases all have validation examples or none do).
-        self.schedule = EvaluationSchedule.from_config(trainer_cfg, has_validation=eval_examples is not None)
-        # The module side: the run's length, the forward, optimizer and schedule, the optimizer step.
+        # The run's length: trainer.max_steps, or trainer.epochs in batches of that layout.
         self.max_steps = run_length(trainer_cfg, len(train_examples), self.layout.global_batch)
-        self.clock = TrainingClock(trainer_cfg.time_budget)  # and trainer.time_budget, which may end it sooner
-        # The model's FLOPs per token and the device's peak: the model FLOPs utilization logged.
+        self.evaluator = Evaluator(self.module, objective, runtime, self.batching, rows, int(trainer_cfg.eval_batches))
+        # When the run evaluates (its phases all have validation examples or none do), and when trainer.time_budget
+        # stops it.
+        self.schedule = EvaluationSchedule.from_config(trainer_cfg, has_validation=eval_examples is not None)
+        self.clock = TrainingClock(trainer_cfg.time_budget)
+        # The module side: the model's FLOPs per token and the device's peak (the model FLOPs utilization logged),
+        # the forward, optimizer and schedule, the optimizer step.
         self.flops = ModelFlops(self.module, model)
         peak = peak_tflops(
             runtime.device, runtime.precision, bool(hardware_cfg.allow_tf32), float(hardware_cfg.peak_tflops)
