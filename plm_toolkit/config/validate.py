@@ -86,12 +86,13 @@ def problems(cfg: DictConfig, derive_plan: bool = True) -> list[str]:
 
 def validate(cfg: DictConfig) -> ResolvedRun | None:
     """Raise one ConfigError listing every problem on one line; unknown keys first, alone (the rest may hinge on
-    them). First, the text keys the command line set get the text as typed (``keep_typed_text``). Returns a
-    plm-train config's resolved run (``config/resolve.py``), which the run takes rather than resolving again."""
-    keep_typed_text(cfg)
+    them). Once the keys are known, the text keys the command line set get the text as typed (``keep_typed_text``)
+    before any value is checked. Returns a plm-train config's resolved run (``config/resolve.py``), which the run
+    takes rather than resolving again."""
     found = unknown_keys(cfg)
     resolved = None
     if not found:
+        keep_typed_text(cfg)
         numbers = number_problems(cfg)
         if "task" in cfg:
             found = finetune_problems(cfg)
