@@ -265,16 +265,20 @@ def eval_loader(
         order = StreamOrder(len(examples), batch_size * world, batch_size, backward_half)
         for b in range(eval_stream_rounds(order, world, max_batches)):
             positions = range((b * world + rank) * batch_size, (b * world + rank + 1) * batch_size)
-            batch = collate(take_rows(examples, [order(p) for p in positions]))
-            if transform is not None:
-                batch = transform(batch, [mix_seed(seed, p, stream=1) for p in positions])
+            batch = eval_batch(examples, [order(p) for p in positions], positions, collate, transform, seed)
             batch["stream_start"] = torch.tensor([order.starts(p) for p in positions])  # (B,)
             yield batch
         return
     rows = eval_rows(len(examples), batch_size, max_batches, seed)
     for b in range(rank, -(-len(rows) // batch_size), world):
         chunk = rows[b * batch_size : (b + 1) * batch_size]
-        batch = collate(take_rows(examples, chunk))
-        if transform is not None:
-            batch = transform(batch, [mix_seed(seed, p, stream=1) for p in chunk])
-        yield batch
+        yield eval_batch(examples, chunk, chunk, collate, transform, seed)
+
+
+def eval_batch(examples, rows: Sequence[int], positions: Sequence[int], collate, transform, seed: int) -> dict:
+    """The validation batch of ``rows``, its batch transform seeded by each row's ``positions`` (stream 1: apart
+    from training's), so that its masks are the same at every evaluation."""
+    batch = collate(take_rows(examples, rows))
+    if transform is not None:
+        batch = transform(batch, [mix_seed(seed, p, stream=1) for p in positions])
+    return batch
