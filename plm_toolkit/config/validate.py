@@ -59,8 +59,9 @@ def checked_run(cfg: DictConfig, derive_plan: bool = True) -> tuple[list[str], R
     if o.name not in OBJECTIVES:
         return [f"objective.name={o.name}: unknown objective; valid: {', '.join(OBJECTIVES.names())}"], None
     # The rest would only list what follows from the wrong family.
-    if recipe_problems(cfg):
-        return recipe_problems(cfg), None
+    recipe = recipe_problems(cfg)
+    if recipe:
+        return recipe, None
     out = pairing_problems(cfg)
     checks = own_check_problems(cfg)
     out += checks
