@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from plm_toolkit.core.atomic import write_text
 from plm_toolkit.training.trackers import Trackers
 
 log = logging.getLogger("plm_toolkit")
@@ -83,9 +84,7 @@ class MetricsWriter:
         if not (self.enabled and self.path.exists()):
             return
         kept = [record for record in read_metrics(self.path) if record["step"] <= step]
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text("".join(json.dumps(record) + "\n" for record in kept))
-        tmp.replace(self.path)
+        write_text(self.path, "".join(json.dumps(record) + "\n" for record in kept))
 
     def has_evaluation(self, step: int) -> bool:
         """Whether the file holds an evaluation record of ``step``."""

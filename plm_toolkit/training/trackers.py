@@ -25,6 +25,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
+from plm_toolkit.core.atomic import write_text
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.training.tracker_backends import (
     LOCAL_START_SECONDS,
@@ -184,9 +185,7 @@ def start_trackers(trainer_cfg, run_dir: Path, config: dict, is_main: bool) -> N
             raise
     run_dir.mkdir(parents=True, exist_ok=True)
     ids |= {tracker.name: tracker.id for tracker in started}
-    tmp = ids_path.with_name(f".{IDS_FILE}.tmp")
-    tmp.write_text(json.dumps(ids, indent=2) + "\n")
-    tmp.replace(ids_path)
+    write_text(ids_path, json.dumps(ids, indent=2) + "\n")
     log.info("trackers: %s", ", ".join(f"{described(t)}: run {t.id}" for t in started))
     _started[run_dir.resolve()] = started
 
