@@ -1,7 +1,7 @@
 """Phases of one pretraining run (trainer.phases): each a share of the steps over examples prepared at its own
 sequence length and batch size, as BERT trains 90% of its steps at 128 tokens and the rest at 512.
 
-Their batches are read by training/batches.py (``training_stretches``), which starts a phase's reader at the phase's
+Their batches are read by training/batches.py (``stretches_ahead``), which starts a phase's reader at the phase's
 own start.
 """
 
