@@ -286,7 +286,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=int, default=1800, help="seconds a variant's process may take")
     parser.add_argument("--threads", type=int, default=0, help="torch threads of the reference (0: default)")
     parser.add_argument("--out", help="also write the JSON here")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.exit(2, f"{parser.prog}: error: --rounds {args.rounds}: expected 1 or more runs of each variant\n")
+    return args
 
 
 def main(argv=None) -> dict:

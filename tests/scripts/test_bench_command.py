@@ -57,3 +57,9 @@ def test_rounds_keep_the_median_run_and_pair_each_round_with_eager():
     assert bench.median_run(runs["compiled"])["tokens_per_s"] == 60.0
     assert bench.paired_speedups(runs) == {"compiled": {"median": 1.15, "rounds": [1.1, 1.2]}}
     assert bench.median_run([{"exit": 1}]) == {"exit": 1}
+
+
+def test_rounds_below_one_are_refused_in_one_line():
+    done = subprocess.run([sys.executable, str(SCRIPT), "--rounds", "0"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and not done.stdout
+    assert done.stderr.strip() == "bench_command.py: error: --rounds 0: expected 1 or more runs of each variant"
