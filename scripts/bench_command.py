@@ -7,13 +7,14 @@ metrics.jsonl after warm-up, beside the transformers model of the same architect
 
 Each variant of a case is one ``plm-train`` process (``python -m plm_toolkit.commands.train``) on the bundled
 WikiText excerpt, repeated into a temporary corpus of ``--corpus-mb`` where a case needs more text; nothing is saved
-or evaluated, every step is logged. Warm-up ends after ``--warmup-steps`` steps and after the last step that
-compiled a graph; tokens/s is the real (non-padding) tokens of the steps after it over their seconds, and
+or evaluated; it logs every ``--log-every`` steps (10, the command's default). Warm-up ends after ``--warmup-steps``
+steps and after the log line whose steps compiled a graph; tokens/s is the real (non-padding) tokens of the steps
+after it over their wall seconds, and
 ``steps_wall_s`` those seconds (steps ``--warmup-steps`` + 1 to the last). The compiled variants' ``compile_s`` and
 ``compiled_graphs`` are the run's own (metrics.jsonl). The reference (``transformers``) trains the same
 architecture, vocabulary and batch shape (rows, width, and the share of real tokens the command's batches had)
 with fused AdamW in this process, after ``--reference-warmup`` untimed steps. The speed switches of the command
-(``hardware.compile``, ``hardware.unpad``) are the variants; ``default`` leaves them as plm-train resolves them.
+(``hardware.compile``, ``hardware.unpad``) are the variants.
 
 Prints one JSON object: the command line, device, and per case each variant's figures and ``speedup_vs_reference``.
 The synthetic-batch harness (``bench_pretrain.py``) measures the training step alone; this one measures the command.
@@ -54,31 +55,53 @@ class Case(NamedTuple):
     steps: int = 60
 
 
-CPU_SWITCHES = {"eager": EAGER, "compiled": COMPILED, "compiled+unpadded": UNPADDED}
-# On CUDA plm-train's default (null) compiles and unpads objective=mlm: "default" is that, beside eager.
-GPU_SWITCHES = {"eager": EAGER, "default": []}
+# plm-train's default (hardware.compile=null) is eager for every objective on every device for now: the speed
+# switches are the variants, so that a measured win can change that default (Objective.compiles_by_default).
+SWITCHES = {"eager": EAGER, "compiled": COMPILED, "compiled+unpadded": UNPADDED}
+# The GPU cases give the released vocabularies' sizes (model.vocab_size), so that embedding and output layer cost
+# what they cost in those models: the tokenizer trained on the bundled corpus has 8,000 tokens.
 CASES = {
     "bert_tiny_cpu": Case(
         ["model=bert_tiny", "objective=mlm", "data.max_seq_len=128", "trainer.batch_size=16", "hardware=cpu"],
-        CPU_SWITCHES,
+        SWITCHES,
         "bert",
     ),
     "bert_base_128": Case(
-        ["model=bert_base", "objective=mlm", "data.max_seq_len=128", "trainer.batch_size=256", "hardware=cuda_bf16"],
-        GPU_SWITCHES,
+        [
+            "model=bert_base",
+            "model.vocab_size=30522",
+            "objective=mlm",
+            "data.max_seq_len=128",
+            "trainer.batch_size=256",
+            "hardware=cuda_bf16",
+        ],
+        SWITCHES,
         "bert",
         corpus_mb=8,
         steps=40,
     ),
     "bert_base_512": Case(
-        ["model=bert_base", "objective=mlm", "data.max_seq_len=512", "trainer.batch_size=64", "hardware=cuda_bf16"],
-        {"default": []},
+        [
+            "model=bert_base",
+            "model.vocab_size=30522",
+            "objective=mlm",
+            "data.max_seq_len=512",
+            "trainer.batch_size=64",
+            "hardware=cuda_bf16",
+        ],
+        {"compiled+unpadded": UNPADDED},
         "bert",
         corpus_mb=8,
         steps=40,
     ),
     "gpt2_small_1024": Case(
-        ["model=gpt2_small", "data.max_seq_len=1024", "trainer.batch_size=16", "hardware=cuda_bf16"],
+        [
+            "model=gpt2_small",
+            "model.vocab_size=50257",
+            "data.max_seq_len=1024",
+            "trainer.batch_size=16",
+            "hardware=cuda_bf16",
+        ],
         {"eager": EAGER, "compiled": COMPILED},
         "gpt2",
         corpus_mb=8,
@@ -87,6 +110,7 @@ CASES = {
     "t5_v1_1_base_512": Case(
         [
             "model=t5_v1_1_base",
+            "model.vocab_size=32128",
             "objective=span_corruption",
             "data.max_seq_len=512",
             "trainer.batch_size=48",
@@ -98,7 +122,7 @@ CASES = {
         steps=40,
     ),
 }
-SUITES = {"cpu": ["bert_tiny_cpu"], "gpu": ["bert_base_128", "bert_base_512", "gpt2_small_1024", "t5_v1_1_base_512"]}
+SUITES = {"cpu": ["bert_tiny_cpu"], "gpu": ["bert_base_128", "gpt2_small_1024", "t5_v1_1_base_512", "bert_base_512"]}
 
 
 def corpus(folder: Path, megabytes: float) -> list[str]:
@@ -116,24 +140,40 @@ def run_variant(case: Case, switches: list[str], folder: Path, data: list[str], 
     """One plm-train process; its metrics after warm-up."""
     run_dir = folder / "run"
     command = [sys.executable, "-m", "plm_toolkit.commands.train", *case.overrides, *data, *switches]
-    command += [f"trainer.max_steps={args.steps or case.steps}", "trainer.log_every=1", "trainer.eval_every=0"]
+    command += [f"trainer.max_steps={args.steps or case.steps}", f"trainer.log_every={args.log_every}"]
+    command += ["trainer.eval_every=0"]
     command += ["trainer.eval_at_end=false", "trainer.save_every=0", "trainer.progress_bar=false"]
     command += [f"data.cache_dir={args.cache}", f"hydra.run.dir={run_dir}", *args.override]
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, cwd=folder)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, cwd=folder)
+        returncode, stdout, stderr = done.returncode, done.stdout, done.stderr
+    except subprocess.TimeoutExpired as stopped:  # killed: what it logged so far still says where it was
+        returncode, stdout, stderr = None, _text(stopped.stdout), _text(stopped.stderr)
     entry = {
         "command": " ".join(command[2:]),
-        "exit": done.returncode,
+        "exit": returncode,
         "process_s": round(time.perf_counter() - started, 1),
     }
-    if done.returncode != 0:
-        return {**entry, "error": (done.stderr or done.stdout).strip().splitlines()[-1:]}
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    if args.logs:
+        Path(args.logs).mkdir(parents=True, exist_ok=True)
+        (Path(args.logs) / f"{folder.parent.name}.{folder.name}.log").write_text(stderr + stdout)
+    metrics = run_dir / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
     records = [r for r in records if "lr" in r]
+    if returncode != 0:
+        why = (
+            f"timed out after {args.timeout} s" if returncode is None else (stderr or stdout).strip().splitlines()[-1:]
+        )
+        return {**entry, "error": why, "steps_logged": len(records), **({"last_step": records[-1]} if records else {})}
     entry.update(after_warmup(records, args.warmup_steps))
     config = yaml.safe_load((run_dir / "checkpoints" / "last" / "config.yaml").read_text())
     entry["model"] = config["model"]
     return entry
+
+
+def _text(output: bytes | str | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
 def median_run(entries: list[dict]) -> dict:
@@ -163,16 +203,22 @@ def after_warmup(records: list[dict], warmup: int) -> dict:
     if records and records[0].get("compiled_graphs"):
         compiled.append(records[0]["step"])
     start = max([warmup, *compiled])
+    # A record covers the steps since the one before (trainer.log_every): its step_s is their mean.
+    previous = [0] + [r["step"] for r in records[:-1]]
+    spans = {r["step"]: r["step"] - before for r, before in zip(records, previous, strict=True)}
     steady = [r for r in records if r["step"] > start]
-    seconds = sum(r["step_s"] for r in steady)
-    tokens = sum(r["tokens_per_s"] * r["step_s"] for r in steady)
+    seconds = sum(r["step_s"] * spans[r["step"]] for r in steady)
+    tokens = sum(r["tokens_per_s"] * r["step_s"] * spans[r["step"]] for r in steady)
+    steps = sum(spans[r["step"]] for r in steady)
     out = {
         "tokens_per_s": round(tokens / seconds, 1) if seconds else None,
-        "median_step_tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in steady), 1) if steady else None,
-        "steps_timed": len(steady),
+        "median_window_tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in steady), 1)
+        if steady
+        else None,
+        "steps_timed": steps,
         "steps_wall_s": round(seconds, 3),
         "first_timed_step": start + 1,
-        "tokens_per_step": round(tokens / len(steady)) if steady else None,
+        "tokens_per_step": round(tokens / steps) if steps else None,
         "loss_first_last": [round(records[0]["loss"], 4), round(records[-1]["loss"], 4)] if records else None,
     }
     if steady and "mfu" in steady[-1]:
@@ -235,7 +281,7 @@ def reference_runner(kind: str, model: dict, ns, device: torch.device, precision
             make_batches(ns, count),
             (lambda b: b["input_ids"][:, 1:].numel()),
         )
-    from bench_t5 import VOCAB, TransformersRunner, make_batches
+    from bench_t5 import TransformersRunner, make_batches
 
     from plm_toolkit.models.t5 import T5Config
     from plm_toolkit.objectives.span_noise import SpanCorruption
@@ -243,8 +289,10 @@ def reference_runner(kind: str, model: dict, ns, device: torch.device, precision
     config = T5Config(**{k: model[k] for k in ("vocab_size", "hidden_size", "num_layers", "num_heads", "head_size",
                                                "intermediate_size")})  # fmt: skip
     runner = TransformersRunner(config, device)
-    transform = SpanCorruption(VOCAB.sentinel_ids, VOCAB.eos_id, VOCAB.pad_id, decoder_start_id=VOCAB.pad_id)
-    batches = make_batches(ns, transform, count)
+    # The command's vocabulary: its sentinels are the top 100 ids, as in the released one (pad 0, eos 1).
+    sentinels = tuple(range(ns.vocab_size - 1, ns.vocab_size - 101, -1))
+    transform = SpanCorruption(sentinels, 1, 0, decoder_start_id=0)
+    batches = make_batches(ns, transform, count, tokens=ns.vocab_size)
     # The command counts the encoder's tokens (the attention mask of its batches), so the reference does too.
     return (lambda b, autocast: runner.step(b, autocast or _nothing)), batches, lambda b: int(b["attention_mask"].sum())
 
@@ -276,6 +324,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--suite", choices=sorted(SUITES), help="cpu or gpu: the cases of that suite")
     parser.add_argument("--variants", nargs="+", help="only these variants of each case")
     parser.add_argument("--steps", type=int, default=0, help="steps per variant (default: the case's)")
+    parser.add_argument("--log-every", type=int, default=10, help="trainer.log_every of the runs (the default 10: "
+                        "a log line reads the device back, so 1 keeps the host from preparing the next batch while "
+                        "the device computes)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=1, help="runs of each variant, in turns; the median is kept")
     parser.add_argument("--warmup-steps", type=int, default=20, help="steps left out of the figures at least")
     parser.add_argument("--reference-steps", type=int, default=20)
@@ -285,7 +336,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--override", action="append", default=[], help="one more plm-train override (repeatable)")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds a variant's process may take")
     parser.add_argument("--threads", type=int, default=0, help="torch threads of the reference (0: default)")
-    parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument(
+        "--out", help="also write the JSON here (rewritten after each variant, so a killed run keeps it)"
+    )
+    parser.add_argument("--logs", help="a folder for each variant's console output")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.exit(2, f"{parser.prog}: error: --rounds {args.rounds}: expected 1 or more runs of each variant\n")
@@ -316,6 +370,8 @@ def main(argv=None) -> dict:
                     where.mkdir()
                     runs[variant].append(run_variant(case, switches, where, data, args))
                     print(f"{name} {variant}: {json.dumps(runs[variant][-1])[:300]}", file=sys.stderr, flush=True)
+                    result["cases"][name] = {"overrides": case.overrides, "runs": runs}
+                    write(result, args.out)
             entries = {variant: median_run(entries) for variant, entries in runs.items()}
             out = {"overrides": case.overrides, "variants": entries}
             if args.rounds > 1 and "eager" in runs:
@@ -323,17 +379,27 @@ def main(argv=None) -> dict:
             ok = [e for e in entries.values() if e.get("tokens_per_s")]
             if ok and not args.no_reference:
                 shape = batch_shape(case, ok[0], args.override)
-                out["reference"] = reference(case, ok[0]["model"], shape, args, device)
+                try:
+                    out["reference"] = reference(case, ok[0]["model"], shape, args, device)
+                except Exception as failed:  # noqa: BLE001 - the command's figures stand without it
+                    out["reference"] = {"error": repr(failed)[:500]}
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+            if out.get("reference", {}).get("tokens_per_s"):
                 out["speedup_vs_reference"] = {
                     v: round(e["tokens_per_s"] / out["reference"]["tokens_per_s"], 3) for v, e in entries.items()
                     if e.get("tokens_per_s")
                 }  # fmt: skip
             result["cases"][name] = out
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    print(write(result, args.out))
     return result
+
+
+def write(result: dict, out: str | None) -> str:
+    text = json.dumps(result, indent=1)
+    if out:
+        Path(out).write_text(text)
+    return text
 
 
 if __name__ == "__main__":

@@ -42,12 +42,13 @@ def t5_config(args) -> T5Config:
     )
 
 
-def make_batches(args, transform, count: int) -> list[dict[str, torch.Tensor]]:
+def make_batches(args, transform, count: int, tokens: int = TOKENS) -> list[dict[str, torch.Tensor]]:
+    """``count`` span-corrupted batches of random ids below the ``tokens - 100`` that the sentinels start at."""
     generator = torch.Generator().manual_seed(args.seed)
     window, _ = random_spans_helper(args.seq_len, 0.15, 3.0)
     batches = []
     for index in range(count):
-        ids = torch.randint(3, TOKENS - 100, (args.batch_size, window), generator=generator)
+        ids = torch.randint(3, tokens - 100, (args.batch_size, window), generator=generator)
         seeds = [args.seed * 1_000_003 + index * args.batch_size + row for row in range(args.batch_size)]
         batches.append(transform({"input_ids": ids, "attention_mask": torch.ones_like(ids)}, seeds))
     return batches

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Every check that needs a GPU, in one go, on a machine with CUDA and torch (>= 2.6) already installed:
-#   bash scripts/gpu_check.sh OUT_DIR [all|tests|command|fsdp|bench|bench_graphs|bench_tiny|profile|sweep|suite1|suite2]
-# "all" (the default) is pytest -m gpu and the command-level benchmark: command.json (scripts/bench_command.py --suite
-# gpu: plm-train itself on bert_base at 128 and 512 tokens, gpt2_small at 1,024 and t5_v1_1_base at 512/114, each
-# speed variant's tokens/s and MFU from its metrics.jsonl after warm-up, compile seconds and graphs, beside the
-# transformers model on batches of the same shape; about 8 minutes on an H100). The other parts, one by one:
+#   bash scripts/gpu_check.sh OUT_DIR [all|tests|command|signal|learning|fsdp|bench|bench_graphs|bench_tiny|profile|sweep|suite1|suite2]
+# "all" (the default) is, in this order: signal (SIGTERM sent to plm-train while it compiles bert_base; how many
+# seconds it took to stop, its exit status and log), command (scripts/bench_command.py --suite gpu: plm-train itself
+# on bert_base at 128 and 512 tokens, gpt2_small at 1,024 and t5_v1_1_base at 512/114, each speed variant's tokens/s
+# and MFU from its metrics.jsonl after warm-up, compile seconds and graphs, beside the transformers model on batches
+# of the same shape; command.json is rewritten after each variant, each variant's console is in command_logs.tar.gz)
+# and tests (pytest -m gpu); about 8 minutes on an H200. The other parts, one by one: learning (the compiled step's
+# gradients against eager's on this GPU, then 40 steps of plm-train with tiny bert, gpt2 and t5: compiled, aot_eager
+# and eager, the loss and gradient norm of steps 1, 2, 20 and 40).
 # Writes under OUT_DIR: env.json, gpu_tests.log (pytest -m gpu), fsdp/ (a 1-process torchrun FSDP run on NCCL
 # with bf16, compiled blocks and a resume; metrics.jsonl, logs), bench_base.json (bert_base, sequence 128, bf16:
 # each speed switch and transformers' BertForMaskedLM, with MFU), bench_graphs.json (CUDA graphs on top of
@@ -13,9 +17,9 @@
 # sweep_b*.json (the compiled unpadded variant and transformers at batch 64..512), suite{1,2}.xml/.log (the whole
 # test suite in two halves, JUnit XML so that every failure keeps its name); bench_*.json are the synthetic-batch
 # harness's figures (the training step alone, labelled so), not the command's. Each part stops itself before ten
-# minutes.
+# minutes; COMMAND_SECONDS (360) and VARIANT_SECONDS (150) bound the command part and each plm-train in it.
 set -uo pipefail
-out=${1:?usage: gpu_check.sh OUT_DIR [all|tests|command|fsdp|bench|bench_graphs|bench_tiny|profile|sweep|suite1|suite2]}
+out=${1:?usage: gpu_check.sh OUT_DIR [all|tests|command|signal|learning|fsdp|bench|bench_graphs|bench_tiny|profile|sweep|suite1|suite2]}
 part=${2:-all}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 py=${PYTHON:-python}
@@ -30,19 +34,61 @@ print(json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda, "devic
 PY
 cat "$out/env.json"
 
-if [[ $part == all || $part == tests ]]; then
-  echo "== gpu tests"
-  timeout 240 "$py" -m pytest -q -ra -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gpu_tests.log" | tail -15
+if [[ $part == all || $part == signal ]]; then
+  echo "== SIGTERM to plm-train while it compiles bert_base (compiled, unpadded); it must stop within 30 s"
+  log="$out/signal.log"
+  "$py" -m plm_toolkit.commands.train model=bert_base objective=mlm trainer.batch_size=128 hardware=cuda_bf16 \
+    hardware.compile=true hardware.unpad=true trainer.max_steps=50 trainer.progress_bar=false \
+    hydra.run.dir="$(mktemp -d)/run" > "$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 480); do grep -q "training for" "$log" && break; kill -0 $pid 2>/dev/null || break; sleep 0.25; done
+  sleep 4
+  grep -q "torch.compile: step" "$log" && echo "(the first step had already compiled: not a test of compilation)"
+  sent=$(date +%s.%N); kill -TERM $pid
+  ( sleep 60; kill -KILL $pid 2>/dev/null ) & watchdog=$!
+  wait $pid; status=$?
+  kill $watchdog 2>/dev/null
+  echo "stopped $("$py" -c "import sys, time; print(round(time.time() - float(sys.argv[1]), 1))" "$sent") s after \
+SIGTERM, exit status $status (75: requeue, checkpoint kept or nothing to save)"
+  tail -4 "$log"
 fi
 
 if [[ $part == all || $part == command ]]; then
-  echo "== plm-train itself: bert_base 128 and 512, gpt2_small 1024, t5_v1_1_base 512/114 beside transformers"
-  timeout 540 "$py" scripts/bench_command.py --suite gpu --steps 30 --warmup-steps 10 --out "$out/command.json" \
-    > /dev/null 2> "$out/command.log"
+  echo "== plm-train itself: bert_base 128, gpt2_small 1024, t5_v1_1_base 512/114, bert_base 512 beside transformers"
+  timeout "${COMMAND_SECONDS:-360}" "$py" scripts/bench_command.py --suite gpu --steps 30 --warmup-steps 10 \
+    --timeout "${VARIANT_SECONDS:-150}" --out "$out/command.json" --logs "$out/command_logs" > /dev/null 2> "$out/command.log"
   echo "exit $?"
-  "$py" -c "import json,sys; r=json.load(open(sys.argv[1])); [print(c, {v: (e.get('tokens_per_s'), e.get('mfu'),
-    e.get('compile_s'), e.get('error')) for v, e in x['variants'].items()}, x.get('reference', {}).get('tokens_per_s'),
-    x.get('speedup_vs_reference')) for c, x in r['cases'].items()]" "$out/command.json"
+  tar -czf "$out/command_logs.tar.gz" -C "$out" command_logs && rm -rf "$out/command_logs"
+  "$py" -c "import json,sys; r=json.load(open(sys.argv[1]))
+for c, x in r['cases'].items():
+    variants = x.get('variants') or {v: e[-1] for v, e in x['runs'].items() if e}
+    print(c, {v: (e.get('tokens_per_s'), e.get('mfu'), e.get('compile_s'), e.get('compiled_graphs'), e.get('error'))
+              for v, e in variants.items()}, x.get('reference', {}).get('tokens_per_s'), x.get('speedup_vs_reference'))
+" "$out/command.json"
+fi
+
+if [[ $part == all || $part == tests ]]; then
+  echo "== gpu tests"
+  timeout "${TESTS_SECONDS:-240}" "$py" -m pytest -q -ra -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gpu_tests.log" | tail -15
+fi
+
+if [[ $part == learning ]]; then
+  echo "== does a compiled step learn? bert/mlm, gpt2/clm, t5 spans: each gradient against eager's, and 6 steps"
+  timeout 150 "$py" -m pytest -q -ra -p no:cacheprovider tests/training/test_compiled_gradients.py 2>&1 \
+    | tee "$out/compiled_gradients.log" | tail -8
+  echo "== plm-train, tiny models, 40 steps: loss at steps 1/20/40 and grad norms (eager, compiled, aot_eager)"
+  for run in "bert_tiny objective=mlm hardware.compile=true" "gpt2_tiny hardware.compile=true" \
+             "bert_tiny objective=mlm hardware.compile=true hardware.compile_backend=aot_eager" \
+             "t5_tiny objective=span_corruption hardware.compile=true" "bert_tiny objective=mlm hardware.compile=false"; do
+    dir=$(mktemp -d)
+    # shellcheck disable=SC2086
+    timeout 60 "$py" -m plm_toolkit.commands.train model=$run hardware=cuda_bf16 trainer.max_steps=40 \
+      trainer.log_every=1 trainer.eval_every=0 trainer.eval_at_end=false trainer.save_every=0 \
+      trainer.progress_bar=false hydra.run.dir="$dir/run" > "$dir/log" 2>&1
+    echo "$run: exit $? $("$py" -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if 'lr' in l]
+print([(x['step'], round(x['loss'], 3), round(x.get('grad_norm', -1), 3)) for x in r if x['step'] in (1, 2, 20, 40)])" \
+      "$dir/run/metrics.jsonl" 2>&1 | tail -1)"
+  done
 fi
 
 if [[ $part == fsdp ]]; then

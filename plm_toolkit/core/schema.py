@@ -100,7 +100,8 @@ class HardwareConfig:
     # torch.compile the backbone together with the objective's loss (per transformer block under fsdp), with static
     # shapes: batches come padded to widths in multiples of 64 tokens (never past the data's longest row), so each
     # width compiles once; metrics.jsonl counts the graphs (compiled_graphs) and their seconds (compile_s). null: on
-    # where it was measured to pay (objective=mlm on CUDA), off elsewhere (a CPU rarely earns its compile time back).
+    # where plm-train itself measured it to pay, which is nowhere yet (bert_base on an H200: 0.90x eager's tokens/s
+    # compiled and unpadded; a CPU rarely earns its compile time back).
     # An objective whose batches cannot keep a few shapes (translation's token batches) says so and trains eagerly;
     # without a working compiler, or when compilation fails, training continues eagerly with one warning.
     compile: bool | None = None

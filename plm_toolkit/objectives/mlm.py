@@ -90,9 +90,10 @@ class MaskedLanguageModeling(Objective):
     # Whether the objective tokenizes its corpus with knowledge units (objective.masking=knowledge needs them).
     finds_units: ClassVar[bool] = False
     reads_packed_rows = True
-    # BERT-base, sequence 128, bf16 on an H100, through the training step: compiled and unpadded 1.39x the eager
-    # step's tokens/s (docs/speed-and-benchmarks.md). Not on a CPU, where compiling did not pay back.
-    compiles_by_default = frozenset({"cuda"})
+    # Nowhere yet: through plm-train itself (bert_base, 256 x 128, bf16, H200) the compiled unpadded run made 178,112
+    # tokens/s against eager's 197,456, though the synthetic-batch harness measured its step at 1.39x (H100); on a
+    # CPU compiling does not pay back either (docs/speed-and-benchmarks.md).
+    compiles_by_default = frozenset()
 
     def __init__(self, config: MlmConfig, model: nn.Module, vocab: Vocab):
         super().__init__()

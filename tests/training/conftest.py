@@ -105,3 +105,13 @@ def generate_config(*overrides: str):
     """plm-generate's config, composed as its command line would."""
     with initialize_config_module(config_module="plm_toolkit.configs", version_base="1.3"):
         return compose("generate", overrides=list(overrides))
+
+
+@pytest.fixture
+def inductor_settings():
+    """Inductor's process-wide settings that ``configure_compiler`` changes, put back after the test (monkeypatch
+    cannot: undoing a setattr on torch's config module deletes the setting)."""
+    from torch._inductor import config
+
+    with config.patch(fallback_random=config.fallback_random):
+        yield

@@ -133,16 +133,13 @@ def test_packed_batch_and_gathered_head_give_the_padded_loss():
 
 
 @pytest.mark.slow
-def test_cpu_compiled_step_drops_what_the_eager_step_drops(monkeypatch):
+def test_cpu_compiled_step_drops_what_the_eager_step_drops(inductor_settings):
     """hardware.compile on a CPU draws dropout's random numbers with ATen's generator (compilation.py): the
     inductor-compiled training step with dropout gives the eager step's loss and gradients for the same seed."""
-    from torch._inductor import config as inductor_config
-
     from plm_toolkit.training.step import PretrainingModule
 
     if compilation.compiler_problem(torch.device("cpu")):
         pytest.skip("no working compiler here")
-    monkeypatch.setattr(inductor_config, "fallback_random", inductor_config.fallback_random)
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = Bert(BertConfig(vocab_size=97, hidden_size=36, num_layers=2, num_heads=3, intermediate_size=37,
