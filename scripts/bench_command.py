@@ -206,7 +206,7 @@ def after_warmup(records: list[dict], warmup: int) -> dict:
     # A record covers the steps since the one before (trainer.log_every): its step_s is their mean.
     previous = [0] + [r["step"] for r in records[:-1]]
     spans = {r["step"]: r["step"] - before for r, before in zip(records, previous, strict=True)}
-    steady = [r for r in records if r["step"] > start]
+    steady = [r for r in records if r["step"] - spans[r["step"]] >= start]  # windows that start after warm-up
     seconds = sum(r["step_s"] * spans[r["step"]] for r in steady)
     tokens = sum(r["tokens_per_s"] * r["step_s"] * spans[r["step"]] for r in steady)
     steps = sum(spans[r["step"]] for r in steady)
@@ -217,7 +217,7 @@ def after_warmup(records: list[dict], warmup: int) -> dict:
         else None,
         "steps_timed": steps,
         "steps_wall_s": round(seconds, 3),
-        "first_timed_step": start + 1,
+        "first_timed_step": steady[0]["step"] - spans[steady[0]["step"]] + 1 if steady else None,
         "tokens_per_step": round(tokens / steps) if steps else None,
         "loss_first_last": [round(records[0]["loss"], 4), round(records[-1]["loss"], 4)] if records else None,
     }

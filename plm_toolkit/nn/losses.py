@@ -197,8 +197,9 @@ def _(hidden, weight, bias, targets, chunk, ignore_index, compute):
 
 
 def _scan_with_gradients(hidden, weight, bias, targets, chunk, ignore_index):
-    # A compiled step calls the scan's operator on every device. On CUDA the traced scan compiled, but the
-    # steps it trained did not learn: bert_base and gpt2_small kept their first loss for 30 steps (H200, torch 2.11).
+    # A compiled step calls the scan's operator on every device. Traced, inductor's CUDA code for it (H200, torch
+    # 2.11) gave every parameter below the output layer a zero gradient: compiled bert_base and gpt2_small runs kept
+    # their first loss for 30 steps (tests/training/test_compiled_gradients.py checks each gradient).
     if torch.compiler.is_compiling():
         loss, correct, grad_hidden, grad_weight, grad_bias = _opaque_scan(
             hidden, weight, bias, targets, chunk, ignore_index, _compute_dtype(weight)

@@ -14,7 +14,18 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_command.py"
 @pytest.mark.slow
 def test_bench_command_reads_the_command_metrics_beside_the_reference(tmp_path):
     out = tmp_path / "bench.json"
-    args = ["--steps", "8", "--warmup-steps", "2", "--reference-steps", "2", "--reference-warmup", "1"]
+    args = [
+        "--steps",
+        "8",
+        "--warmup-steps",
+        "2",
+        "--reference-steps",
+        "2",
+        "--reference-warmup",
+        "1",
+        "--log-every",
+        "1",
+    ]
     args += ["--variants", "eager", "compiled", "--override", "hardware.compile_backend=aot_eager", "--out", str(out)]
     args += ["--override", "trainer.batch_size=4", "--override", "data.max_seq_len=64", "--rounds", "2"]
     done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=900)
@@ -63,3 +74,47 @@ def test_rounds_below_one_are_refused_in_one_line():
     done = subprocess.run([sys.executable, str(SCRIPT), "--rounds", "0"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and not done.stdout
     assert done.stderr.strip() == "bench_command.py: error: --rounds 0: expected 1 or more runs of each variant"
+
+
+def test_log_windows_count_their_steps_and_the_warmup_window_is_left_out():
+    bench = load_script()
+    # trainer.log_every=10: each record's step_s is the mean of its window's steps; step 1 compiled.
+    records = [
+        {
+            "step": step,
+            "loss": 9.0 - step / 10,
+            "lr": 1e-4,
+            "tokens_per_s": tps,
+            "step_s": seconds,
+            "compiled_graphs": 1,
+        }
+        for step, tps, seconds in ((10, 50.0, 2.0), (20, 100.0, 0.5), (30, 200.0, 0.25), (35, 200.0, 0.25))
+    ]
+    out = bench.after_warmup(records, warmup=12)  # the window of steps 11-20 starts before step 12: left out
+    assert out["first_timed_step"] == 21 and out["steps_timed"] == 15
+    assert out["steps_wall_s"] == 15 * 0.25 and out["tokens_per_s"] == 200.0 and out["tokens_per_step"] == 50
+    out = bench.after_warmup(records, warmup=10)
+    assert out["first_timed_step"] == 11 and out["steps_timed"] == 25
+    assert out["tokens_per_s"] == round((100 * 5 + 200 * 3.75) / (5 + 3.75), 1)
+
+
+def test_a_variant_past_its_time_limit_is_recorded_and_the_run_goes_on(tmp_path):
+    out, logs = tmp_path / "bench.json", tmp_path / "logs"
+    args = [
+        "--variants",
+        "eager",
+        "compiled",
+        "--timeout",
+        "1",
+        "--no-reference",
+        "--out",
+        str(out),
+        "--logs",
+        str(logs),
+    ]
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    variants = json.loads(out.read_text())["cases"]["bert_tiny_cpu"]["variants"]
+    for entry in variants.values():
+        assert entry["exit"] is None and entry["error"] == "timed out after 1 s" and entry["steps_logged"] == 0
+    assert sorted(p.name for p in logs.iterdir()) == ["bert_tiny_cpu.compiled.0.log", "bert_tiny_cpu.eager.0.log"]
