@@ -55,8 +55,9 @@ fi
 
 if [[ $part == all || $part == command ]]; then
   echo "== plm-train itself: bert_base 128, gpt2_small 1024, t5_v1_1_base 512/114, bert_base 512 beside transformers"
-  timeout "${COMMAND_SECONDS:-360}" "$py" scripts/bench_command.py --suite gpu --steps 30 --warmup-steps 10 \
-    --timeout "${VARIANT_SECONDS:-150}" --out "$out/command.json" --logs "$out/command_logs" > /dev/null 2> "$out/command.log"
+  command_s=${COMMAND_SECONDS:-360} variant_s=${VARIANT_SECONDS:-150}
+  timeout "$command_s" "$py" scripts/bench_command.py --suite gpu --steps 30 --warmup-steps 10 \
+    --timeout "$variant_s" --out "$out/command.json" --logs "$out/command_logs" > /dev/null 2> "$out/command.log"
   echo "exit $?"
   tar -czf "$out/command_logs.tar.gz" -C "$out" command_logs && rm -rf "$out/command_logs"
   "$py" -c "import json,sys; r=json.load(open(sys.argv[1]))
@@ -69,7 +70,8 @@ fi
 
 if [[ $part == all || $part == tests ]]; then
   echo "== gpu tests"
-  timeout "${TESTS_SECONDS:-240}" "$py" -m pytest -q -ra -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gpu_tests.log" | tail -15
+  tests_s=${TESTS_SECONDS:-240}
+  timeout "$tests_s" "$py" -m pytest -q -ra -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gpu_tests.log" | tail -15
 fi
 
 if [[ $part == learning ]]; then

@@ -197,12 +197,18 @@ class MaskingTransform:
         return -(-most // 8) * 8
 
     def _random_tokens(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """``n`` ids drawn uniformly from the non-special ids."""
+        """``n`` ids drawn uniformly from the non-special ids: a draw in [0, V - k) indexes them in ascending order."""
         ids = torch.randint(self.vocab_size - len(self.special_ids), (n,), generator=generator)
-        # Step over each special id in ascending order: [0, V - k) -> the V - k non-special ids, one to one.
-        for special in self.special_ids:
-            ids += (ids >= special).long()
-        return ids
+        return self._ordinary_ids()[ids]
+
+    def _ordinary_ids(self) -> torch.Tensor:
+        """The non-special ids, ascending; made once (one index per row instead of a pass per special id)."""
+        ordinary = self.__dict__.get("_ordinary")
+        if ordinary is None:
+            keep = torch.ones(self.vocab_size, dtype=torch.bool)
+            keep[[i for i in self.special_ids if 0 <= i < self.vocab_size]] = False
+            ordinary = self._ordinary = keep.nonzero().squeeze(1)
+        return ordinary
 
     def __call__(
         self, batch: dict[str, torch.Tensor], seeds: Sequence[int], level: int = WORD_LEVEL

@@ -119,6 +119,22 @@ def test_random_replacements_cover_all_non_special_ids_and_no_special(large_samp
     assert drawn == set(range(VOCAB_SIZE)) - set(SPECIALS)
 
 
+@pytest.mark.parametrize("specials", [(0, 1, 2, 3, 4), (7, 3, 96, 50), (5, 500)], ids=["leading", "scattered", "past"])
+def test_a_replacement_draw_maps_onto_the_non_special_ids_in_order(specials):
+    """Draw r in [0, V - k) is the r-th non-special id: the mapping that stepping over each special id in ascending
+    order gives (the masking's earlier code), so seeded runs keep their replacements."""
+    masking = MaskingTransform(97, mask_id=4, special_ids=specials)
+    stepped = torch.arange(97 - len(set(specials)))
+    for special in sorted(set(specials)):
+        stepped += (stepped >= special).long()
+    generator = torch.Generator().manual_seed(0)
+    drawn = masking._random_tokens(5000, generator)
+    expected = stepped[torch.randint(len(stepped), (5000,), generator=torch.Generator().manual_seed(0))]
+    assert torch.equal(drawn, expected)
+    assert set(drawn.tolist()) == set(stepped.tolist()) and not set(drawn.tolist()) & set(specials)
+    assert pickle.loads(pickle.dumps(masking))._random_tokens(3, torch.Generator().manual_seed(1)).shape == (3,)
+
+
 def test_same_seed_same_row_whatever_the_grouping_and_padding():
     generator = torch.Generator().manual_seed(3)
     lengths = [12, 60, 33, 90, 9]
