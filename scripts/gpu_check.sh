@@ -6,7 +6,8 @@
 # on bert_base at 128 and 512 tokens, gpt2_small at 1,024 and t5_v1_1_base at 512/114, each speed variant's tokens/s
 # and MFU from its metrics.jsonl after warm-up, compile seconds and graphs, beside the transformers model on batches
 # of the same shape; command.json is rewritten after each variant, each variant's console is in command_logs.tar.gz)
-# and tests (pytest -m gpu); about 8 minutes on an H200. The other parts, one by one: learning (the compiled step's
+# and tests (pytest -m gpu): up to 10 minutes on an H200, where each compiled variant spends 30-40 s compiling
+# (run `all` alone in a call, or `signal` and `command` in one and `tests` in another). The other parts, one by one: learning (the compiled step's
 # gradients against eager's on this GPU, then 40 steps of plm-train with tiny bert, gpt2 and t5: compiled, aot_eager
 # and eager, the loss and gradient norm of steps 1, 2, 20 and 40).
 # Writes under OUT_DIR: env.json, gpu_tests.log (pytest -m gpu), fsdp/ (a 1-process torchrun FSDP run on NCCL
@@ -17,7 +18,8 @@
 # sweep_b*.json (the compiled unpadded variant and transformers at batch 64..512), suite{1,2}.xml/.log (the whole
 # test suite in two halves, JUnit XML so that every failure keeps its name); bench_*.json are the synthetic-batch
 # harness's figures (the training step alone, labelled so), not the command's. Each part stops itself before ten
-# minutes; COMMAND_SECONDS (360) and VARIANT_SECONDS (150) bound the command part and each plm-train in it.
+# minutes; COMMAND_SECONDS (450), VARIANT_SECONDS (150) and TESTS_SECONDS (120) bound the command part, each
+# plm-train in it and the tests.
 set -uo pipefail
 out=${1:?usage: gpu_check.sh OUT_DIR [all|tests|command|signal|learning|fsdp|bench|bench_graphs|bench_tiny|profile|sweep|suite1|suite2]}
 part=${2:-all}
@@ -55,7 +57,7 @@ fi
 
 if [[ $part == all || $part == command ]]; then
   echo "== plm-train itself: bert_base 128, gpt2_small 1024, t5_v1_1_base 512/114, bert_base 512 beside transformers"
-  command_s=${COMMAND_SECONDS:-360} variant_s=${VARIANT_SECONDS:-150}
+  command_s=${COMMAND_SECONDS:-450} variant_s=${VARIANT_SECONDS:-150}
   timeout "$command_s" "$py" scripts/bench_command.py --suite gpu --steps 30 --warmup-steps 10 \
     --timeout "$variant_s" --out "$out/command.json" --logs "$out/command_logs" > /dev/null 2> "$out/command.log"
   echo "exit $?"
@@ -70,7 +72,7 @@ fi
 
 if [[ $part == all || $part == tests ]]; then
   echo "== gpu tests"
-  tests_s=${TESTS_SECONDS:-240}
+  tests_s=${TESTS_SECONDS:-120}
   timeout "$tests_s" "$py" -m pytest -q -ra -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gpu_tests.log" | tail -15
 fi
 
