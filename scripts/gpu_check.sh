@@ -18,7 +18,7 @@
 # sweep_b*.json (the compiled unpadded variant and transformers at batch 64..512), suite{1,2}.xml/.log (the whole
 # test suite in two halves, JUnit XML so that every failure keeps its name); bench_*.json are the synthetic-batch
 # harness's figures (the training step alone, labelled so), not the command's. Each part stops itself before ten
-# minutes; COMMAND_SECONDS (450), VARIANT_SECONDS (150) and TESTS_SECONDS (120) bound the command part, each
+# minutes; COMMAND_SECONDS (440), VARIANT_SECONDS (150) and TESTS_SECONDS (110) bound the command part, each
 # plm-train in it and the tests.
 set -uo pipefail
 out=${1:?usage: gpu_check.sh OUT_DIR [all|tests|command|signal|learning|fsdp|bench|bench_graphs|bench_tiny|profile|sweep|suite1|suite2]}
@@ -57,7 +57,7 @@ fi
 
 if [[ $part == all || $part == command ]]; then
   echo "== plm-train itself: bert_base 128, gpt2_small 1024, t5_v1_1_base 512/114, bert_base 512 beside transformers"
-  command_s=${COMMAND_SECONDS:-450} variant_s=${VARIANT_SECONDS:-150}
+  command_s=${COMMAND_SECONDS:-440} variant_s=${VARIANT_SECONDS:-150}
   timeout "$command_s" "$py" scripts/bench_command.py --suite gpu --steps 30 --warmup-steps 10 \
     --timeout "$variant_s" --out "$out/command.json" --logs "$out/command_logs" > /dev/null 2> "$out/command.log"
   echo "exit $?"
@@ -72,7 +72,7 @@ fi
 
 if [[ $part == all || $part == tests ]]; then
   echo "== gpu tests"
-  tests_s=${TESTS_SECONDS:-120}
+  tests_s=${TESTS_SECONDS:-110}
   timeout "$tests_s" "$py" -m pytest -q -ra -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gpu_tests.log" | tail -15
 fi
 
