@@ -73,3 +73,17 @@ def test_a_step_dependent_transform_gets_the_optimizer_step():
     for k in range(6):
         assert torch.equal(full[8 + k]["step"], resumed[k]["step"])
         assert int(resumed[k]["step"][0]) == 4 + k // 2
+
+
+def test_data_workers_train_exactly_as_the_training_process_does(make_config, tmp_path):
+    """data.num_workers prepares the batches in other processes (what a GPU run wants, so that the host's work
+    overlaps the device's): each batch is a function of its index, so the losses are the same to the last digit."""
+    from plm_toolkit.commands.train import run
+    from tests.training.conftest import train_records
+
+    common = ("objective=mlm", "trainer.max_steps=6", "trainer.log_every=1", "trainer.eval_every=0")
+    run(make_config(*common, "data.num_workers=0"), tmp_path / "in_process")
+    run(make_config(*common, "data.num_workers=2"), tmp_path / "workers")
+    in_process, workers = train_records(tmp_path / "in_process"), train_records(tmp_path / "workers")
+    assert len(workers) == 6
+    assert [r["loss"] for r in workers] == [r["loss"] for r in in_process]
