@@ -12,7 +12,7 @@ from torch import nn
 from plm_toolkit.commands.train import run
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.data.batching.collate import target_positions
-from plm_toolkit.data.batching.packing import block_diagonal_mask, pack_rows
+from plm_toolkit.data.batching.packing import block_diagonal_mask, first_fit, pack_rows
 from plm_toolkit.data.batching.shapes import Shapes
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.bert import Bert, BertConfig
@@ -78,6 +78,36 @@ def test_packing_moves_sequences_into_fewer_rows_with_a_block_diagonal_mask():
 def packable(lengths: list[int], width: int) -> dict[str, torch.Tensor]:
     mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
     return {"input_ids": mask * 7, "attention_mask": mask}
+
+
+def test_packing_places_every_token_where_a_row_by_row_copy_does():
+    """Random batches of odd sizes: each field's tokens, positions and sequence ids land where copying sequence by
+    sequence into the first-fit rows puts them (the scatter replaced that copy)."""
+    generator = torch.Generator().manual_seed(5)
+    for rows, width in ((13, 37), (31, 64), (1, 9)):
+        lengths = torch.randint(1, width + 1, (rows,), generator=generator)
+        real = torch.arange(width)[None, :] < lengths[:, None]
+        ids = torch.randint(5, 90, (rows, width), generator=generator).masked_fill(~real, 0)
+        labels = torch.where(real & (torch.rand(rows, width, generator=generator) < 0.3), ids, -100)
+        batch = {"input_ids": ids, "attention_mask": real.long(), "mlm_labels": labels}
+        packed = pack_rows(batch, Shapes.compiled(width))
+        count = packed["input_ids"].shape[0]
+        expected = {key: torch.full((count, width), value[real.logical_not()].flatten()[:1].item()
+                                    if not real.all() else 0) for key, value in batch.items()}  # fmt: skip
+        positions = torch.zeros(count, width, dtype=torch.long)
+        sequences = -torch.arange(1, width + 1).repeat(count, 1)
+        for b, members in enumerate(first_fit(lengths.tolist(), width)):
+            start = 0
+            for n, row in enumerate(members, start=1):
+                length = int(lengths[row])
+                for key, value in batch.items():
+                    expected[key][b, start : start + length] = value[row, :length]
+                positions[b, start : start + length] = torch.arange(length)
+                sequences[b, start : start + length] = n
+                start += length
+        for key, value in expected.items():
+            assert torch.equal(packed[key], value), key
+        assert torch.equal(packed["position_ids"], positions) and torch.equal(packed["sequence_ids"], sequences)
 
 
 def test_packed_rows_come_in_buckets_of_an_eighth_of_the_batch():

@@ -68,15 +68,21 @@ def pack_rows(
     }
     position_ids = torch.zeros((count, width), dtype=torch.long)
     sequence_ids = -torch.arange(1, width + 1).repeat(count, 1)  # (R, T): each padding position its own
+    # Where each row's tokens go: its bin's row, after the sequences placed there before it. One scatter per field
+    # moves every real token at once (row-major order on both sides).
+    start, number = [0] * rows, [0] * rows
     for b, members in enumerate(bins):
-        start = 0
+        offset = b * width
         for n, row in enumerate(members, start=1):
-            length = lengths[row]
-            for key, value in batch.items():
-                packed[key][b, start : start + length] = value[row, :length]
-            position_ids[b, start : start + length] = torch.arange(length)
-            sequence_ids[b, start : start + length] = n
-            start += length
+            start[row], number[row] = offset, n
+            offset += lengths[row]
+    columns = torch.arange(width)
+    real = columns[None, :] < torch.tensor(lengths)[:, None]  # (B, T)
+    destination = (torch.tensor(start)[:, None] + columns[None, :])[real]  # (N,) flat positions in (R, T)
+    for key, value in batch.items():
+        packed[key].view(-1)[destination] = value[real]
+    position_ids.view(-1)[destination] = columns.expand(rows, width)[real]
+    sequence_ids.view(-1)[destination] = torch.tensor(number)[:, None].expand(rows, width)[real]
     for key in derived:
         labels = packed[key.removesuffix("_positions") + "_labels"]
         packed[key] = target_positions(labels, budget(count, width, rows) if budget else int((labels != -100).sum()))
