@@ -218,10 +218,11 @@ class MaskingTransform:
         if len(seeds) != input_ids.shape[0]:
             raise ValueError(f"got {len(seeds)} seeds for a batch of {input_ids.shape[0]} rows")
         maskable = batch["attention_mask"].bool() & ~batch["special_tokens_mask"].bool()  # (B, T)
-        corrupted = input_ids.clone()
-        labels = torch.full_like(input_ids, IGNORE_INDEX)
-        for row, seed in enumerate(seeds):
-            positions = maskable[row].nonzero().squeeze(1)  # (L_i,) the row's maskable positions
+        # Each row draws from its own generator; the writes into the batch are made once, for all rows, at the end.
+        target_rows, columns, actions, replacements = [], [], [], []
+        # (L_i,) each row's maskable positions, from one pass over the batch.
+        per_row = maskable.nonzero()[:, 1].split(maskable.sum(dim=1).tolist())
+        for row, (seed, positions) in enumerate(zip(seeds, per_row, strict=True)):
             count = self.num_targets(positions.numel())
             if count == 0:
                 continue
@@ -241,12 +242,19 @@ class MaskingTransform:
                 chosen = self._choose_words(positions.tolist(), batch, row, count, generator)
                 count = chosen.numel()
                 action = torch.rand(count, generator=generator)
-            replacements = self._random_tokens(count, generator)
-            labels[row, chosen] = input_ids[row, chosen]
+            replacements.append(self._random_tokens(count, generator))
+            target_rows.append(torch.full((count,), row, dtype=torch.long))
+            columns.append(chosen)
+            actions.append(action)
+        corrupted = input_ids.clone()
+        labels = torch.full_like(input_ids, IGNORE_INDEX)
+        if target_rows:
+            row_of, column, action, replacement = (torch.cat(v) for v in (target_rows, columns, actions, replacements))
+            labels[row_of, column] = input_ids[row_of, column]
             to_mask = action < self.mask_token_prob
             to_random = ~to_mask & (action < self.mask_token_prob + self.random_token_prob)
-            corrupted[row, chosen[to_mask]] = self.mask_id
-            corrupted[row, chosen[to_random]] = replacements[to_random]
+            corrupted[row_of[to_mask], column[to_mask]] = self.mask_id
+            corrupted[row_of[to_random], column[to_random]] = replacement[to_random]
         rows, width = input_ids.shape
         positions = target_positions(labels, self.target_budget(rows, width, rows))  # (N,)
         return {**batch, "input_ids": corrupted, "mlm_labels": labels, "mlm_positions": positions}

@@ -197,3 +197,28 @@ def test_bad_rates_raise_config_error_naming_the_key(rates, key):
     )
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         check_masking_config(config)
+
+
+def test_the_masking_of_seeded_rows_is_pinned():
+    """Seeded rows mask the same positions the same way as the code that wrote this test's numbers (before the
+    writes were batched and the replacement ids became one index): resumed runs and the demo's figures depend on
+    the stream not moving when the code gets faster."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(6, 50, (3, 12), generator=generator)
+    ids[:, 0] = 2
+    ids[2, 8:] = 0
+    real = ids != 0
+    batch = {"input_ids": ids, "attention_mask": real.long(), "special_tokens_mask": (ids == 2) | ~real}
+    masking = MaskingTransform(50, 4, (0, 1, 2, 3, 4), mask_prob=0.4, mask_token_prob=0.5, random_token_prob=0.3)
+    out = masking(batch, [7, 8, 9])
+    assert out["input_ids"].tolist() == [
+        [2, 45, 7, 4, 25, 9, 21, 17, 23, 25, 4, 32],
+        [2, 33, 36, 4, 22, 4, 16, 27, 8, 9, 9, 20],
+        [2, 7, 15, 27, 15, 4, 39, 4, 0, 0, 0, 0],
+    ]
+    n = -100
+    assert out["mlm_labels"].tolist() == [
+        [n, 13, n, 42, 25, n, n, n, n, n, 15, n],
+        [n, n, n, 34, n, 38, n, n, n, n, 25, 20],
+        [n, n, n, n, n, 26, 39, 10, n, n, n, n],
+    ]
