@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from plm_toolkit.data.batching.shapes import Shapes
@@ -34,15 +35,13 @@ def collate(examples: Sequence[dict[str, Any]], vocab: Vocab, shapes: Shapes | N
                            consumes them
     """
     lengths = [len(e["input_ids"]) for e in examples]
-    batch_size, width = len(examples), (shapes or Shapes()).width(max(lengths))
-    input_ids = torch.full((batch_size, width), vocab.padding_id, dtype=torch.long)
-    token_type_ids = torch.zeros((batch_size, width), dtype=torch.long)
-    attention_mask = torch.zeros((batch_size, width), dtype=torch.long)
-    for row, (example, length) in enumerate(zip(examples, lengths, strict=True)):
-        input_ids[row, :length] = torch.as_tensor(example["input_ids"], dtype=torch.long)
-        if example.get("token_type_ids") is not None:
-            token_type_ids[row, :length] = torch.as_tensor(example["token_type_ids"], dtype=torch.long)
-        attention_mask[row, :length] = 1
+    width = (shapes or Shapes()).width(max(lengths))
+    real = torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]  # (B, T)
+    input_ids = _padded(real, [e["input_ids"] for e in examples], vocab.padding_id, torch.long)
+    segments = [e.get("token_type_ids") for e in examples]
+    segments = [s if s is not None else np.zeros(n, np.int64) for s, n in zip(segments, lengths, strict=True)]
+    token_type_ids = _padded(real, segments, 0, torch.long)
+    attention_mask = real.long()
     roles = (vocab.cls_id, vocab.sep_id, vocab.mask_id, vocab.bos_id, vocab.eos_id, *vocab.sentinel_ids)
     special = torch.tensor([i for i in roles if i is not None], dtype=torch.long)
     special_tokens_mask = torch.isin(input_ids, special) | (attention_mask == 0)
@@ -53,22 +52,23 @@ def collate(examples: Sequence[dict[str, Any]], vocab: Vocab, shapes: Shapes | N
         "special_tokens_mask": special_tokens_mask,
     }
     if "reverse_ids" in examples[0]:
-        reverse_ids = torch.full((batch_size, width), vocab.padding_id, dtype=torch.long)
-        for row, (example, length) in enumerate(zip(examples, lengths, strict=True)):
-            reverse_ids[row, :length] = torch.as_tensor(example["reverse_ids"], dtype=torch.long)
-        batch["reverse_ids"] = reverse_ids
+        batch["reverse_ids"] = _padded(real, [e["reverse_ids"] for e in examples], vocab.padding_id, torch.long)
     if "units" in examples[0]:
         # Knowledge units' join codes (data/units/knowledge.py); padding starts no unit of its own.
-        units = torch.full((batch_size, width), NO_UNIT, dtype=torch.int8)
-        for row, (example, length) in enumerate(zip(examples, lengths, strict=True)):
-            units[row, :length] = torch.as_tensor(example["units"], dtype=torch.int8)
-        batch["units"] = units
+        batch["units"] = _padded(real, [e["units"] for e in examples], NO_UNIT, torch.int8)
     for key in examples[0]:
         if key.endswith(SPELLINGS):
             batch[key] = [list(e[key]) for e in examples]
     if "next_sentence_label" in examples[0]:
         batch["next_sentence_label"] = torch.tensor([int(e["next_sentence_label"]) for e in examples], dtype=torch.long)
     return batch
+
+
+def _padded(real: torch.Tensor, rows: Sequence, fill: int, dtype: torch.dtype) -> torch.Tensor:
+    """(B, T) ``rows`` (lists or arrays of the lengths ``real`` marks) right-padded with ``fill``, in one copy."""
+    out = torch.full(real.shape, fill, dtype=dtype)
+    out[real] = torch.from_numpy(np.concatenate([np.asarray(r, dtype=np.int64) for r in rows])).to(dtype)
+    return out
 
 
 def target_positions(labels: torch.Tensor, budget: int, ignore_index: int = -100) -> torch.Tensor:
