@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from plm_toolkit.data.batching.collate import target_positions
@@ -19,15 +20,17 @@ from plm_toolkit.data.batching.shapes import Shapes
 def first_fit(lengths: list[int], width: int) -> list[list[int]]:
     """Rows of ``width`` tokens filled with the sequences of ``lengths``, first fit, longest first."""
     bins: list[list[int]] = []
-    room: list[int] = []
+    room = np.empty(len(lengths), dtype=np.int64)  # the free tokens of each bin opened so far
     for row in sorted(range(len(lengths)), key=lambda r: -lengths[r]):
-        fit = next((b for b, free in enumerate(room) if free >= lengths[row]), None)
+        length = lengths[row]
+        fits = room[: len(bins)] >= length
+        fit = int(fits.argmax()) if len(bins) and fits.any() else None
         if fit is None:
+            room[len(bins)] = width - length
             bins.append([row])
-            room.append(width - lengths[row])
         else:
             bins[fit].append(row)
-            room[fit] -= lengths[row]
+            room[fit] -= length
     return bins
 
 
