@@ -8,9 +8,8 @@ metrics.jsonl after warm-up, beside the transformers model of the same architect
 Each variant of a case is one ``plm-train`` process (``python -m plm_toolkit.commands.train``) on the bundled
 WikiText excerpt, repeated into a temporary corpus of ``--corpus-mb`` where a case needs more text; nothing is saved
 or evaluated; it logs every ``--log-every`` steps (10, the command's default). Warm-up ends after ``--warmup-steps``
-steps and after the log line whose steps compiled a graph; tokens/s is the real (non-padding) tokens of the steps
-after it over their wall seconds, and
-``steps_wall_s`` those seconds (steps ``--warmup-steps`` + 1 to the last). The compiled variants' ``compile_s`` and
+steps and after the log line whose steps compiled a graph; tokens/s is the real (non-padding) tokens of the log
+windows after it over their wall seconds, and ``steps_wall_s`` those seconds. The compiled variants' ``compile_s`` and
 ``compiled_graphs`` are the run's own (metrics.jsonl). The reference (``transformers``) trains the same
 architecture, vocabulary and batch shape (rows, width, and the share of real tokens the command's batches had)
 with fused AdamW in this process, after ``--reference-warmup`` untimed steps. The speed switches of the command
@@ -76,7 +75,8 @@ CASES = {
             "trainer.batch_size=256",
             "hardware=cuda_bf16",
         ],
-        # Four data-loader workers take the batches' preparation (38 ms for 256 rows on a slow host) off the step.
+        # Four data-loader workers take the batches' preparation (16-31 ms for 256 rows on one CPU thread, padded
+        # and packed: scripts/bench_batches.py) off the step.
         # A compiled GPU variant costs 30-40 s of compilation.
         {"eager": EAGER, "eager+4workers": [*EAGER, WORKERS], "compiled+unpadded+4workers": [*UNPADDED, WORKERS]},
         "bert",

@@ -176,6 +176,10 @@ class MaskingTransform:
         check_masking_config(self, finds_units=True)
         if vocab_size <= len(self.special_ids):
             raise ConfigError(f"a vocabulary of {vocab_size} ids has no non-special token to draw from")
+        # The non-special ids, ascending: a replacement draw in [0, V - k) indexes them.
+        keep = torch.ones(vocab_size, dtype=torch.bool)
+        keep[[i for i in self.special_ids if 0 <= i < vocab_size]] = False
+        self.ordinary_ids = keep.nonzero().squeeze(1)
 
     def num_targets(self, num_maskable: int) -> int:
         """Targets of a row with ``num_maskable`` maskable positions (at least one when it has any)."""
@@ -199,16 +203,7 @@ class MaskingTransform:
     def _random_tokens(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """``n`` ids drawn uniformly from the non-special ids: a draw in [0, V - k) indexes them in ascending order."""
         ids = torch.randint(self.vocab_size - len(self.special_ids), (n,), generator=generator)
-        return self._ordinary_ids()[ids]
-
-    def _ordinary_ids(self) -> torch.Tensor:
-        """The non-special ids, ascending; made once (one index per row instead of a pass per special id)."""
-        ordinary = self.__dict__.get("_ordinary")
-        if ordinary is None:
-            keep = torch.ones(self.vocab_size, dtype=torch.bool)
-            keep[[i for i in self.special_ids if 0 <= i < self.vocab_size]] = False
-            ordinary = self._ordinary = keep.nonzero().squeeze(1)
-        return ordinary
+        return self.ordinary_ids[ids]
 
     def __call__(
         self, batch: dict[str, torch.Tensor], seeds: Sequence[int], level: int = WORD_LEVEL
