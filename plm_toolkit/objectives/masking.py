@@ -177,7 +177,7 @@ class MaskingTransform:
         if vocab_size <= len(self.special_ids):
             raise ConfigError(f"a vocabulary of {vocab_size} ids has no non-special token to draw from")
         # The non-special ids, ascending: a replacement draw in [0, V - k) indexes them.
-        keep = torch.ones(vocab_size, dtype=torch.bool)
+        keep = torch.ones(vocab_size, dtype=torch.bool, device="cpu")  # on the CPU also where a model is built on meta
         keep[[i for i in self.special_ids if 0 <= i < vocab_size]] = False
         self.ordinary_ids = keep.nonzero().squeeze(1)
 
