@@ -75,7 +75,7 @@ CASES = {
             "trainer.batch_size=256",
             "hardware=cuda_bf16",
         ],
-        # Four data-loader workers take the batches' preparation (16-31 ms for 256 rows on one CPU thread, padded
+        # Four data-loader workers take the batches' preparation (12-26 ms for 256 rows on one CPU thread, padded
         # and packed: scripts/bench_batches.py) off the step.
         # A compiled GPU variant costs 30-40 s of compilation.
         {"eager": EAGER, "eager+4workers": [*EAGER, WORKERS], "compiled+unpadded+4workers": [*UNPADDED, WORKERS]},

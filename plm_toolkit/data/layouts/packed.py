@@ -41,7 +41,8 @@ PACKED_VERSION = 1
 def _memmap(path: Path, dtype) -> np.ndarray:
     if path.stat().st_size == 0:
         return np.zeros(0, dtype)
-    return np.memmap(path, dtype=dtype, mode="r")
+    # A plain ndarray view of the map: indexing it costs no Python-level memmap bookkeeping (a row reads several).
+    return np.asarray(np.memmap(path, dtype=dtype, mode="r"))
 
 
 class _Appender:
@@ -128,18 +129,21 @@ class FullSentenceBlocks(ExampleView):
         return len(self.blocks)
 
     def row(self, index: int) -> dict:
-        number, first, end = (int(v) for v in self.blocks[index])
+        number, first, end = self.blocks[index].tolist()
         shard = self.split.shards[number]
-        document_ends = shard.array("document_ends")
-        inside = document_ends[np.searchsorted(document_ends, first, "right") : np.searchsorted(document_ends, end)]
-        at = np.asarray(inside, np.int64) - first
-        if getattr(self.split, "separated", False):  # a foreign file's documents end with the separator already
-            at = at[:0]
-        block = np.insert(np.asarray(shard.ids[first:end], np.int64), at, self.separator).tolist()
+        ids = shard.ids[first:end]
+        at = None  # where a document ends inside the block, relative to its start
+        if not getattr(self.split, "separated", False):  # a foreign file's documents end with the separator already
+            document_ends = shard.array("document_ends")
+            inside = document_ends[document_ends.searchsorted(first, "right") : document_ends.searchsorted(end)]
+            if len(inside):
+                at = inside.astype(np.int64) - first
+        block = ids.tolist() if at is None else np.insert(ids.astype(np.int64), at, self.separator).tolist()
         ids, _, starts = self.template.assemble(block)
         row = {"input_ids": ids, "token_type_ids": [0] * len(ids)}
         if self.with_units:
-            codes = np.insert(np.asarray(shard.array("units")[first:end]), at, NO_UNIT).tolist()
+            codes = shard.array("units")[first:end]
+            codes = codes.tolist() if at is None else np.insert(np.asarray(codes), at, NO_UNIT).tolist()
             units = [NO_UNIT] * len(ids)
             units[starts["A"] : starts["A"] + len(codes)] = codes
             row["units"] = units

@@ -206,7 +206,7 @@ class Shard:
     def ids(self) -> np.ndarray:
         if self.header["tokens"] == 0:
             return np.zeros(0, self.header["dtype"])
-        return np.memmap(self.stem.with_suffix(".bin"), dtype=self.header["dtype"], mode="r")
+        return np.asarray(np.memmap(self.stem.with_suffix(".bin"), dtype=self.header["dtype"], mode="r"))
 
     def array(self, name: str) -> np.ndarray:
         """An index array (read-only, memory-mapped once); an empty one where the shard has none of that name."""
@@ -226,12 +226,15 @@ class Shard:
         place = self.header["arrays"].get(name)
         if place is None or place["length"] == 0:
             return np.zeros(0, np.int64)
-        return np.memmap(
-            self.stem.with_suffix(".idx"),
-            dtype=place["dtype"],
-            mode="r",
-            offset=self.start + place["offset"],
-            shape=(place["length"],),
+        # Plain ndarray views of the maps: indexing them costs no Python-level memmap bookkeeping.
+        return np.asarray(
+            np.memmap(
+                self.stem.with_suffix(".idx"),
+                dtype=place["dtype"],
+                mode="r",
+                offset=self.start + place["offset"],
+                shape=(place["length"],),
+            )
         )
 
     @property
