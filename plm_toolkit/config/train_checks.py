@@ -44,9 +44,9 @@ def checked_run(cfg: DictConfig, derive_plan: bool = True) -> tuple[list[str], R
             resolved = resolve_run(cfg)
         except ConfigError as err:
             out.append(str(err))
-    out += layout_problems(cfg, resolved)
+    out += layout_problems(cfg, resolved) + unpad_problems(cfg)
     out += model_class(m.name).run_problems(cfg)
-    out += data_problems(cfg) + blend_problems(cfg, resolved.plan if resolved else None) + unpad_problems(cfg)
+    out += data_problems(cfg) + blend_problems(cfg, resolved.plan if resolved else None)
     out += training_problems(cfg.trainer, cfg.optimizer) + hardware_problems(cfg.hardware)
     out += kernel_problems(cfg.optimizer, cfg.hardware)
     return out, resolved
