@@ -19,8 +19,8 @@ from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.layouts.blend import BlendedExamples, SourceValidation
 from plm_toolkit.data.layouts.examples import PretrainingData
 from plm_toolkit.data.sources.corpus import document_boundary
-from plm_toolkit.data.sources.piece_reader import sample_texts
 from plm_toolkit.data.sources.pieces import resolve_sources
+from plm_toolkit.data.sources.sampling import sample_texts
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, train_cached
 
 log = logging.getLogger("plm_toolkit")

@@ -18,7 +18,7 @@ from pathlib import Path
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.data.sources.documents import split_text
 from plm_toolkit.data.sources.parquet import parquet_documents
-from plm_toolkit.data.sources.pieces import _CHUNK, Piece, Source, plan_pieces, scan_text
+from plm_toolkit.data.sources.pieces import _CHUNK, Piece, Source, scan_text
 from plm_toolkit.data.sources.zstd_frames import ZstdFrames
 
 # A document longer than this is tokenized in fragments cut after a line end (the tokens of a fragment go on in
@@ -230,29 +230,6 @@ def _saved_documents(source: Source, piece: Piece, boundary: str, column: str, p
                 yield document, True
         done += len(batch[column])
         progress(done * source.size // max(source.rows, 1))
-
-
-# The training text is sampled from this many stretches spread evenly over the corpus (at most).
-SAMPLE_STRETCHES = 64
-
-
-def sample_texts(sources: list[Source], budget: int, boundary: str, column: str) -> Iterator[str]:
-    """The documents of a corpus of at most ``budget`` bytes; of a larger one, the documents at the start of
-    SAMPLE_STRETCHES stretches spread evenly over it, about ``budget`` bytes in all (the same on every run)."""
-    total = sum(s.size for s in sources)
-    if total <= budget:
-        pieces = plan_pieces(sources, max(total, 1), boundary)
-        share = budget
-    else:
-        pieces = plan_pieces(sources, max(total // SAMPLE_STRETCHES, 1 << 12), boundary)
-        share = max(budget // len(pieces), 1)
-    for piece in pieces:
-        taken = 0
-        for text, _ in read_piece(sources[piece.source], piece, boundary, column, lambda _: None):
-            yield text
-            taken += len(text)
-            if taken >= share:
-                break
 
 
 def locate_text_error(path: str, start: int, end: int, compression: str | None) -> DataError:
