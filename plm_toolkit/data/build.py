@@ -58,13 +58,13 @@ def build_run_data(
     plan = dataclasses.replace(plan, units=units)
     if tokenizer_file is not None and tokenizer_file.is_file():
         data_cfg = resumed_data(data_cfg, tokenizer_file, plan)
-    phases = [
-        prepare_pretraining_data(
-            OmegaConf.merge(data_cfg, {"max_seq_len": length}), _with_units(phase_plan, units), seed
-        )
-        for length, phase_plan in phase_plans
-    ]
-    data = phases[0] if phases else prepare_pretraining_data(data_cfg, plan, seed)
+    # The lengths to prepare, each alike: every phase's (trainer.phases), else the run's own.
+    if phase_plans:
+        lengths = [(OmegaConf.merge(data_cfg, {"max_seq_len": n}), _with_units(p, units)) for n, p in phase_plans]
+    else:
+        lengths = [(data_cfg, plan)]
+    prepared = [prepare_pretraining_data(config, length_plan, seed) for config, length_plan in lengths]
+    data, phases = prepared[0], prepared if phase_plans else []
     return RunData(data.tokenizer, data.vocab, data.train, data.validation, data.store, data.references, phases)
 
 
@@ -82,9 +82,9 @@ def prepare_pretraining_data(
     ``DataPlan``, or a layout's name with the (length, stride) ``window`` of a stream layout and the ``units`` of
     ERNIE's knowledge masking), as its layout prepares them (``data/layouts/registry.py``); a blend's sources each
     prepared so, then blended (``data/layouts/blend_sources.py``)."""
-    if getattr(data_cfg, "sources", None):  # a weighted blend of corpora, each prepared alone (data/layouts/blend.py)
-        return prepare_blended_data(data_cfg, layout, seed, prepare_pretraining_data)
     if not isinstance(layout, DataPlan):
         length, stride = window or (None, None)
         layout = DataPlan(choice(layout), window=length, stride=stride, units=units)
+    if getattr(data_cfg, "sources", None):  # a weighted blend of corpora, each prepared alone (data/layouts/blend.py)
+        return prepare_blended_data(data_cfg, layout, seed)
     return prepare_layout_data(data_cfg, layout, seed)

@@ -161,7 +161,8 @@ def _features(sentences, label_ids, tokenizer, max_seq_len, path, with_index, ch
 
 class TokenClassification(Task):
     """Cross-entropy over the first sub-token of each word. A subclass for another tagging scheme supplies its own
-    reader (``read``), label order (``label_order``), scores (``scores``) and the tag of words left unpredicted."""
+    reader (``read_sentences``), label order (``label_order``), scores (``scores``) and the tag of words left
+    unpredicted."""
 
     main_metric = "f1"
     # The tag of a word that gets no prediction (past data.max_seq_len, or without a sub-token); None: always wrong.
@@ -171,7 +172,7 @@ class TokenClassification(Task):
     head_kind = "token"
 
     @classmethod
-    def read(cls, config, path: str | Path) -> list[Sentence]:
+    def read_sentences(cls, config, path: str | Path) -> list[Sentence]:
         return read_conll(path)
 
     @staticmethod
@@ -191,8 +192,8 @@ class TokenClassification(Task):
         cls, config: NerConfig, data_cfg, tokenizer: Tokenizer, vocab: Vocab, characters: int = 0
     ) -> TaskData:
         # Without a training file (an evaluation only, trainer.epochs=0) the labels come from the validation file.
-        train = cls.read(config, data_cfg.train_file) if data_cfg.train_file else []
-        gold = cls.read(config, data_cfg.validation_file) if data_cfg.validation_file else []
+        train = cls.read_sentences(config, data_cfg.train_file) if data_cfg.train_file else []
+        gold = cls.read_sentences(config, data_cfg.validation_file) if data_cfg.validation_file else []
         # The label set comes from the whole training file, also when max_train_samples uses part of it.
         found = {t for s in train or gold for t in s.tags}
         train = limit(train, data_cfg.max_train_samples, "training sentences")

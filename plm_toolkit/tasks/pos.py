@@ -144,7 +144,7 @@ class PosTagging(TokenClassification):
             raise ConfigError(f"task.column={config.column}: expected upos or xpos (the CoNLL-U column of the tags)")
 
     @classmethod
-    def read(cls, config: PosConfig, path: str | Path) -> list[Sentence]:
+    def read_sentences(cls, config: PosConfig, path: str | Path) -> list[Sentence]:
         return read_conllu(path, config.column)
 
     @staticmethod

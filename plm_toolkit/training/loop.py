@@ -34,12 +34,13 @@ from plm_toolkit.training.compilation import CompileWatch, speed_switches
 from plm_toolkit.training.distributed import all_reduce_max, barrier
 from plm_toolkit.training.evaluation import EvaluationSchedule, Evaluator
 from plm_toolkit.training.flops import ModelFlops, peak_tflops
-from plm_toolkit.training.logging import MetricsWriter, ProgressBar
+from plm_toolkit.training.logging import MetricsWriter
 from plm_toolkit.training.optim import build_optimizer, build_scheduler
 from plm_toolkit.training.parallel import prepare_module
 from plm_toolkit.training.phases import blend_metrics, phase_at, training_phases
 from plm_toolkit.training.precision import LossScaler, Runtime
 from plm_toolkit.training.preemption import Preempted, StepAbandoned, StopSignals, TrainingClock, saves_after
+from plm_toolkit.training.progress import ProgressBar
 from plm_toolkit.training.resume import check_length, final_evaluation_missing
 from plm_toolkit.training.selection import Selection
 from plm_toolkit.training.state import Checkpointer, TrainingState

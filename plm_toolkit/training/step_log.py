@@ -11,8 +11,9 @@ from pathlib import Path
 from plm_toolkit.core.errors import TrainingError
 from plm_toolkit.training.compilation import CompileWatch
 from plm_toolkit.training.distributed import ProcessInfo
-from plm_toolkit.training.logging import MetricsWriter, ProgressBar
+from plm_toolkit.training.logging import MetricsWriter
 from plm_toolkit.training.preemption import TrainingClock
+from plm_toolkit.training.progress import ProgressBar
 from plm_toolkit.training.window import StepStats, Window, settle
 
 

@@ -23,8 +23,8 @@ from tokenizers import AddedToken, Tokenizer
 from plm_toolkit.core import registry
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.data.sources.corpus import document_boundary
-from plm_toolkit.data.sources.piece_reader import sample_texts
 from plm_toolkit.data.sources.pieces import resolve_sources
+from plm_toolkit.data.sources.sampling import sample_texts
 from plm_toolkit.data.sources.user_files import read_text
 from plm_toolkit.data.tokenization.vocabulary_files import vocabulary_size
 

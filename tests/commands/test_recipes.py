@@ -13,7 +13,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from plm_toolkit.config.validate import problems
+from plm_toolkit.config.train_checks import problems
 from plm_toolkit.training.optim import schedule_factor
 from tests.conftest import SHARED_DATA
 from tests.training.conftest import QUIET, read_metrics

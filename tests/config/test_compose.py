@@ -12,7 +12,8 @@ from omegaconf import OmegaConf
 import plm_toolkit.commands.train  # noqa: F401  (registers schemas, registries and resolvers)
 from plm_toolkit.config.finetune_checks import finetune_problems as problems_of
 from plm_toolkit.config.resolve import model_class, objective_class
-from plm_toolkit.config.validate import problems, validate
+from plm_toolkit.config.train_checks import problems
+from plm_toolkit.config.validate import validate
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.registry import OBJECTIVES
 

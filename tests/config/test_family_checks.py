@@ -7,7 +7,7 @@ import pytest
 
 from plm_toolkit.config.checks import model_field_problems
 from plm_toolkit.config.resolve import model_class
-from plm_toolkit.config.validate import problems
+from plm_toolkit.config.train_checks import problems
 from plm_toolkit.core.registry import MODELS
 from tests.config.test_compose import composed
 

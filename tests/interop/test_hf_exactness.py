@@ -12,7 +12,7 @@ import torch
 from hydra import compose, initialize_config_module
 
 import plm_toolkit.commands.train  # noqa: F401  (registers schemas, registries and resolvers)
-from plm_toolkit.config.validate import problems
+from plm_toolkit.config.train_checks import problems
 from plm_toolkit.core.errors import CheckpointError
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.interop.hf import export_hf, import_hf

@@ -6,7 +6,7 @@ import torch
 from hydra import compose, initialize_config_module
 
 import plm_toolkit.commands.train  # noqa: F401  (registers schemas and registries)
-from plm_toolkit.config.validate import problems
+from plm_toolkit.config.train_checks import problems
 from plm_toolkit.data.tokenization.vocab import Vocab
 from plm_toolkit.models.xlnet import XLNet, XLNetConfig
 from plm_toolkit.objectives.permutation_lm import (

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from plm_toolkit.commands.train import run
-from plm_toolkit.config.validate import problems
+from plm_toolkit.config.train_checks import problems
 from plm_toolkit.core.errors import ConfigError
 from plm_toolkit.core.resources import resource_path
 from plm_toolkit.training.continued import adopt_checkpoint

@@ -7,7 +7,7 @@ from safetensors.torch import load_file
 
 import plm_toolkit.training.batches as batches_module
 from plm_toolkit.commands.train import run
-from plm_toolkit.config.validate import problems
+from plm_toolkit.config.train_checks import problems
 from plm_toolkit.training.phases import phase_bounds
 from tests.training.conftest import read_metrics
 

@@ -129,7 +129,7 @@ def test_progress_bar_under_a_time_budget_counts_the_budget_and_its_eta(monkeypa
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the bar is drawn on a terminal (else progress lines)
     # A budget ends this run long before its 1,000,000 steps. Resumed at 25% of the budget and at 99% an hour later,
     # the bar shows 99% and the 1% left at that pace: 48 seconds (it showed 0% and a 473-hour ETA, from the steps).
-    from plm_toolkit.training.logging import ProgressBar
+    from plm_toolkit.training.progress import ProgressBar
 
     used = [0.25]
     bar = ProgressBar(1_000_000, 0, None, enabled=True, budget_used=lambda: used[0])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -18,26 +17,26 @@ from plm_toolkit.core.cache import cache_root, stable_hash
 from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.layouts.blend import BlendedExamples, SourceValidation
 from plm_toolkit.data.layouts.examples import PretrainingData
+from plm_toolkit.data.layouts.plan import DataPlan
+from plm_toolkit.data.layouts.registry import prepare_layout_data
 from plm_toolkit.data.sources.corpus import document_boundary
-from plm_toolkit.data.sources.piece_reader import sample_texts
 from plm_toolkit.data.sources.pieces import resolve_sources
+from plm_toolkit.data.sources.sampling import sample_texts
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, train_cached
 
 log = logging.getLogger("plm_toolkit")
 
 
-def prepare_blended_data(
-    data_cfg: Any, plan: Any, seed: int, prepare: Callable[..., PretrainingData]
-) -> PretrainingData:
+def prepare_blended_data(data_cfg: Any, plan: DataPlan, seed: int) -> PretrainingData:
     """The tokenizer and the blended train examples of ``data.sources`` (``plan``: the objective's data plan), with
-    the validation examples of every source that has some, together and by source; ``prepare`` builds one source's
-    examples (``data/build.py``'s ``prepare_pretraining_data``, handed in: the entry point calls this module)."""
+    the validation examples of every source that has some, together and by source; each source's examples as the
+    plan's layout prepares them (``data/layouts/registry.py``)."""
     sources = list(data_cfg.sources)
     tokenizer_file = blend_tokenizer(data_cfg)
     parts: dict[str, PretrainingData] = {}
     for number, source in enumerate(sources):
         with naming_source(number):
-            parts[source.name] = prepare(source_config(data_cfg, source, tokenizer_file), plan, seed)
+            parts[source.name] = prepare_layout_data(source_config(data_cfg, source, tokenizer_file), plan, seed)
     first = next(iter(parts.values()))
     names = list(parts)
     train = BlendedExamples(names, [p.train for p in parts.values()], [float(s.weight) for s in sources])

@@ -28,8 +28,8 @@ from plm_toolkit.core.atomic import atomic_file
 from plm_toolkit.core.cache import cache_root, stable_hash
 from plm_toolkit.core.errors import DataError
 from plm_toolkit.data.sources.corpus import document_boundary
-from plm_toolkit.data.sources.piece_reader import sample_texts
 from plm_toolkit.data.sources.pieces import resolve_sources
+from plm_toolkit.data.sources.sampling import sample_texts
 from plm_toolkit.data.sources.user_files import not_a_file, read_text
 from plm_toolkit.data.tokenization.pipelines import (
     BPE_SPECIAL_TOKENS,
@@ -143,7 +143,7 @@ def tokenizer_cache_path(data_cfg: DataConfig, corpus_fingerprint: str) -> Path:
 
 def train_tokenizer(data_cfg: DataConfig, documents: Any = None) -> Tokenizer:
     """Train the vocabulary of `data.tokenizer` on a sample of the training files (at most
-    `data.tokenizer.train_sample_bytes`, ``sources.sample_texts``) or on `documents` (a ``Documents``), or load the
+    `data.tokenizer.train_sample_bytes`, ``sampling.sample_texts``) or on `documents` (a ``Documents``), or load the
     cached one trained on the same files (or contents) and settings."""
     if documents is not None:
         dataset = documents.dataset

@@ -284,7 +284,7 @@ def test_one_line_corpus_of_two_million_words_builds(tmp_path, caplog):
         caplog.clear()
         with caplog.at_level("WARNING"):
             data = prepare_pretraining_data(cfg, layout, seed=0)
-        # One sentence, read in pieces of about 256K characters (data/sources/piece_reader.py bounds a document's
+        # One sentence, read in pieces of about 256K characters (data/sources/text_files.py bounds a document's
         # memory), each longer than 4 pairs.
         assert re.search(
             r"\d+ sentence\(s\) of the train text longer than 4 pairs \(500 tokens\) were cut into pieces of 125 "
