@@ -30,7 +30,7 @@ from plm_toolkit.core.cache import cache_root, stable_hash
 from plm_toolkit.core.errors import ConfigError, DataError
 from plm_toolkit.data.store.lock import written_once
 from plm_toolkit.data.store.token_files import CHUNK, NANOGPT_DTYPE, check_nanogpt, is_megatron_index, open_megatron
-from plm_toolkit.data.store.token_store import StoreSplit
+from plm_toolkit.data.store.token_store import Shard, StoreSplit
 from plm_toolkit.data.tokenization.tokenizer import load_tokenizer, vocab_from_tokenizer
 
 log = logging.getLogger("plm_toolkit")
@@ -84,36 +84,25 @@ def _opened(kind: str, path: Path, tokenizer_path: str, cache: Path, files: tupl
     return ForeignStore(kind, path, tokenizer_path, cache)
 
 
-class ForeignShard:
+class ForeignShard(Shard):
     """The one shard of a foreign file: its ids memory-mapped, its index arrays from the cached survey."""
 
     def __init__(self, ids_path: Path, dtype: np.dtype, survey: Path, info: dict):
-        self.stem, self.ids_path, self.dtype, self.survey = ids_path.with_suffix(""), ids_path, np.dtype(dtype), survey
-        self.header = {"tokens": info["tokens"], "documents": info["documents"], "dtype": self.dtype.str}
+        dtype = np.dtype(dtype)
+        header = {"tokens": info["tokens"], "documents": info["documents"], "dtype": dtype.str}
+        # Shard is a frozen dataclass; its fields set as its own constructor would (``start``: no index file here).
+        self.__dict__.update(stem=ids_path.with_suffix(""), header=header, start=0)
+        self.__dict__.update(ids_path=ids_path, dtype=dtype, survey=survey)
 
     @cached_property
     def ids(self) -> np.ndarray:
         if self.header["tokens"] == 0:
             return np.zeros(0, self.dtype)
-        return np.memmap(self.ids_path, dtype=self.dtype, mode="r")
+        return np.asarray(np.memmap(self.ids_path, dtype=self.dtype, mode="r"))
 
-    def array(self, name: str) -> np.ndarray:
-        arrays = self.__dict__.setdefault("_arrays", {})
-        if name not in arrays:
-            path = self.survey / f"{name}.npy"
-            arrays[name] = np.load(path, mmap_mode="r") if path.is_file() else np.zeros(0, np.int64)
-        return arrays[name]
-
-    def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("ids", "_arrays")}
-
-    @property
-    def num_tokens(self) -> int:
-        return self.header["tokens"]
-
-    @property
-    def num_documents(self) -> int:
-        return self.header["documents"]
+    def _map(self, name: str) -> np.ndarray:
+        path = self.survey / f"{name}.npy"
+        return np.asarray(np.load(path, mmap_mode="r")) if path.is_file() else np.zeros(0, np.int64)
 
 
 class ForeignSplit(StoreSplit):
