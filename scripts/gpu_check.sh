@@ -77,7 +77,7 @@ if [[ $part == all || $part == tests ]]; then
 fi
 
 if [[ $part == learning ]]; then
-  echo "== does a compiled step learn? bert/mlm, gpt2/clm, t5 spans, electra/rtd, xlnet/plm: each gradient against eager's, and 6 steps"
+  echo "== does a compiled step learn? bert/mlm, gpt2/clm, t5 spans, electra/rtd, xlnet/plm, transformer_xl/clm: each gradient against eager's, and 6 steps"
   timeout 150 "$py" -m pytest -q -ra -p no:cacheprovider tests/training/test_compiled_gradients.py 2>&1 \
     | tee "$out/compiled_gradients.log" | tail -8
   echo "== plm-train, tiny models, 40 steps: loss at steps 1/20/40 and grad norms (eager, compiled, aot_eager)"

@@ -15,6 +15,7 @@ from plm_toolkit.models.bert import Bert, BertConfig
 from plm_toolkit.models.electra import Electra, ElectraConfig
 from plm_toolkit.models.gpt import GPT, GPT2Config
 from plm_toolkit.models.t5 import T5, T5Config
+from plm_toolkit.models.transformer_xl import TransformerXL, TransformerXLConfig
 from plm_toolkit.models.xlnet import XLNet, XLNetConfig
 from plm_toolkit.objectives.clm import CausalLanguageModeling, ClmConfig
 from plm_toolkit.objectives.mlm import MaskedLanguageModeling, MlmConfig
@@ -86,12 +87,22 @@ def xlnet_plm(rows: int, width: int, generator: torch.Generator):
     return PretrainingModule(model, objective), objective.batch_transform()(windows, list(range(rows)))
 
 
+def transformer_xl_clm(rows: int, width: int, generator: torch.Generator):
+    # Relative attention over the carried memory of the previous step's segment.
+    config = TransformerXLConfig(**SIZES, head_size=11, mem_len=8, hidden_dropout=0.0, attention_dropout=0.0)
+    model = TransformerXL(config)
+    ids = torch.randint(6, V, (rows, width + 1), generator=generator)
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    return PretrainingModule(model, CausalLanguageModeling(ClmConfig(), model, VOCAB)), batch
+
+
 CASES = {
     "bert_mlm": bert_mlm,
     "gpt2_clm": gpt2_clm,
     "t5_span_corruption": t5_spans,
     "electra_rtd": electra_rtd,
     "xlnet_plm": xlnet_plm,
+    "transformer_xl_clm": transformer_xl_clm,
 }
 
 
