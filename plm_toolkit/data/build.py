@@ -58,12 +58,12 @@ def build_run_data(
     plan = dataclasses.replace(plan, units=units)
     if tokenizer_file is not None and tokenizer_file.is_file():
         data_cfg = resumed_data(data_cfg, tokenizer_file, plan)
-    # The lengths to prepare, each alike: every phase's (trainer.phases), else the run's own.
+    # (data config, plan) of each length to prepare, each alike: every phase's (trainer.phases), else the run's own.
     if phase_plans:
-        lengths = [(OmegaConf.merge(data_cfg, {"max_seq_len": n}), _with_units(p, units)) for n, p in phase_plans]
+        jobs = [(OmegaConf.merge(data_cfg, {"max_seq_len": n}), _with_units(p, units)) for n, p in phase_plans]
     else:
-        lengths = [(data_cfg, plan)]
-    prepared = [prepare_pretraining_data(config, length_plan, seed) for config, length_plan in lengths]
+        jobs = [(data_cfg, plan)]
+    prepared = [prepare_pretraining_data(config, job_plan, seed) for config, job_plan in jobs]
     data, phases = prepared[0], prepared if phase_plans else []
     return RunData(data.tokenizer, data.vocab, data.train, data.validation, data.store, data.references, phases)
 

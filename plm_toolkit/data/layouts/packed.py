@@ -131,14 +131,14 @@ class FullSentenceBlocks(ExampleView):
     def row(self, index: int) -> dict:
         number, first, end = self.blocks[index].tolist()
         shard = self.split.shards[number]
-        ids = shard.ids[first:end]
+        tokens = shard.ids[first:end]
         at = None  # where a document ends inside the block, relative to its start
         if not getattr(self.split, "separated", False):  # a foreign file's documents end with the separator already
             document_ends = shard.array("document_ends")
             inside = document_ends[document_ends.searchsorted(first, "right") : document_ends.searchsorted(end)]
             if len(inside):
                 at = inside.astype(np.int64) - first
-        block = ids.tolist() if at is None else np.insert(ids.astype(np.int64), at, self.separator).tolist()
+        block = tokens.tolist() if at is None else np.insert(tokens.astype(np.int64), at, self.separator).tolist()
         ids, _, starts = self.template.assemble(block)
         row = {"input_ids": ids, "token_type_ids": [0] * len(ids)}
         if self.with_units:

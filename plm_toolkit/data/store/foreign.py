@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
@@ -84,21 +85,24 @@ def _opened(kind: str, path: Path, tokenizer_path: str, cache: Path, files: tupl
     return ForeignStore(kind, path, tokenizer_path, cache)
 
 
+@dataclass(frozen=True)
 class ForeignShard(Shard):
-    """The one shard of a foreign file: its ids memory-mapped, its index arrays from the cached survey."""
+    """The one shard of a foreign file: its ids memory-mapped where they are, its index arrays from the cached survey
+    (``start`` is unused: there is no index file)."""
 
-    def __init__(self, ids_path: Path, dtype: np.dtype, survey: Path, info: dict):
-        dtype = np.dtype(dtype)
-        header = {"tokens": info["tokens"], "documents": info["documents"], "dtype": dtype.str}
-        # Shard is a frozen dataclass; its fields set as its own constructor would (``start``: no index file here).
-        self.__dict__.update(stem=ids_path.with_suffix(""), header=header, start=0)
-        self.__dict__.update(ids_path=ids_path, dtype=dtype, survey=survey)
+    ids_path: Path
+    survey: Path
+
+    @classmethod
+    def of(cls, ids_path: Path, dtype: np.dtype, survey: Path, info: dict) -> ForeignShard:
+        header = {"tokens": info["tokens"], "documents": info["documents"], "dtype": np.dtype(dtype).str}
+        return cls(ids_path.with_suffix(""), header, 0, ids_path, survey)
 
     @cached_property
     def ids(self) -> np.ndarray:
         if self.header["tokens"] == 0:
-            return np.zeros(0, self.dtype)
-        return np.asarray(np.memmap(self.ids_path, dtype=self.dtype, mode="r"))
+            return np.zeros(0, self.header["dtype"])
+        return np.asarray(np.memmap(self.ids_path, dtype=self.header["dtype"], mode="r"))
 
     def _map(self, name: str) -> np.ndarray:
         path = self.survey / f"{name}.npy"
@@ -159,7 +163,7 @@ class ForeignStore:
                 f"{ids_path} holds token id {bad}, outside the {vocab_size} ids of data.tokenizer.path="
                 f"{tokenizer_path}; give the tokenizer the ids come from"
             )
-        return ForeignSplit(self.folder, name, ForeignShard(ids_path, dtype, survey, info), path, info["separated"])
+        return ForeignSplit(self.folder, name, ForeignShard.of(ids_path, dtype, survey, info), path, info["separated"])
 
 
 def _stat(kind: str, path: Path) -> tuple[int, int]:
